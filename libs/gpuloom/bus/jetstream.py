@@ -1,0 +1,229 @@
+"""The JetStream adapter: the stream, publishing with `Nats-Msg-Id`, replay and consumers.
+
+Thin by design: it moves bytes and headers. Encoding is `gpuloom.events.codec`,
+meaning is `gpuloom.state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from gpuloom.events.subjects import ALL_EVENTS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message to publish: subject, encoded body, headers (Nats-Msg-Id, traceparent)."""
+
+    subject: str
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One message read from the stream."""
+
+    seq: int
+    subject: str
+    body: bytes
+    headers: dict[str, str]
+    #: Messages still in the stream after this one when it was delivered.
+    pending: int
+
+
+class EventBus:
+    """A connection to NATS with the gpuloom stream ensured."""
+
+    def __init__(self, nc: NatsClient, stream: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.stream = stream
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        stream: str,
+        *,
+        name: str,
+        dedup_window_s: float = 7200,
+        replicas: int = 1,
+        connect_timeout: float = 5,
+        **options: object,
+    ) -> EventBus:
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats error: %s", exc)
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            connect_timeout=connect_timeout,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=on_error,
+            **options,  # type: ignore[arg-type]
+        )
+        bus = cls(nc, stream)
+        await bus.ensure_stream(dedup_window_s, replicas)
+        return bus
+
+    async def ensure_stream(self, dedup_window_s: float, replicas: int) -> None:
+        """Create the stream, or update it to this configuration."""
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[ALL_EVENTS],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            num_replicas=replicas,
+            duplicate_window=dedup_window_s,
+            allow_direct=True,
+        )
+        try:
+            await self.js.stream_info(self.stream)
+        except NotFoundError:
+            await self.js.add_stream(config)
+        else:
+            await self.js.update_stream(config)
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    @property
+    def connected(self) -> bool:
+        return self.nc.is_connected
+
+    async def last_seq(self) -> int:
+        info = await self.js.stream_info(self.stream)
+        return int(info.state.last_seq)
+
+    async def publish(self, message: Outgoing, timeout: float = 5.0) -> tuple[int, bool]:
+        """Publish and wait for the ack; return (stream sequence, was it a duplicate)."""
+        ack = await self.js.publish(
+            message.subject,
+            message.body,
+            timeout=timeout,
+            stream=self.stream,
+            headers=message.headers,
+        )
+        return int(ack.seq), bool(ack.duplicate)
+
+    async def publish_many(self, messages: Sequence[Outgoing], timeout: float = 10.0) -> list[int]:
+        """Publish a batch with pipelined acks; return their sequences in order.
+
+        Uses `publish_async`, whose futures never resolve on a server-side
+        rejection (nats.py#985), so every future is awaited with a timeout.
+        None of gpuloom's pipelined publishes carries an expected-sequence header.
+        """
+        futures = [
+            await self.js.publish_async(m.subject, m.body, stream=self.stream, headers=m.headers)
+            for m in messages
+        ]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        return [int(ack.seq) for ack in acks]
+
+    async def get(self, seq: int) -> Incoming:
+        msg = await self.js.get_msg(self.stream, seq=seq, direct=True)
+        return Incoming(
+            int(msg.seq or seq), msg.subject or "", msg.data or b"", dict(msg.headers or {}), 0
+        )
+
+    async def follow(
+        self,
+        on_message: Callable[[Incoming], Awaitable[None]],
+        *,
+        from_seq: int = 1,
+        subjects: str = ALL_EVENTS,
+    ) -> Callable[[], Awaitable[None]]:
+        """Deliver every message from `from_seq` on, in order, then keep following.
+
+        Uses an ordered push consumer: it replays, survives reconnects and resets
+        itself on a gap. Returns a function that stops it.
+        """
+
+        async def callback(msg: Msg) -> None:
+            meta = msg.metadata
+            await on_message(
+                Incoming(
+                    seq=int(meta.sequence.stream),
+                    subject=msg.subject,
+                    body=msg.data,
+                    headers=dict(msg.headers or {}),
+                    pending=int(meta.num_pending),
+                )
+            )
+
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=from_seq
+        )
+        if from_seq <= 1:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+        sub = await self.js.subscribe(
+            subjects,
+            stream=self.stream,
+            ordered_consumer=True,
+            config=config,
+            cb=callback,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+        return sub.unsubscribe
+
+    async def read_subject(self, subjects: str, timeout: float = 2.0) -> list[Incoming]:
+        """Every message on `subjects` so far (an audit trail), read with an ordered consumer."""
+        info = await self.js.stream_info(self.stream, subjects_filter=subjects)
+        expected = sum((info.state.subjects or {}).values())
+        if expected == 0:
+            return []
+        got: list[Incoming] = []
+        sub = await self.js.subscribe(subjects, stream=self.stream, ordered_consumer=True)
+        try:
+            while len(got) < expected:
+                msg = await sub.next_msg(timeout=timeout)
+                got.append(
+                    Incoming(
+                        int(msg.metadata.sequence.stream),
+                        msg.subject,
+                        msg.data,
+                        dict(msg.headers or {}),
+                        int(msg.metadata.num_pending),
+                    )
+                )
+                if msg.metadata.num_pending == 0:
+                    break
+        finally:
+            await sub.unsubscribe()
+        return got
+
+    async def durable_pull(
+        self, durable: str, subjects: str, *, ack_wait_s: float = 30, max_ack_pending: int = 1000
+    ) -> JetStreamContext.PullSubscription:
+        """A durable pull consumer with explicit ack: at-least-once work delivery."""
+        return await self.js.pull_subscribe(
+            subjects,
+            durable=durable,
+            stream=self.stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s, max_ack_pending=max_ack_pending
+            ),
+        )

@@ -1,0 +1,46 @@
+"""Settings from environment variables (`GPULOOM_*`), with embedded-stack defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPULOOM_", extra="ignore")
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    database_url: str = "sqlite+aiosqlite:///.gpuloom/gpuloom.db"
+    stream: str = "GPULOOM"
+    #: JetStream de-duplication window for `Nats-Msg-Id`, seconds.
+    dedup_window_s: float = 2 * 3600
+    #: 3 in a NATS cluster (deploy/), 1 on one server.
+    stream_replicas: int = 1
+    data_dir: Path = Path(".gpuloom")
+
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    #: How long a gateway read waits for its projection to include the gateway's own writes.
+    read_your_writes_timeout_s: float = 2.0
+    publish_timeout_s: float = 5.0
+
+    heartbeat_interval_s: float = 1.0
+    node_lost_timeout_s: float = 10.0
+
+    placement_policy: str = "bestfit"
+    cancel_grace_s: float = 5.0
+    #: Where agents keep each job's run folder (logs, pid, exit status).
+    agent_run_dir: Path | None = None
+
+    #: Prometheus /metrics port of a non-HTTP service; 0 disables it.
+    metrics_port: int = Field(default=0, ge=0)
+    log_level: str = "INFO"
+
+    def run_dir(self) -> Path:
+        return self.agent_run_dir or self.data_dir / "agent"
+
+
+def load_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,65 @@
+"""Node inventory: register, lose and recover nodes from what their heartbeats say.
+
+Heartbeats are not in the log (design §3): the shell keeps when it last heard each
+node and passes it here together with `now`, both read at the edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuloom.decide import Decision
+from gpuloom.events import NodeLost, NodeRecovered, NodeRegistered, NodeSpec
+from gpuloom.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """The latest heartbeat of one node: when it arrived and the spec it carried."""
+
+    at: datetime
+    spec: NodeSpec
+
+
+def decide_inventory(
+    state: ClusterState,
+    heard: dict[str, Heard],
+    now: datetime,
+    timeout: timedelta,
+    watching_since: datetime,
+) -> list[Decision]:
+    """New or changed nodes register, silent ones are lost, lost ones that speak recover.
+
+    A node is silent when neither its last heartbeat nor `watching_since` (when
+    this inventory started listening) is within `timeout` of `now`.
+    """
+    decisions: list[Decision] = []
+    for name in sorted(heard):
+        beat = heard[name]
+        if now - beat.at > timeout:
+            continue
+        node = state.nodes.get(name)
+        if node is None or node.spec != beat.spec:
+            decisions.append(
+                Decision(
+                    NodeRegistered(node=name, spec=beat.spec), f"{name}:registered:{state.seq}"
+                )
+            )
+        elif node.phase == "lost":
+            decisions.append(Decision(NodeRecovered(node=name), f"{name}:recovered:{state.seq}"))
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        if node.phase != "ready":
+            continue
+        beat = heard.get(name)
+        last = max(beat.at, watching_since) if beat else watching_since
+        if now - last > timeout:
+            silent = (now - last).total_seconds()
+            decisions.append(
+                Decision(
+                    NodeLost(node=name, reason=f"no heartbeat for {silent:.1f}s"),
+                    f"{name}:lost:{state.seq}",
+                )
+            )
+    return decisions

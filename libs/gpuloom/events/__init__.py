@@ -1,0 +1,51 @@
+"""THE wire contract of gpuloom: the envelope, every event type, subjects, upcasters.
+
+Import event classes from here; never copy one into a service.
+"""
+
+from gpuloom.events.accounting import UsageCharged
+from gpuloom.events.admission import JobAdmitted, JobRejected
+from gpuloom.events.agent import JobFinished, JobStarted, Outcome
+from gpuloom.events.base import Envelope, Event, JobEvent, NodeEvent
+from gpuloom.events.codec import MalformedEvent, Recorded, decode, encode, make_envelope
+from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
+from gpuloom.events.inventory import GpuSpec, NodeLost, NodeRecovered, NodeRegistered, NodeSpec
+from gpuloom.events.jobs import JobSpec
+from gpuloom.events.placement import JobPlaced, PolicyRef
+from gpuloom.events.queue import JobCancelled, JobQueued
+from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
+from gpuloom.events.subjects import subject_for
+
+__all__ = [
+    "ALL_EVENT_CLASSES",
+    "EVENT_TYPES",
+    "Envelope",
+    "Event",
+    "GpuSpec",
+    "JobAdmitted",
+    "JobCancelRequested",
+    "JobCancelled",
+    "JobEvent",
+    "JobFinished",
+    "JobPlaced",
+    "JobQueued",
+    "JobRejected",
+    "JobSpec",
+    "JobStarted",
+    "JobSubmitted",
+    "MalformedEvent",
+    "NodeEvent",
+    "NodeLost",
+    "NodeRecovered",
+    "NodeRegistered",
+    "NodeSpec",
+    "Outcome",
+    "PolicyRef",
+    "Recorded",
+    "UsageCharged",
+    "decode",
+    "encode",
+    "json_schemas",
+    "make_envelope",
+    "subject_for",
+]

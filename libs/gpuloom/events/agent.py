@@ -1,0 +1,31 @@
+"""Events written by node agents."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from gpuloom.events.base import JobEvent
+
+Outcome = Literal["succeeded", "failed", "timed_out", "cancelled"]
+
+
+class JobStarted(JobEvent):
+    """The job's process runs on `node` for placement attempt `attempt`."""
+
+    TYPE: ClassVar[str] = "JobStarted"
+    attempt: int = Field(ge=1)
+    node: str
+    pid: int | None = None
+
+
+class JobFinished(JobEvent):
+    """The job's process ended (or never started, when cancelled while placed)."""
+
+    TYPE: ClassVar[str] = "JobFinished"
+    attempt: int = Field(ge=1)
+    node: str
+    outcome: Outcome
+    exit_code: int | None = None
+    reason: str | None = None

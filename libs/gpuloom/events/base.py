@@ -1,0 +1,68 @@
+"""Base class of every event payload and the envelope that carries it on the bus.
+
+Events are facts in the past tense, frozen, declared once here and used by every
+process. The envelope is the wire shape of one log entry (design §5):
+`id, type, v, at, by, correlation_id, causation_id, data`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Names that become NATS subject tokens (node names, job ids) must not contain
+#: `.`, `*`, `>` or whitespace.
+SUBJECT_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
+
+
+class Event(BaseModel):
+    """One fact. Subclasses set TYPE, VERSION and AGGREGATE and name their aggregate id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    TYPE: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+    #: "job" or "node": the aggregate the event belongs to, first token of its subject.
+    AGGREGATE: ClassVar[str]
+
+    def aggregate_id(self) -> str:
+        """The id of the aggregate this event is about (job id or node name)."""
+        raise NotImplementedError  # every concrete event overrides this
+
+
+class JobEvent(Event):
+    """An event about one job."""
+
+    AGGREGATE: ClassVar[str] = "job"
+    job_id: str = Field(pattern=SUBJECT_TOKEN.pattern)
+
+    def aggregate_id(self) -> str:
+        return self.job_id
+
+
+class NodeEvent(Event):
+    """An event about one node."""
+
+    AGGREGATE: ClassVar[str] = "node"
+    node: str = Field(pattern=SUBJECT_TOKEN.pattern)
+
+    def aggregate_id(self) -> str:
+        return self.node
+
+
+class Envelope(BaseModel):
+    """The stored form of one event. `data` is the payload as written at version `v`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    type: str
+    v: int
+    at: datetime
+    by: str
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    data: dict[str, Any]

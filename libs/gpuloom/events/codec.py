@@ -1,0 +1,80 @@
+"""Encode events into envelopes on the wire, and decode them back (with upcasting).
+
+A `Recorded` is an event as read back from the log: its stream sequence, its
+envelope and its typed payload. This is what the fold consumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from ulid import ULID
+
+from gpuloom.events.base import Envelope, Event
+from gpuloom.events.registry import EVENT_TYPES
+from gpuloom.events.upcasters import UnknownVersionError, upcast
+
+
+class MalformedEvent(ValueError):
+    """Bytes on the bus that are not a valid gpuloom event."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An event read from the log at stream sequence `seq`."""
+
+    seq: int
+    envelope: Envelope
+    event: Event
+
+
+def new_event_id() -> str:
+    """A fresh ULID string, the identity of one envelope."""
+    return str(ULID())
+
+
+def make_envelope(
+    event: Event,
+    *,
+    at: datetime,
+    by: str,
+    event_id: str | None = None,
+    correlation_id: str | None = None,
+    causation_id: str | None = None,
+) -> Envelope:
+    return Envelope(
+        id=event_id or new_event_id(),
+        type=event.TYPE,
+        v=event.VERSION,
+        at=at,
+        by=by,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+        data=event.model_dump(mode="json"),
+    )
+
+
+def encode(envelope: Envelope) -> bytes:
+    return orjson.dumps(envelope.model_dump(mode="json"))
+
+
+def decode(seq: int, raw: bytes) -> Recorded:
+    """Parse one log entry; raise MalformedEvent with a reason on anything invalid."""
+    try:
+        doc: Any = orjson.loads(raw)
+        envelope = Envelope.model_validate(doc)
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise MalformedEvent(f"seq {seq}: not an event envelope: {exc}") from exc
+    cls = EVENT_TYPES.get(envelope.type)
+    if cls is None:
+        raise MalformedEvent(f"seq {seq}: unknown event type {envelope.type!r}")
+    try:
+        data = upcast(envelope.type, envelope.v, dict(envelope.data), cls.VERSION)
+        event = cls.model_validate(data)
+    except (UnknownVersionError, ValidationError) as exc:
+        raise MalformedEvent(f"seq {seq}: invalid {envelope.type} payload: {exc}") from exc
+    return Recorded(seq=seq, envelope=envelope, event=event)

@@ -1,0 +1,52 @@
+"""Events written by the node-inventory service."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuloom.events.base import NodeEvent
+
+
+class GpuSpec(BaseModel):
+    """One GPU of a node, as discovered (NVML, nvidia-smi) or declared (simulated node)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0)
+    uuid: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    memory_mib: int = Field(ge=0)
+
+
+class NodeSpec(BaseModel):
+    """What a node agent reports about its node."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus: list[GpuSpec] = Field(default_factory=list)
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    simulated: bool = False
+
+
+class NodeRegistered(NodeEvent):
+    """A node joined, or re-joined with a changed spec."""
+
+    TYPE: ClassVar[str] = "NodeRegistered"
+    spec: NodeSpec
+
+
+class NodeLost(NodeEvent):
+    """The node stopped heartbeating; its jobs are requeued."""
+
+    TYPE: ClassVar[str] = "NodeLost"
+    reason: str
+
+
+class NodeRecovered(NodeEvent):
+    """A lost node heartbeats again and takes work."""
+
+    TYPE: ClassVar[str] = "NodeRecovered"

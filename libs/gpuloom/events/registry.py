@@ -1,0 +1,48 @@
+"""The one table of event types: name -> class. Explicit, no registration by import."""
+
+from __future__ import annotations
+
+from gpuloom.events.accounting import UsageCharged
+from gpuloom.events.admission import JobAdmitted, JobRejected
+from gpuloom.events.agent import JobFinished, JobStarted
+from gpuloom.events.base import Event
+from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
+from gpuloom.events.inventory import NodeLost, NodeRecovered, NodeRegistered
+from gpuloom.events.placement import JobPlaced
+from gpuloom.events.queue import JobCancelled, JobQueued
+
+ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobCancelRequested,
+    JobAdmitted,
+    JobRejected,
+    JobQueued,
+    JobCancelled,
+    JobPlaced,
+    JobStarted,
+    JobFinished,
+    UsageCharged,
+    NodeRegistered,
+    NodeLost,
+    NodeRecovered,
+)
+
+
+def _build_registry() -> dict[str, type[Event]]:
+    registry: dict[str, type[Event]] = {}
+    for cls in ALL_EVENT_CLASSES:
+        if cls.TYPE in registry:
+            raise ValueError(f"duplicate event type {cls.TYPE}")
+        registry[cls.TYPE] = cls
+    return registry
+
+
+EVENT_TYPES: dict[str, type[Event]] = _build_registry()
+
+
+def json_schemas() -> dict[str, object]:
+    """JSON Schema of every event payload, keyed by type, with its current version."""
+    return {
+        name: {"v": cls.VERSION, "aggregate": cls.AGGREGATE, "schema": cls.model_json_schema()}
+        for name, cls in sorted(EVENT_TYPES.items())
+    }

@@ -1,0 +1,43 @@
+"""Upcasters turn a payload written at an older schema version into the current shape.
+
+Each upcaster maps `(type, from_version)` to a function of the payload dict that
+returns the payload at `from_version + 1`. Reading applies the chain until the
+event class's VERSION is reached. Schema changes are additive or bump VERSION and
+add an upcaster here, with a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Payload = dict[str, Any]
+Upcaster = Callable[[Payload], Payload]
+
+#: No event has needed an upcaster yet: every type is at version 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+class UnknownVersionError(ValueError):
+    """A payload is newer than this code, or an upcaster in the chain is missing."""
+
+
+def upcast(
+    event_type: str,
+    version: int,
+    payload: Payload,
+    target_version: int,
+    upcasters: Mapping[tuple[str, int], Upcaster] = UPCASTERS,
+) -> Payload:
+    """Apply the upcaster chain from `version` to `target_version`."""
+    if version > target_version:
+        raise UnknownVersionError(
+            f"{event_type} v{version} is newer than this code (v{target_version})"
+        )
+    while version < target_version:
+        step = upcasters.get((event_type, version))
+        if step is None:
+            raise UnknownVersionError(f"no upcaster for {event_type} v{version}")
+        payload = step(payload)
+        version += 1
+    return payload

@@ -1,0 +1,66 @@
+"""What every service process does around its own logic: settings, logs, traces,
+metrics, a NATS connection that waits for the server, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from gpuloom.bus import EventBus
+from gpuloom.config import Settings, load_settings
+from gpuloom.telemetry import setup_tracing, shutdown_tracing
+from gpuloom.telemetry.logging import setup_logging
+from gpuloom.telemetry.metrics import serve_metrics
+
+log = logging.getLogger(__name__)
+
+Main = Callable[[Settings, EventBus, asyncio.Event], Awaitable[None]]
+
+
+async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> EventBus:
+    """Connect to NATS and ensure the stream, retrying while the server starts."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await EventBus.connect(
+                settings.nats_url,
+                settings.stream,
+                name=name,
+                dedup_window_s=settings.dedup_window_s,
+                replicas=settings.stream_replicas,
+            )
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            log.warning("waiting for NATS at %s: %s", settings.nats_url, exc)
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def install_stop_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def run_service(name: str, main: Main) -> None:
+    """Run `main(settings, bus, stop)` as the process's whole life."""
+    settings = load_settings()
+    setup_logging(name, settings.log_level)
+    setup_tracing(name)
+    serve_metrics(settings.metrics_port)
+
+    async def lifecycle() -> None:
+        stop = asyncio.Event()
+        install_stop_handlers(stop)
+        bus = await connect_bus(settings, f"gpuloom-{name}")
+        log.info("%s connected to %s", name, settings.nats_url)
+        try:
+            await main(settings, bus, stop)
+        finally:
+            await bus.close()
+            shutdown_tracing()
+            log.info("%s stopped", name)
+
+    asyncio.run(lifecycle())

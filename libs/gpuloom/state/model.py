@@ -1,0 +1,143 @@
+"""The folded state of the cluster: nodes, GPUs, jobs, allocations, usage.
+
+Plain mutable dataclasses, changed only by `gpuloom.state.fold.apply`. Every
+collection a decision iterates is sorted explicitly by the decision (node name,
+GPU index, job order): nothing depends on dict or set iteration order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from gpuloom.events.inventory import NodeSpec
+from gpuloom.events.jobs import JobSpec
+
+JobPhase = Literal[
+    "submitted",
+    "admitted",
+    "rejected",
+    "queued",
+    "placed",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "timed_out",
+]
+NodePhase = Literal["ready", "lost"]
+
+FINAL_PHASES: frozenset[str] = frozenset(
+    {"rejected", "succeeded", "failed", "cancelled", "timed_out"}
+)
+ON_NODE_PHASES: frozenset[str] = frozenset({"placed", "running"})
+PENDING_PHASES: frozenset[str] = frozenset({"submitted", "admitted", "queued"})
+
+
+@dataclass
+class GpuState:
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    job_id: str | None = None
+
+
+@dataclass
+class NodeState:
+    name: str
+    phase: NodePhase
+    spec: NodeSpec
+    gpus: dict[int, GpuState]
+    registered_at: datetime
+    lost_at: datetime | None = None
+
+    def free_gpu_indexes(self) -> list[int]:
+        return sorted(i for i, gpu in self.gpus.items() if gpu.job_id is None)
+
+    def gpu_models(self) -> list[str]:
+        return sorted({gpu.model for gpu in self.gpus.values()})
+
+
+@dataclass
+class Run:
+    """One attempt of a job that really started on a node."""
+
+    attempt: int
+    node: str
+    gpus: int
+    started_at: datetime
+    ended_at: datetime | None = None
+
+
+@dataclass
+class JobState:
+    job_id: str
+    spec: JobSpec
+    phase: JobPhase
+    submitted_at: datetime
+    submit_seq: int
+    idempotency_key: str | None = None
+    reason: str | None = None
+    priority: int = 0
+    #: Number of placements so far; the current placement is `attempt`.
+    attempt: int = 0
+    node: str | None = None
+    gpu_indexes: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested: bool = False
+    runs: list[Run] = field(default_factory=list)
+    charged_attempts: list[int] = field(default_factory=list)
+    #: Envelope id of the latest event applied to this job (causation of the next).
+    last_event_id: str | None = None
+    last_seq: int = 0
+
+    @property
+    def is_final(self) -> bool:
+        return self.phase in FINAL_PHASES
+
+    def current_run(self) -> Run | None:
+        if self.runs and self.runs[-1].attempt == self.attempt and self.runs[-1].ended_at is None:
+            return self.runs[-1]
+        return None
+
+
+@dataclass(frozen=True)
+class Voided:
+    """An event that was not valid at its position: it changed nothing."""
+
+    seq: int
+    type: str
+    reason: str
+
+
+#: How many voided events are kept for inspection (all are counted).
+VOIDED_KEPT = 100
+
+
+@dataclass
+class ClusterState:
+    seq: int = 0
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    #: Jobs in phase "queued", waiting for placement.
+    queued: set[str] = field(default_factory=set)
+    #: Jobs in phase "submitted"/"admitted" (admission and queue work lists).
+    submitted: set[str] = field(default_factory=set)
+    admitted: set[str] = field(default_factory=set)
+    #: Jobs in phase "placed"/"running", per node.
+    on_node: dict[str, set[str]] = field(default_factory=dict)
+    #: Jobs that ended a run and still have an uncharged attempt.
+    uncharged: set[str] = field(default_factory=set)
+    #: Pending jobs with a cancel request (queue's work list).
+    cancel_pending: set[str] = field(default_factory=set)
+    idempotency_keys: dict[str, str] = field(default_factory=dict)
+    usage_by_account: dict[str, int] = field(default_factory=dict)
+    usage_by_user: dict[str, int] = field(default_factory=dict)
+    applied: int = 0
+    voided: int = 0
+    recent_voided: list[Voided] = field(default_factory=list)

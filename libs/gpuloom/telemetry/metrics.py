@@ -1,0 +1,25 @@
+"""Prometheus metrics shared by the services."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+EVENTS_FOLDED = Counter("gpuloom_events_folded_total", "Events folded into the state", ["service"])
+EVENTS_VOIDED = Gauge("gpuloom_events_voided", "Events voided by the fold so far", ["service"])
+EVENTS_PUBLISHED = Counter(
+    "gpuloom_events_published_total", "Events this service published", ["service", "type"]
+)
+MALFORMED = Counter("gpuloom_events_malformed_total", "Malformed messages skipped", ["service"])
+STATE_SEQ = Gauge("gpuloom_state_seq", "Stream sequence the service has folded to", ["service"])
+DECIDE_SECONDS = Histogram(
+    "gpuloom_decide_seconds",
+    "Time spent in one decision cycle",
+    ["service"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+)
+
+
+def serve_metrics(port: int) -> None:
+    """Expose /metrics on `port` (no-op for 0)."""
+    if port:
+        start_http_server(port, addr="127.0.0.1")

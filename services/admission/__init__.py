@@ -1,0 +1,1 @@
+"""The admission service: admits or rejects submitted jobs (writes JobAdmitted, JobRejected)."""

@@ -1,0 +1,19 @@
+"""Composition root of the admission service."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpuloom.bus import EventBus
+from gpuloom.config import Settings
+from gpuloom.decide.admission import decide_admission
+from gpuloom.runtime.reactor import Reactor, pure
+from gpuloom.runtime.service import run_service
+
+
+async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
+    await Reactor(bus, "admission", pure(decide_admission)).run(stop)
+
+
+if __name__ == "__main__":
+    run_service("admission", main)

@@ -1,0 +1,1 @@
+"""The node-inventory service: turns heartbeats into NodeRegistered, NodeLost, NodeRecovered."""

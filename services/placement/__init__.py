@@ -1,0 +1,1 @@
+"""The placement service: places queued jobs on GPUs with the configured policy (JobPlaced)."""
