@@ -15,5 +15,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     await Reactor(bus, "admission", pure(decide_admission)).run(stop)
 
 
-if __name__ == "__main__":
+def entrypoint(argv: list[str] | None = None) -> None:
     run_service("admission", main)
+
+
+if __name__ == "__main__":
+    entrypoint()

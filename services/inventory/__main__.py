@@ -51,5 +51,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
         await sub.unsubscribe()
 
 
-if __name__ == "__main__":
+def entrypoint(argv: list[str] | None = None) -> None:
     run_service("inventory", main)
+
+
+if __name__ == "__main__":
+    entrypoint()

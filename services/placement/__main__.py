@@ -25,5 +25,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     await Reactor(bus, "placement", pure(decide)).run(stop)
 
 
-if __name__ == "__main__":
+def entrypoint(argv: list[str] | None = None) -> None:
     run_service("placement", main)
+
+
+if __name__ == "__main__":
+    entrypoint()

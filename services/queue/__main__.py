@@ -15,5 +15,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     await Reactor(bus, "queue", pure(decide_queue)).run(stop)
 
 
-if __name__ == "__main__":
+def entrypoint(argv: list[str] | None = None) -> None:
     run_service("queue", main)
+
+
+if __name__ == "__main__":
+    entrypoint()

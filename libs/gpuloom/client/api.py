@@ -1,0 +1,262 @@
+"""A small, typed, synchronous client of the gateway's REST API (`/v1`).
+
+Contract:
+- one method per endpoint; each returns the decoded JSON body unchanged
+  (typed by `gpuloom.client.schema`);
+- a 4xx/5xx answer raises `ApiError(status, detail)` carrying the server's
+  `detail` message (FastAPI validation lists are flattened to one line);
+- a gateway that cannot be reached (refused, DNS, timeout) raises
+  `GatewayUnreachableError`, whose message names the URL;
+- no retries: the caller decides (a 503 carries `retry_after_s` when the
+  gateway sent `Retry-After`).
+
+A `transport` can be injected (tests use `httpx.MockTransport`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self, cast
+from urllib.parse import quote
+
+import httpx
+
+from gpuloom.client.schema import (
+    CancelAnswer,
+    Health,
+    Job,
+    JobEvents,
+    JobList,
+    JobLogs,
+    NodeList,
+    SubmitAnswer,
+    Usage,
+)
+
+DEFAULT_GATEWAY_HOST = "127.0.0.1"
+DEFAULT_GATEWAY_PORT = 8080
+DEFAULT_GATEWAY_URL = f"http://{DEFAULT_GATEWAY_HOST}:{DEFAULT_GATEWAY_PORT}"
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class ClientError(Exception):
+    """Base of every error the client raises; `str()` is a one-line message for people."""
+
+
+class GatewayUnreachableError(ClientError):
+    """No HTTP answer came back from the gateway."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach the gateway at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class ApiError(ClientError):
+    """The gateway answered with a 4xx or 5xx status."""
+
+    def __init__(self, status: int, detail: str, retry_after_s: float | None = None) -> None:
+        message = f"{detail} (HTTP {status})"
+        if retry_after_s is not None:
+            message += f"; retry after {retry_after_s:g} s"
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+
+
+def resolve_gateway_url(url: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The gateway URL: `url`, else `GPULOOM_GATEWAY_URL`, else `GPULOOM_GATEWAY_PORT`
+    on 127.0.0.1, else `DEFAULT_GATEWAY_URL`. Raises `ValueError` on a bad port."""
+    env = os.environ if env is None else env
+    chosen = url or env.get("GPULOOM_GATEWAY_URL")
+    if chosen:
+        return chosen.rstrip("/")
+    port = env.get("GPULOOM_GATEWAY_PORT")
+    if port:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"GPULOOM_GATEWAY_PORT={port!r} is not a TCP port")
+        return f"http://{DEFAULT_GATEWAY_HOST}:{int(port)}"
+    return DEFAULT_GATEWAY_URL
+
+
+def _format_detail(detail: Any) -> str:
+    """One line from a FastAPI `detail`: a string, or a list of validation errors."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, dict) and "msg" in item:
+                loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
+                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts) or "invalid request"
+    return str(detail)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def error_from_response(response: httpx.Response) -> ApiError:
+    """The `ApiError` for a 4xx/5xx answer, with the server's `detail` when it sent one."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "detail" in body:
+        detail = _format_detail(body["detail"])
+    else:
+        detail = response.text.strip()[:200] or response.reason_phrase or "error"
+    return ApiError(response.status_code, detail, _retry_after(response))
+
+
+class GpuloomClient:
+    """Client of one gateway. Use as a context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_GATEWAY_URL,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- transport ---------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Send one request; the decoded JSON body of a 2xx answer, else raise."""
+        try:
+            response = self._http.request(method, path, params=params, json=json, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise GatewayUnreachableError(
+                self.base_url, f"no answer within {self.timeout:g} s ({type(exc).__name__})"
+            ) from exc
+        except (httpx.TransportError, httpx.InvalidURL) as exc:
+            raise GatewayUnreachableError(self.base_url, str(exc) or type(exc).__name__) from exc
+        if response.is_error:
+            raise error_from_response(response)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(
+                response.status_code, "the gateway sent a body that is not JSON"
+            ) from exc
+
+    # -- jobs --------------------------------------------------------------
+
+    def submit(
+        self,
+        *,
+        name: str,
+        user: str,
+        account: str,
+        command: list[str],
+        gpus: int = 0,
+        gpu_model: list[str] | None = None,
+        priority: int = 0,
+        time_limit_s: int | None = None,
+        env: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> SubmitAnswer:
+        """`POST /v1/jobs`. The same `idempotency_key` sent twice yields one job."""
+        body: dict[str, Any] = {
+            "name": name,
+            "user": user,
+            "account": account,
+            "command": list(command),
+            "gpus": gpus,
+            "priority": priority,
+        }
+        if gpu_model:
+            body["gpu_model"] = list(gpu_model)
+        if time_limit_s is not None:
+            body["time_limit_s"] = time_limit_s
+        if env:
+            body["env"] = dict(env)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return cast(SubmitAnswer, self._request("POST", "/v1/jobs", json=body, headers=headers))
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        user: str | None = None,
+        account: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> JobList:
+        """`GET /v1/jobs`, filtered by the arguments that are not None."""
+        given = {"state": state, "user": user, "account": account, "limit": limit, "offset": offset}
+        params = {key: value for key, value in given.items() if value is not None}
+        return cast(JobList, self._request("GET", "/v1/jobs", params=params))
+
+    def get_job(self, job_id: str) -> Job:
+        """`GET /v1/jobs/{id}`; 404 raises `ApiError`."""
+        return cast(Job, self._request("GET", f"/v1/jobs/{_segment(job_id)}"))
+
+    def cancel_job(self, job_id: str) -> CancelAnswer:
+        """`DELETE /v1/jobs/{id}`: asks for cancellation; 409 when the job is already final."""
+        return cast(CancelAnswer, self._request("DELETE", f"/v1/jobs/{_segment(job_id)}"))
+
+    def job_events(self, job_id: str) -> JobEvents:
+        """`GET /v1/jobs/{id}/events`: the job's events in log order."""
+        return cast(JobEvents, self._request("GET", f"/v1/jobs/{_segment(job_id)}/events"))
+
+    def job_logs(self, job_id: str, tail_bytes: int | None = None) -> JobLogs:
+        """`GET /v1/jobs/{id}/logs`; 503 when the job's node agent does not answer."""
+        params = {"tail_bytes": tail_bytes} if tail_bytes is not None else None
+        return cast(
+            JobLogs, self._request("GET", f"/v1/jobs/{_segment(job_id)}/logs", params=params)
+        )
+
+    # -- cluster -----------------------------------------------------------
+
+    def nodes(self) -> NodeList:
+        """`GET /v1/nodes`."""
+        return cast(NodeList, self._request("GET", "/v1/nodes"))
+
+    def usage(self) -> Usage:
+        """`GET /v1/usage`: GPU time per account and per user."""
+        return cast(Usage, self._request("GET", "/v1/usage"))
+
+    def health(self) -> Health:
+        """`GET /healthz`."""
+        return cast(Health, self._request("GET", "/healthz"))
+
+
+def _segment(value: str) -> str:
+    """`value` as one URL path segment (a job id never holds '/', but a typo might)."""
+    return quote(value, safe="")

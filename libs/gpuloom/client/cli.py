@@ -1,0 +1,337 @@
+"""The `gpuloom` command line: a thin edge over `GpuloomClient` and the services.
+
+Contract:
+- the gateway URL is `--url`, else `GPULOOM_GATEWAY_URL`, else 127.0.0.1 on
+  `GPULOOM_GATEWAY_PORT`, else http://127.0.0.1:8080;
+- every read command takes `--json` and then prints the gateway's JSON as is;
+- errors print one red line on stderr and exit 1 (2 for usage errors), never a
+  traceback; `submit --wait` exits 0 only when the job succeeded.
+
+Tests pass `obj=CliState(transport=...)` to the runner to talk to a fake gateway.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gpuloom.client import render
+from gpuloom.client.api import (
+    DEFAULT_TIMEOUT_S,
+    ClientError,
+    GpuloomClient,
+    resolve_gateway_url,
+)
+from gpuloom.client.schema import FINAL_STATES, Job
+from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+app = typer.Typer(
+    name="gpuloom",
+    help="Submit and watch GPU jobs on a gpuloom cluster, and run its services.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the gateway's raw JSON.")]
+JobId = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
+
+
+@dataclass
+class CliState:
+    """What the root options set for every command; tests inject `transport`."""
+
+    url: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    transport: httpx.BaseTransport | None = None
+    poll_interval_s: float = 1.0
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one red line on stderr and exit with `code`."""
+    err.print(f"[red]error: {escape(message)}[/red]")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
+    """A client of the chosen gateway; client errors become `fail(...)`."""
+    state = ctx.ensure_object(CliState)
+    try:
+        url = resolve_gateway_url(state.url)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        with GpuloomClient(url, state.timeout, state.transport) as client:
+            yield client
+    except ClientError as exc:
+        fail(str(exc))
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            envvar="GPULOOM_GATEWAY_URL",
+            help="Gateway URL [default: 127.0.0.1 on $GPULOOM_GATEWAY_PORT, or port 8080].",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each answer.")
+    ] = DEFAULT_TIMEOUT_S,
+) -> None:
+    state = ctx.ensure_object(CliState)
+    state.url = url or state.url
+    state.timeout = timeout
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--env {pair!r}: expected KEY=VALUE", 2)
+        env[key] = value
+    return env
+
+
+def default_user() -> str:
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):
+        fail("no --user given and the current user is unknown ($USER is not set)", 2)
+
+
+def wait_for_final(client: GpuloomClient, job_id: str, poll_interval_s: float) -> Job:
+    """Poll the job until it reaches a final state; report each new state on stderr."""
+    seen = ""
+    while True:
+        job = client.get_job(job_id)
+        if job["state"] != seen:
+            seen = job["state"]
+            err.print(f"{job_id}: {render.state_text(seen)}")
+        if seen in FINAL_STATES:
+            return job
+        time.sleep(poll_interval_s)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str], typer.Argument(help="Program and its arguments (after --).", show_default=False)
+    ],
+    user: Annotated[str | None, typer.Option(help="User [default: $USER].")] = None,
+    account: Annotated[str, typer.Option(help="Account charged for the GPU time.")] = "default",
+    name: Annotated[str | None, typer.Option(help="Job name [default: the program].")] = None,
+    gpus: Annotated[int, typer.Option(min=0, help="Whole GPUs.")] = 0,
+    gpu_model: Annotated[
+        list[str] | None, typer.Option("--gpu-model", help="Allowed GPU model (repeatable).")
+    ] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    time_limit: Annotated[
+        int | None, typer.Option("--time-limit", min=1, help="Time limit in seconds.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Submitting twice with one key makes one job.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for the end; exit 0 only if it succeeded.")
+    ] = False,
+) -> None:
+    """Submit a job and print its id: gpuloom submit --gpus 1 -- python train.py"""
+    state = ctx.ensure_object(CliState)
+    job_env = parse_env(env or [])
+    with gateway(ctx) as client:
+        answer = client.submit(
+            name=name or PurePath(command[0]).name or command[0],
+            user=user or default_user(),
+            account=account,
+            command=command,
+            gpus=gpus,
+            gpu_model=gpu_model or [],
+            priority=priority,
+            time_limit_s=time_limit,
+            env=job_env,
+            idempotency_key=idempotency_key,
+        )
+        typer.echo(answer["id"])
+        if not wait:
+            return
+        job = wait_for_final(client, answer["id"], state.poll_interval_s)
+    if job["state"] != "succeeded":
+        detail = job.get("reason") or f"exit code {render.dash(job.get('exit_code'))}"
+        err.print(f"{job['id']} ended {job['state']}: {escape(str(detail))}")
+        raise typer.Exit(1)
+
+
+@app.command()
+def jobs(
+    ctx: typer.Context,
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+    account: Annotated[str | None, typer.Option(help="Only this account's jobs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many jobs.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """List jobs."""
+    with gateway(ctx) as client:
+        answer = client.list_jobs(
+            state=state, user=user, account=account, limit=limit, offset=offset or None
+        )
+    if as_json:
+        print_json(answer)
+    else:
+        out.print(render.jobs_table(answer))
+
+
+@app.command()
+def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
+    """Show one job and its event trail."""
+    with gateway(ctx) as client:
+        job = client.get_job(job_id)
+        events = client.job_events(job_id)
+    if as_json:
+        print_json({"job": job, "events": events["events"]})
+        return
+    out.print(render.job_details(job))
+    out.print(render.events_table(events["events"]))
+
+
+@app.command()
+def cancel(ctx: typer.Context, job_id: JobId) -> None:
+    """Ask for a job to be cancelled."""
+    with gateway(ctx) as client:
+        answer = client.cancel_job(job_id)
+    out.print(f"cancel requested for {escape(answer['id'])} (state: {answer['state']})")
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    job_id: JobId,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Show stderr, not stdout.")] = False,
+    tail: Annotated[int | None, typer.Option(min=0, help="Only the last BYTES bytes.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Print a job's output, as kept by its node agent."""
+    with gateway(ctx) as client:
+        answer = client.job_logs(job_id, tail_bytes=tail)
+    if as_json:
+        print_json(answer)
+    else:
+        typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
+
+
+@app.command()
+def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List nodes and their GPUs."""
+    with gateway(ctx) as client:
+        answer = client.nodes()
+    if as_json:
+        print_json(answer)
+    else:
+        out.print(render.nodes_table(answer["nodes"]))
+
+
+@app.command()
+def usage(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """GPU time used, per account and per user."""
+    with gateway(ctx) as client:
+        answer = client.usage()
+    if as_json:
+        print_json(answer)
+        return
+    for table in render.usage_tables(answer):
+        out.print(table)
+
+
+@app.command()
+def health(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """The gateway's health; exits 1 unless it is ok and connected to NATS."""
+    with gateway(ctx) as client:
+        answer = client.health()
+    healthy = answer.get("status") == "ok" and bool(answer.get("nats"))
+    if as_json:
+        print_json(answer)
+    else:
+        nats = "connected" if answer.get("nats") else "[red]disconnected[/red]"
+        out.print(
+            f"{answer.get('status')}: NATS {nats}, projection at seq {answer.get('projection_seq')}"
+        )
+    if not healthy:
+        raise typer.Exit(1)
+
+
+@app.command(context_settings=PASS_THROUGH)
+def serve(
+    ctx: typer.Context,
+    name: Annotated[
+        str, typer.Argument(help=f"One of: {', '.join(SERVICES)}.", show_default=False)
+    ],
+) -> None:
+    """Run a service in the foreground; extra arguments go to the service."""
+    try:
+        entrypoint = load_entrypoint(name)
+    except UnknownServiceError as exc:
+        fail(str(exc), 2)
+    except ServiceLoadError as exc:
+        fail(str(exc))
+    try:
+        entrypoint(list(ctx.args))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception:
+        # A crashed service's traceback is what its operator needs: log it, then exit 1.
+        logging.getLogger("gpuloom.serve").exception("service %s crashed", name)
+        raise typer.Exit(1) from None
+
+
+@app.command(context_settings=PASS_THROUGH)
+def up(ctx: typer.Context) -> None:
+    """Run the whole stack on this machine (embedded NATS, SQLite, every service)."""
+    try:
+        from gpuloom import devstack
+    except ImportError as exc:
+        fail(f"the development stack is not available: {exc}")
+    sys.argv = ["gpuloom up", *ctx.args]
+    devstack.main()
+
+
+def main() -> None:
+    """Console-script entry point (`gpuloom`)."""
+    try:
+        app()
+    except Exception as exc:  # last resort: a bug in the CLI itself, shown as one line
+        err.print(f"[red]error: unexpected {type(exc).__name__}: {escape(str(exc))}[/red]")
+        sys.exit(1)

@@ -1,0 +1,197 @@
+"""Rich tables for the CLI: pure functions from gateway JSON to renderables.
+
+Rows keep the gateway's order except where stated; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+
+from gpuloom.client.schema import EventRecord, Job, JobList, Node, Usage
+
+STATE_STYLES: dict[str, str] = {
+    "succeeded": "green",
+    "running": "cyan",
+    "placed": "cyan",
+    "failed": "red",
+    "rejected": "red",
+    "timed_out": "red",
+    "cancelled": "yellow",
+}
+
+
+def state_text(state: str) -> str:
+    style = STATE_STYLES.get(state)
+    return f"[{style}]{state}[/{style}]" if style else state
+
+
+def when(value: str | None) -> str:
+    """An ISO 8601 timestamp as `YYYY-MM-DD HH:MM:SS` (its own zone kept implicit)."""
+    if not value:
+        return "-"
+    return value.replace("T", " ")[:19]
+
+
+def dash(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def gpus_text(job: Job) -> str:
+    """Requested count, plus the assigned indexes once placed: `2 [0,3]`."""
+    text = str(job["gpus_requested"])
+    if job.get("gpus"):
+        text += " [" + ",".join(str(i) for i in job["gpus"]) + "]"
+    return text
+
+
+def jobs_table(answer: JobList) -> Table:
+    shown = len(answer["jobs"])
+    table = Table(title=None, caption=f"{shown} of {answer['total']} jobs", caption_justify="left")
+    table.add_column("ID", no_wrap=True)
+    table.add_column("NAME")
+    table.add_column("USER")
+    table.add_column("ACCOUNT")
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("GPUS", justify="right")
+    table.add_column("NODE")
+    table.add_column("PRIO", justify="right")
+    table.add_column("SUBMITTED", no_wrap=True)
+    for job in answer["jobs"]:
+        table.add_row(
+            job["id"],
+            job["name"],
+            job["user"],
+            job["account"],
+            state_text(job["state"]),
+            gpus_text(job),
+            dash(job.get("node")),
+            str(job["priority"]),
+            when(job.get("submitted_at")),
+        )
+    return table
+
+
+def job_details(job: Job) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    rows: list[tuple[str, str]] = [
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("user", f"{job['user']} (account {job['account']})"),
+        ("state", state_text(job["state"])),
+        ("reason", dash(job.get("reason"))),
+        ("command", " ".join(job["command"])),
+        ("gpus", gpus_text(job)),
+        ("gpu model", ", ".join(job.get("gpu_model") or []) or "any"),
+        ("priority", str(job["priority"])),
+        ("node", dash(job.get("node"))),
+        ("attempt", str(job["attempt"])),
+        ("cancel requested", "yes" if job.get("cancel_requested") else "no"),
+        ("exit code", dash(job.get("exit_code"))),
+        ("submitted", when(job.get("submitted_at"))),
+        ("started", when(job.get("started_at"))),
+        ("finished", when(job.get("finished_at"))),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _data_text(data: dict[str, Any], limit: int = 100) -> str:
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def events_table(events: Iterable[EventRecord]) -> Table:
+    table = Table(title="events", title_justify="left")
+    table.add_column("SEQ", justify="right")
+    table.add_column("AT", no_wrap=True)
+    table.add_column("TYPE", no_wrap=True)
+    table.add_column("BY")
+    table.add_column("DATA", overflow="fold")
+    for event in events:
+        table.add_row(
+            str(event["seq"]),
+            when(event["at"]),
+            event["type"],
+            event["by"],
+            _data_text(event["data"]),
+        )
+    return table
+
+
+def _mib(value: int) -> str:
+    return f"{value / 1024:.0f} GiB"
+
+
+def nodes_table(nodes: Iterable[Node]) -> Table:
+    """One row per node (sorted by name), with its GPUs summed up by model."""
+    table = Table()
+    table.add_column("NODE", no_wrap=True)
+    table.add_column("STATE")
+    table.add_column("GPU MODELS")
+    table.add_column("GPUS USED", justify="right")
+    table.add_column("FREE INDEXES")
+    table.add_column("JOBS")
+    table.add_column("CPU", justify="right")
+    table.add_column("MEMORY", justify="right")
+    for node in sorted(nodes, key=lambda n: n["name"]):
+        gpus = sorted(node["gpus"], key=lambda g: g["index"])
+        models: dict[str, int] = {}
+        for gpu in gpus:
+            models[gpu["model"]] = models.get(gpu["model"], 0) + 1
+        used = sum(1 for gpu in gpus if gpu["allocated"])
+        free = [str(gpu["index"]) for gpu in gpus if not gpu["allocated"]]
+        jobs = sorted({job for job in (gpu.get("job_id") for gpu in gpus) if job})
+        name = node["name"] + (" (sim)" if node.get("simulated") else "")
+        table.add_row(
+            name,
+            "[green]ready[/green]" if node["state"] == "ready" else f"[red]{node['state']}[/red]",
+            ", ".join(f"{count} x {model}" for model, count in sorted(models.items())) or "-",
+            f"{used}/{len(gpus)}",
+            ",".join(free) or "-",
+            ", ".join(jobs) or "-",
+            f"{node['cpu_milli'] / 1000:g}",
+            _mib(node["memory_mib"]),
+        )
+    return table
+
+
+def _hours(gpu_seconds: float) -> str:
+    return f"{gpu_seconds / 3600:.2f}"
+
+
+def usage_tables(usage: Usage) -> tuple[Table, Table]:
+    """Per account and per user, most GPU time first, then by name (a total order)."""
+    accounts = Table(title="usage per account", title_justify="left")
+    accounts.add_column("ACCOUNT")
+    accounts.add_column("JOBS", justify="right")
+    accounts.add_column("GPU-HOURS", justify="right")
+    accounts.add_column("GPU-SECONDS", justify="right")
+    for row in sorted(usage["accounts"], key=lambda r: (-r["gpu_seconds"], r["account"])):
+        accounts.add_row(
+            row["account"],
+            str(row["jobs"]),
+            _hours(row["gpu_seconds"]),
+            f"{row['gpu_seconds']:.1f}",
+        )
+    users = Table(title="usage per user", title_justify="left")
+    users.add_column("USER")
+    users.add_column("ACCOUNT")
+    users.add_column("JOBS", justify="right")
+    users.add_column("GPU-HOURS", justify="right")
+    users.add_column("GPU-SECONDS", justify="right")
+    for row in sorted(usage["users"], key=lambda r: (-r["gpu_seconds"], r["user"], r["account"])):
+        users.add_row(
+            row["user"],
+            row["account"],
+            str(row["jobs"]),
+            _hours(row["gpu_seconds"]),
+            f"{row['gpu_seconds']:.1f}",
+        )
+    return accounts, users

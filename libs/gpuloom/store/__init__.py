@@ -1,0 +1,1 @@
+"""SQL projections: models, engine/session, checkpoints, migrations."""

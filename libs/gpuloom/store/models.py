@@ -1,0 +1,114 @@
+"""SQL read models (projections) of the log. Rebuildable at will: the log is the truth.
+
+Every projected row carries the stream sequence of the last event that changed
+it (`last_seq`), and an upsert only replaces a row with a newer one, so two
+writers folding the same log (two gateway replicas, a rebuild racing a live
+projector) converge on the same rows. `projection_checkpoints` holds each
+projection's position, written in the same transaction as its rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, MetaData, String
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ProjectionCheckpoint(Base):
+    __tablename__ = "projection_checkpoints"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    user: Mapped[str] = mapped_column(String(100), index=True)
+    account: Mapped[str] = mapped_column(String(100), index=True)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    reason: Mapped[str | None] = mapped_column(String(2000))
+    node: Mapped[str | None] = mapped_column(String(64))
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    gpus_requested: Mapped[int] = mapped_column(Integer)
+    gpu_model: Mapped[list[Any]] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer)
+    command: Mapped[list[Any]] = mapped_column(JSON)
+    time_limit_s: Mapped[int | None] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True)
+    submit_seq: Mapped[int] = mapped_column(BigInteger)
+    submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(20))
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(BigInteger)
+    #: [{"index", "uuid", "model", "memory_mib", "allocated", "job_id"}] by index.
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class UsageChargeRow(Base):
+    """The accounting ledger: one row per charged run of a job."""
+
+    __tablename__ = "usage_charges"
+    __table_args__ = (Index("ix_usage_charges_account_user", "account", "user"),)
+
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(100))
+    account: Mapped[str] = mapped_column(String(100))
+    gpus: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    gpu_milli_seconds: Mapped[int] = mapped_column(BigInteger)
+    charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    seq: Mapped[int] = mapped_column(BigInteger)

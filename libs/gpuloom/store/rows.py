@@ -1,0 +1,58 @@
+"""Rows of the gateway's projections, computed from the folded state (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuloom.state import ClusterState, JobState, NodeState
+
+
+def job_row(job: JobState) -> dict[str, Any]:
+    spec = job.spec
+    return {
+        "id": job.job_id,
+        "name": spec.name,
+        "user": spec.user,
+        "account": spec.account,
+        "state": job.phase,
+        "reason": job.reason,
+        "node": job.node,
+        "gpus": list(job.gpu_indexes),
+        "gpus_requested": spec.gpus,
+        "gpu_model": list(spec.gpu_model),
+        "priority": job.priority,
+        "command": list(spec.command),
+        "time_limit_s": spec.time_limit_s,
+        "attempt": job.attempt,
+        "cancel_requested": job.cancel_requested,
+        "exit_code": job.exit_code,
+        "idempotency_key": job.idempotency_key,
+        "submit_seq": job.submit_seq,
+        "submitted_at": job.submitted_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "last_seq": job.last_seq,
+    }
+
+
+def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "state": node.phase,
+        "simulated": node.spec.simulated,
+        "labels": dict(sorted(node.spec.labels.items())),
+        "cpu_milli": node.spec.cpu_milli,
+        "memory_mib": node.spec.memory_mib,
+        "gpus": [
+            {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "memory_mib": gpu.memory_mib,
+                "allocated": gpu.job_id is not None,
+                "job_id": gpu.job_id,
+            }
+            for _, gpu in sorted(node.gpus.items())
+        ],
+        "last_seq": state.seq,
+    }

@@ -1,0 +1,1 @@
+"""The accounting service: charges GPU time (UsageCharged) and keeps the SQL usage ledger."""

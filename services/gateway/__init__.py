@@ -1,0 +1,1 @@
+"""The gateway: gpuloom's REST API (FastAPI). Writes JobSubmitted and JobCancelRequested."""

@@ -1,0 +1,86 @@
+"""The FastAPI application and its lifespan: connect to NATS (in the background, so
+the API answers 503 rather than failing to start while NATS is away) and run the
+projector that keeps the SQL read models in step with the log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import make_asgi_app
+
+from gpuloom.config import Settings
+from gpuloom.runtime.projector import Projector
+from gpuloom.runtime.service import connect_bus
+from gpuloom.store.session import make_engine, make_sessionmaker
+from services.gateway import routes_cluster, routes_jobs
+from services.gateway.deps import Gateway
+
+log = logging.getLogger(__name__)
+
+
+async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
+    bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
+    gateway.bus = bus
+    projector = Projector(bus, gateway.sessions)
+    gateway.projector = projector
+    log.info("gateway connected to %s", gateway.settings.nats_url)
+    await projector.run(stop)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    engine = make_engine(settings.database_url)
+    gateway = Gateway(settings=settings, sessions=make_sessionmaker(engine))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(_connect_and_project(gateway, stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            try:
+                await asyncio.wait_for(task, 5)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+            except Exception:
+                log.exception("projector stopped with an error")
+            if gateway.bus is not None:
+                await gateway.bus.close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="gpuloom",
+        version="0.1.0",
+        summary="Event-sourced GPU cluster scheduler: REST gateway",
+        lifespan=lifespan,
+        telemetry={"metrics": False, "logs": False, "operation_spans": False},
+    )
+    app.state.gateway = gateway
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming every bad field, e.g. `body.gpus: Input should be >= 0`."""
+        errors = exc.errors()
+        summary = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors
+        )
+        return JSONResponse(
+            status_code=422,
+            content={"detail": summary, "errors": [_plain(err) for err in errors]},
+        )
+
+    app.include_router(routes_jobs.router)
+    app.include_router(routes_cluster.router)
+    app.mount("/metrics", make_asgi_app())
+    return app
+
+
+def _plain(error: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in error.items() if k in ("loc", "msg", "type")}

@@ -1,0 +1,55 @@
+"""What the routes depend on: the bus (None while NATS is away), SQL sessions, the projector."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuloom.bus import EventBus
+from gpuloom.config import Settings
+from gpuloom.runtime.projector import Projector
+
+
+@dataclass
+class Gateway:
+    settings: Settings
+    sessions: async_sessionmaker[Any]
+    bus: EventBus | None = None
+    projector: Projector | None = None
+    #: Highest stream sequence this gateway wrote (reads wait for it: read-your-writes).
+    last_written_seq: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def live_bus(self) -> EventBus:
+        """The bus, or 503 with Retry-After while NATS cannot be reached."""
+        if self.bus is None or not self.bus.connected:
+            raise unavailable("the event log (NATS) is unreachable; retry shortly")
+        return self.bus
+
+    async def catch_up(self) -> None:
+        """Let the projection include this gateway's own writes (bounded wait)."""
+        if self.projector is not None and self.last_written_seq:
+            await self.projector.wait_for(
+                self.last_written_seq, self.settings.read_your_writes_timeout_s
+            )
+
+
+def unavailable(detail: str) -> HTTPException:
+    return HTTPException(status_code=503, detail=detail, headers={"Retry-After": "2"})
+
+
+def get_gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+async def get_session(gateway: Annotated[Gateway, Depends(get_gateway)]) -> Any:
+    async with gateway.sessions() as session:
+        yield session
+
+
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
