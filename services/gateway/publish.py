@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import UTC, datetime
 
@@ -35,7 +34,7 @@ async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> 
             recorded = decode(seq, stored.body)
         else:
             recorded = Recorded(seq, envelope, event)
-    except (NatsError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, NatsError, OSError) as exc:
         log.warning("publish of %s failed: %s", event.TYPE, exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
     gateway.last_written_seq = max(gateway.last_written_seq, seq)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query
@@ -28,8 +28,8 @@ from services.gateway.schemas import (
 )
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-NOT_FOUND = {404: {"model": Problem}}
-UNAVAILABLE = {503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}}
 
 
 def to_job(row: JobRow) -> Job:

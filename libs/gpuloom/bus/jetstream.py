@@ -81,7 +81,7 @@ class EventBus:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=on_error,
-            **options,  # type: ignore[arg-type]
+            **options,
         )
         bus = cls(nc, stream)
         await bus.ensure_stream(dedup_window_s, replicas)

@@ -52,8 +52,8 @@ def decide_inventory(
         node = state.nodes[name]
         if node.phase != "ready":
             continue
-        beat = heard.get(name)
-        last = max(beat.at, watching_since) if beat else watching_since
+        latest = heard.get(name)
+        last = max(latest.at, watching_since) if latest else watching_since
         if now - last > timeout:
             silent = (now - last).total_seconds()
             decisions.append(

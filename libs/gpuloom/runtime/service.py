@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -63,4 +64,21 @@ def run_service(name: str, main: Main) -> None:
             shutdown_tracing()
             log.info("%s stopped", name)
 
-    asyncio.run(lifecycle())
+    profiled(name, lambda: asyncio.run(lifecycle()))
+
+
+def profiled(name: str, body: Callable[[], None]) -> None:
+    """Run `body`, under cProfile when GPULOOM_PROFILE_DIR is set (benchmarks)."""
+    profile_dir = os.environ.get("GPULOOM_PROFILE_DIR")
+    if not profile_dir:
+        body()
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        body()
+    finally:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(profile_dir, f"{name}-{os.getpid()}.prof"))

@@ -1,0 +1,200 @@
+"""End-to-end throughput of gpuloom on this machine: real NATS, SQLite, every service
+as its own process, simulated nodes, jobs submitted through the REST gateway.
+
+Scenarios:
+  placed  (default) 100 nodes x 8 GPUs, 5,000 short one-GPU jobs: submitted-to-placed
+          throughput (jobs/s) and p50/p99 submit-to-placed latency.
+  started 16 nodes x 8 GPUs, 2,000 one-GPU jobs running `true`: jobs started per second
+          (the process really running), p50/p99 submit-to-start latency of a single job on
+          an idle cluster, and the time until all have finished.
+
+Every figure is computed from the event log's own timestamps (`at` of JobSubmitted,
+JobPlaced, JobStarted, JobFinished). `--profile DIR` runs each service under cProfile
+and prints where the time went.
+
+  python bench/e2e_throughput.py [--scenario placed|started] [--jobs N] [--profile DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from gpuloom.devstack import NatsServer
+from gpuloom.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
+from gpuloom.testing.cluster import Cluster, SimNode, read_log
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def submit_all(url: str, count: int, command: list[str], concurrency: int) -> float:
+    """POST `count` jobs with `concurrency` clients; return the seconds it took."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(count):
+        queue.put_nowait(i)
+    body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
+    limits = httpx.Limits(max_connections=concurrency)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            for _ in range(50):
+                response = await client.post("/v1/jobs", json={**body, "name": f"b{i}"})
+                if response.status_code == 202:
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise RuntimeError(f"submission {i} failed: {response.text}")
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+def times_by_type(records: list) -> dict[str, dict[str, float]]:
+    by_type: dict[str, dict[str, float]] = {
+        "submitted": {},
+        "placed": {},
+        "started": {},
+        "finished": {},
+    }
+    names = {
+        JobSubmitted: "submitted",
+        JobPlaced: "placed",
+        JobStarted: "started",
+        JobFinished: "finished",
+    }
+    for record in records:
+        name = names.get(type(record.event))
+        if name:
+            by_type[name].setdefault(record.event.aggregate_id(), record.envelope.at.timestamp())
+    return by_type
+
+
+def wait_for(cluster: Cluster, predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark did not complete in time")
+        time.sleep(0.5)
+
+
+def count_state(cluster: Cluster, state: str) -> int:
+    return int(cluster.http.get("/v1/jobs", params={"state": state, "limit": 1}).json()["total"])
+
+
+def print_profiles(profile_dir: Path) -> None:
+    for path in sorted(profile_dir.glob("*.prof")):
+        print(f"\n--- profile: {path.stem} (top 12 by own time) ---")
+        stats = pstats.Stats(str(path), stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(12)
+
+
+def run(args: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="gpuloom-bench-"))
+    nats = NatsServer(workdir / "nats").start()
+    if args.scenario == "placed":
+        nodes, per_agent, jobs = 100, 50, args.jobs or 5000
+        command = ["sleep", "3600"]  # placed is what we measure; they are cancelled afterwards
+    else:
+        nodes, per_agent, jobs = 16, 8, args.jobs or 2000
+        command = ["true"]
+    agents = {
+        f"agent-{a}": [SimNode(f"n{a:02d}-{i:03d}", "A100-80GB", 8) for i in range(per_agent)]
+        for a in range(nodes // per_agent)
+    }
+    env = {"GPULOOM_NODE_LOST_TIMEOUT_S": "60", "GPULOOM_HEARTBEAT_INTERVAL_S": "2"}
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        env["GPULOOM_PROFILE_DIR"] = str(Path(args.profile).resolve())
+    cluster = Cluster(
+        nats.url, f"sqlite+aiosqlite:///{workdir}/db.sqlite", workdir / "data", agents, env
+    )
+    cluster.start()
+    try:
+        cluster.wait_nodes_ready(nodes, timeout=120)
+        print(f"scenario {args.scenario}: {nodes} nodes x 8 GPUs, {jobs} one-GPU jobs", flush=True)
+        if args.scenario == "started":
+            idle = []
+            for _ in range(20):
+                job_id = cluster.submit(user="bench", account="bench", command=["true"])
+                cluster.wait_final([job_id], timeout=30)
+            records = cluster.read_log()
+            t = times_by_type(records)
+            idle = [t["started"][j] - t["submitted"][j] for j in t["started"]]
+            base_seq = records[-1].seq
+        submit_s = asyncio.run(submit_all(cluster.gateway_url, jobs, command, args.concurrency))
+        print(
+            f"submitted {jobs} jobs in {submit_s:.2f} s ({jobs / submit_s:.0f} submissions/s)",
+            flush=True,
+        )
+        if args.scenario == "placed":
+            wait_for(
+                cluster,
+                lambda: (
+                    count_state(cluster, "placed") + count_state(cluster, "running")
+                    >= min(jobs, nodes * 8)
+                ),
+                600,
+            )
+        else:
+            wait_for(cluster, lambda: count_state(cluster, "succeeded") >= jobs + 20, 900)
+        records = asyncio.run(read_log(nats.url))
+    finally:
+        cluster.stop()
+        nats.stop()
+    t = times_by_type(records)
+    if args.scenario == "placed":
+        placed = [j for j in t["placed"] if j in t["submitted"]]
+        latencies = [t["placed"][j] - t["submitted"][j] for j in placed]
+        span = max(t["placed"][j] for j in placed) - min(t["submitted"][j] for j in placed)
+        print(
+            f"placed {len(placed)} jobs; submitted-to-placed throughput {len(placed) / span:.0f} jobs/s"
+        )
+        print(
+            f"submit-to-placed latency p50 {percentile(latencies, 0.5) * 1000:.0f} ms, p99 {percentile(latencies, 0.99) * 1000:.0f} ms"
+        )
+    else:
+        burst = [
+            r.event.aggregate_id()
+            for r in records
+            if isinstance(r.event, JobSubmitted) and r.seq > base_seq
+        ]
+        starts = sorted(t["started"][j] for j in burst)
+        first_submit = min(t["submitted"][j] for j in burst)
+        last_finish = max(t["finished"][j] for j in burst)
+        print(f"jobs started per second: {len(starts) / (starts[-1] - first_submit):.0f}")
+        print(
+            f"idle submit-to-start latency over 20 single jobs: p50 {percentile(idle, 0.5) * 1000:.0f} ms, p99 {percentile(idle, 0.99) * 1000:.0f} ms"
+        )
+        print(
+            f"all {len(burst)} jobs finished {last_finish - first_submit:.1f} s after the first submission"
+        )
+    if args.profile:
+        print_profiles(Path(args.profile))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", choices=["placed", "started"], default="placed")
+    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--profile", default="")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""A real gpuloom cluster for integration tests and benchmarks: NATS JetStream, a
+database, every service as its own process, node agents serving simulated nodes —
+plus readers and checkers of the resulting log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gpuloom.bus import EventBus
+from gpuloom.devstack import SERVICES, Stack, free_port, migrate, wait_http
+from gpuloom.events import (
+    JobCancelled,
+    JobFinished,
+    JobRejected,
+    MalformedEvent,
+    Recorded,
+    decode,
+)
+from gpuloom.state import FINAL_PHASES, ClusterState, apply
+
+FINAL_EVENTS = (JobFinished, JobRejected, JobCancelled)
+
+
+@dataclass(frozen=True)
+class SimNode:
+    name: str
+    model: str
+    count: int
+    memory_mib: int = 81920
+
+
+DEFAULT_NODES = (SimNode("node-a", "A100-80GB", 4), SimNode("node-b", "H100-80GB", 2))
+
+
+def write_inventory(path: Path, nodes: Sequence[SimNode]) -> Path:
+    doc = {
+        "nodes": [
+            {
+                "name": n.name,
+                "gpus": {"model": n.model, "count": n.count, "memory_mib": n.memory_mib},
+            }
+            for n in nodes
+        ]
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@dataclass
+class Cluster:
+    """Service processes around one NATS and one database, driven over REST."""
+
+    nats_url: str
+    database_url: str
+    data_dir: Path
+    agents: Mapping[str, Sequence[SimNode]]
+    env: Mapping[str, str] = field(default_factory=dict)
+    stack: Stack | None = None
+    gateway_url: str = ""
+    client: httpx.Client | None = None
+
+    def start(self) -> Cluster:
+        migrate(self.database_url)
+        port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        env = {
+            "GPULOOM_GATEWAY_PORT": str(port),
+            "GPULOOM_HEARTBEAT_INTERVAL_S": "0.5",
+            "GPULOOM_NODE_LOST_TIMEOUT_S": "6",
+            "GPULOOM_CANCEL_GRACE_S": "1",
+            **self.env,
+        }
+        self.stack = Stack.for_urls(self.nats_url, self.database_url, self.data_dir, env)
+        for name in SERVICES:
+            self.stack.start(name)
+        for agent, nodes in self.agents.items():
+            inventory = write_inventory(self.data_dir / f"{agent}.yaml", nodes)
+            self.stack.start(agent, "agent", ["--inventory", str(inventory)])
+        wait_http(f"{self.gateway_url}/healthz", timeout=60)
+        self.client = httpx.Client(base_url=self.gateway_url, timeout=30)
+        return self
+
+    def stop(self) -> None:
+        if self.client:
+            self.client.close()
+        if self.stack:
+            self.stack.stop()
+
+    # --- REST ------------------------------------------------------------------------
+
+    @property
+    def http(self) -> httpx.Client:
+        assert self.client is not None, "cluster not started"
+        return self.client
+
+    def submit(self, **job: Any) -> str:
+        body = {"name": "job", "user": "alice", "account": "research", "gpus": 1, **job}
+        response = self.http.post("/v1/jobs", json=body)
+        assert response.status_code == 202, response.text
+        job_id: str = response.json()["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    def wait_nodes_ready(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.http.get("/v1/nodes").json()["nodes"]
+            if sum(1 for n in nodes if n["state"] == "ready") >= count:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"fewer than {count} nodes ready after {timeout}s")
+
+    def wait_final(self, job_ids: Iterable[str], timeout: float = 120) -> dict[str, dict[str, Any]]:
+        """Wait until every job is in a final state; return their views."""
+        pending = set(job_ids)
+        done: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            jobs = self.http.get("/v1/jobs", params={"limit": 5000}).json()["jobs"]
+            for job in jobs:
+                if job["id"] in pending and job["state"] in FINAL_PHASES:
+                    done[job["id"]] = job
+                    pending.discard(job["id"])
+            if pending:
+                time.sleep(0.25)
+        if pending:
+            states = {j: self.job(j)["state"] for j in sorted(pending)[:10]}
+            raise TimeoutError(f"{len(pending)} jobs not final after {timeout}s: {states}")
+        return done
+
+    def read_log(self) -> list[Recorded]:
+        return asyncio.run(read_log(self.nats_url))
+
+
+async def read_log(nats_url: str, stream: str = "GPULOOM", timeout: float = 60) -> list[Recorded]:
+    """Every well-formed event in the stream, in order (malformed entries are skipped)."""
+    bus = await EventBus.connect(nats_url, stream, name="gpuloom-test-reader")
+    try:
+        last = await bus.last_seq()
+        records: list[Recorded] = []
+        if last == 0:
+            return records
+        done = asyncio.Event()
+
+        async def on_message(message: Any) -> None:
+            with contextlib.suppress(MalformedEvent):
+                records.append(decode(message.seq, message.body))
+            if message.seq >= last:
+                done.set()
+
+        unsubscribe = await bus.follow(on_message)
+        try:
+            await asyncio.wait_for(done.wait(), timeout)
+        finally:
+            await unsubscribe()
+        return records
+    finally:
+        await bus.close()
+
+
+@dataclass
+class LogCheck:
+    """What a whole log says about safety: voided events, final events per job, GPU overlap."""
+
+    state: ClusterState
+    voided: list[tuple[int, str]]
+    finals_applied: Counter[str]
+    #: (node, gpu) pairs whose run intervals of two jobs overlapped in time.
+    overlaps: list[str]
+    max_allocated: dict[str, int]
+
+
+def check_log(records: Sequence[Recorded]) -> LogCheck:
+    state = ClusterState()
+    voided: list[tuple[int, str]] = []
+    finals: Counter[str] = Counter()
+    max_allocated: dict[str, int] = {}
+    intervals: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
+    for record in records:
+        before = state.voided
+        job_before = None
+        event = record.event
+        if isinstance(event, JobFinished):
+            job = state.jobs.get(event.job_id)
+            if job is not None and job.current_run() is not None:
+                job_before = (job.node or "", job.gpu_indexes, job.current_run())
+        apply(state, record)
+        if state.voided > before:
+            voided.append((record.seq, state.recent_voided[-1].reason))
+            continue
+        if isinstance(event, FINAL_EVENTS):
+            finals[event.aggregate_id()] += 1
+        if job_before is not None and isinstance(event, JobFinished):
+            node_name, indexes, run = job_before
+            assert run is not None and run.ended_at is not None
+            for index in indexes:
+                intervals.setdefault((node_name, index), []).append(
+                    (run.started_at.timestamp(), run.ended_at.timestamp(), event.job_id)
+                )
+        for name, node_state in state.nodes.items():
+            held = sum(1 for gpu in node_state.gpus.values() if gpu.job_id is not None)
+            max_allocated[name] = max(max_allocated.get(name, 0), held)
+    overlaps = []
+    for (node, index), spans in sorted(intervals.items()):
+        spans.sort()
+        for (_s1, e1, j1), (s2, _e2, j2) in itertools.pairwise(spans):
+            if s2 < e1:
+                overlaps.append(f"{node}/{index}: {j1} and {j2}")
+    return LogCheck(state, voided, finals, overlaps, max_allocated)
