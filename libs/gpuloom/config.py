@@ -36,6 +36,8 @@ class Settings(BaseSettings):
 
     #: Prometheus /metrics port of a non-HTTP service; 0 disables it.
     metrics_port: int = Field(default=0, ge=0)
+    #: Address /metrics binds to: loopback by default, 0.0.0.0 in containers.
+    metrics_host: str = "127.0.0.1"
     log_level: str = "INFO"
 
     def run_dir(self) -> Path:

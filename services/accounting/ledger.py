@@ -17,6 +17,7 @@ from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -80,6 +81,18 @@ async def run_ledger(bus: EventBus, sessions: async_sessionmaker[Any], stop: asy
     await _consumer_from(bus, checkpoint)
     sub = await bus.js.pull_subscribe_bind(DURABLE, stream=bus.stream)
     log.info("ledger resumes after seq %d", checkpoint)
+    try:
+        await _consume(sub, sessions, stop, checkpoint)
+    finally:
+        await sub.unsubscribe()  # a pull subscription left open stalls the drain on exit
+
+
+async def _consume(
+    sub: JetStreamContext.PullSubscription,
+    sessions: async_sessionmaker[Any],
+    stop: asyncio.Event,
+    checkpoint: int,
+) -> None:
     while not stop.is_set():
         try:
             messages = await sub.fetch(500, timeout=1)

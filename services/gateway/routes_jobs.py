@@ -29,7 +29,9 @@ from services.gateway.schemas import (
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
-UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}}
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}
+}
 
 
 def to_job(row: JobRow) -> Job:

@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.decide.inventory import Heard, decide_inventory
+from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import HEARTBEAT_PREFIX
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service
 from gpuloom.state import ClusterState
-from services.inventory.heartbeats import Heartbeat
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,13 @@
-"""Integration fixtures: a real NATS JetStream, a real database, real service processes."""
+"""Integration fixtures: a real NATS JetStream, a real database, real service processes.
+
+`cluster` runs on SQLite; `cluster_any_db` runs once per configured database
+(SQLite, and PostgreSQL when GPULOOM_TEST_DATABASE_URL is set); `shared_cluster`
+is one cluster for a whole module, for tests that only read or add jobs.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,17 +23,42 @@ def nats_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def cluster(nats_url: str, database_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """The whole stack with node-a (4 x A100-80GB) and node-b (2 x H100-80GB), one agent each."""
+@contextlib.contextmanager
+def running_cluster(nats_url: str, database_url: str, data_dir: Path) -> Iterator[Cluster]:
+    """node-a (4 x A100-80GB) and node-b (2 x H100-80GB), one agent process each."""
     agents = {"agent-a": [DEFAULT_NODES[0]], "agent-b": [DEFAULT_NODES[1]]}
-    running = Cluster(nats_url, database_url, tmp_path / "data", agents).start()
+    running = Cluster(nats_url, database_url, data_dir, agents)
     try:
+        running.start()
         running.wait_nodes_ready(2)
         yield running
     finally:
         running.stop()
-        for log in sorted((tmp_path / "data" / "logs").glob("*.log")):
+        for log in sorted((data_dir / "logs").glob("*.log")):
             text = log.read_text(errors="replace")
             if "Traceback" in text:
                 print(f"--- {log.name} (tail) ---\n{text[-4000:]}")
+
+
+@pytest.fixture
+def cluster(nats_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(
+        nats_url, f"sqlite+aiosqlite:///{tmp_path}/gpuloom.db", tmp_path / "data"
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster_any_db(nats_url: str, database_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(nats_url, database_url, tmp_path / "data") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("shared")
+    with (
+        nats_jetstream(base / "nats") as url,
+        running_cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data") as c,
+    ):
+        yield c

@@ -51,7 +51,8 @@ def test_kill_9_placement_queue_and_an_agent_while_jobs_flow(cluster: Cluster) -
         assert check.state.jobs[job_id].is_final
 
 
-def test_projections_are_rebuilt_from_the_log(cluster: Cluster) -> None:
+def test_projections_are_rebuilt_from_the_log(cluster_any_db: Cluster) -> None:
+    cluster = cluster_any_db
     import asyncio
 
     stack = cluster.stack
@@ -91,3 +92,36 @@ def test_projections_are_rebuilt_from_the_log(cluster: Cluster) -> None:
             break
         time.sleep(0.3)
     assert after == before
+
+
+def test_a_lost_node_requeues_its_jobs_and_recovers(cluster: Cluster) -> None:
+    stack = cluster.stack
+    assert stack is not None
+    job_id = cluster.submit(gpus=1, gpu_model=["H100-80GB"], command=["sleep", "2"])
+    deadline = time.monotonic() + 30
+    while cluster.job(job_id)["state"] != "running":
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    stack.kill("agent-b", signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (job := cluster.job(job_id))["state"] != "queued":
+        assert time.monotonic() < deadline, f"job not requeued: {job}"
+        time.sleep(0.2)
+    assert "node-b lost" in job["reason"]
+    nodes = {n["name"]: n for n in cluster.http.get("/v1/nodes").json()["nodes"]}
+    assert nodes["node-b"]["state"] == "lost"
+    assert not any(g["allocated"] for g in nodes["node-b"]["gpus"])
+
+    stack.restart("agent-b")
+    done = cluster.wait_final([job_id], timeout=60)[job_id]
+    assert done["state"] == "succeeded"
+    assert done["attempt"] == 2 and done["node"] == "node-b"
+    deadline = time.monotonic() + 20
+    while True:
+        events = cluster.http.get(f"/v1/jobs/{job_id}/events").json()["events"]
+        types = [e["type"] for e in events]
+        if types.count("UsageCharged") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert types.count("JobPlaced") == 2, types
+    assert types.count("UsageCharged") == 2, "both runs are charged"

@@ -13,10 +13,8 @@ from gpuloom.testing.otlp import OtlpReceiver
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_a_submission_is_one_trace_across_services(
-    nats_url: str, database_url: str, tmp_path: Path
-) -> None:
+def test_a_submission_is_one_trace_across_services(nats_url: str, tmp_path: Path) -> None:
+    database_url = f"sqlite+aiosqlite:///{tmp_path}/gpuloom.db"
     with OtlpReceiver() as receiver:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
         cluster = Cluster(

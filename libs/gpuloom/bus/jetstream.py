@@ -105,9 +105,16 @@ class EventBus:
         else:
             await self.js.update_stream(config)
 
-    async def close(self) -> None:
+    async def close(self, drain_timeout_s: float = 3.0) -> None:
+        """Drain (flush what is in flight, end subscriptions), then close regardless."""
+        if self.nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self.nc.drain(), drain_timeout_s)
+        except Exception as exc:  # a stuck drain must not keep the process alive
+            log.warning("drain did not finish (%s): closing", exc or type(exc).__name__)
         if not self.nc.is_closed:
-            await self.nc.drain()
+            await self.nc.close()
 
     @property
     def connected(self) -> bool:

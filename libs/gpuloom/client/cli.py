@@ -13,34 +13,21 @@ Tests pass `obj=CliState(transport=...)` to the runner to talk to a fake gateway
 from __future__ import annotations
 
 import getpass
-import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
-import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from gpuloom.client import render
-from gpuloom.client.api import (
-    DEFAULT_TIMEOUT_S,
-    ClientError,
-    GpuloomClient,
-    resolve_gateway_url,
-)
+from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
+from gpuloom.client.context import CliState, emit, err, fail, gateway, print_json
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 app = typer.Typer(
     name="gpuloom",
@@ -50,44 +37,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+#: How many 404s `submit --wait` accepts before the new job shows in the read model.
+NOT_YET_VISIBLE_POLLS = 30
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the gateway's raw JSON.")]
 JobId = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
-
-
-@dataclass
-class CliState:
-    """What the root options set for every command; tests inject `transport`."""
-
-    url: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    transport: httpx.BaseTransport | None = None
-    poll_interval_s: float = 1.0
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one red line on stderr and exit with `code`."""
-    err.print(f"[red]error: {escape(message)}[/red]")
-    raise typer.Exit(code)
-
-
-@contextmanager
-def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
-    """A client of the chosen gateway; client errors become `fail(...)`."""
-    state = ctx.ensure_object(CliState)
-    try:
-        url = resolve_gateway_url(state.url)
-    except ValueError as exc:
-        fail(str(exc), 2)
-    try:
-        with GpuloomClient(url, state.timeout, state.transport) as client:
-            yield client
-    except ClientError as exc:
-        fail(str(exc))
-
-
-def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 @app.callback()
@@ -98,7 +52,7 @@ def root(
         typer.Option(
             "--url",
             envvar="GPULOOM_GATEWAY_URL",
-            help="Gateway URL [default: 127.0.0.1 on $GPULOOM_GATEWAY_PORT, or port 8080].",
+            help="Gateway URL \\[default: http://127.0.0.1:8080, or $GPULOOM_GATEWAY_PORT].",
             show_default=False,
         ),
     ] = None,
@@ -129,10 +83,21 @@ def default_user() -> str:
 
 
 def wait_for_final(client: GpuloomClient, job_id: str, poll_interval_s: float) -> Job:
-    """Poll the job until it reaches a final state; report each new state on stderr."""
+    """Poll the job until it reaches a final state; report each new state on stderr.
+
+    A 404 on the first polls is tolerated: the gateway's read model may lag its write.
+    """
     seen = ""
+    misses = 0
     while True:
-        job = client.get_job(job_id)
+        try:
+            job = client.get_job(job_id)
+        except ApiError as exc:
+            misses += 1
+            if exc.status != 404 or misses > NOT_YET_VISIBLE_POLLS:
+                raise
+            time.sleep(poll_interval_s)
+            continue
         if job["state"] != seen:
             seen = job["state"]
             err.print(f"{job_id}: {render.state_text(seen)}")
@@ -147,9 +112,9 @@ def submit(
     command: Annotated[
         list[str], typer.Argument(help="Program and its arguments (after --).", show_default=False)
     ],
-    user: Annotated[str | None, typer.Option(help="User [default: $USER].")] = None,
+    user: Annotated[str | None, typer.Option(help="User \\[default: $USER].")] = None,
     account: Annotated[str, typer.Option(help="Account charged for the GPU time.")] = "default",
-    name: Annotated[str | None, typer.Option(help="Job name [default: the program].")] = None,
+    name: Annotated[str | None, typer.Option(help="Job name \\[default: the program].")] = None,
     gpus: Annotated[int, typer.Option(min=0, help="Whole GPUs.")] = 0,
     gpu_model: Annotated[
         list[str] | None, typer.Option("--gpu-model", help="Allowed GPU model (repeatable).")
@@ -171,10 +136,12 @@ def submit(
     """Submit a job and print its id: gpuloom submit --gpus 1 -- python train.py"""
     state = ctx.ensure_object(CliState)
     job_env = parse_env(env or [])
+    job_name = name or PurePath(command[0]).name or command[0]
+    job_user = user or default_user()
     with gateway(ctx) as client:
         answer = client.submit(
-            name=name or PurePath(command[0]).name or command[0],
-            user=user or default_user(),
+            name=job_name,
+            user=job_user,
             account=account,
             command=command,
             gpus=gpus,
@@ -212,7 +179,7 @@ def jobs(
     if as_json:
         print_json(answer)
     else:
-        out.print(render.jobs_table(answer))
+        emit(render.jobs_table(answer))
 
 
 @app.command()
@@ -224,8 +191,7 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json({"job": job, "events": events["events"]})
         return
-    out.print(render.job_details(job))
-    out.print(render.events_table(events["events"]))
+    emit(render.job_details(job), "", render.events_table(events["events"]))
 
 
 @app.command()
@@ -233,7 +199,7 @@ def cancel(ctx: typer.Context, job_id: JobId) -> None:
     """Ask for a job to be cancelled."""
     with gateway(ctx) as client:
         answer = client.cancel_job(job_id)
-    out.print(f"cancel requested for {escape(answer['id'])} (state: {answer['state']})")
+    emit(f"cancel requested for {escape(answer['id'])} (state: {answer['state']})")
 
 
 @app.command()
@@ -261,7 +227,7 @@ def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(answer)
     else:
-        out.print(render.nodes_table(answer["nodes"]))
+        emit(render.nodes_table(answer["nodes"]))
 
 
 @app.command()
@@ -272,8 +238,7 @@ def usage(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(answer)
         return
-    for table in render.usage_tables(answer):
-        out.print(table)
+    emit(*render.usage_tables(answer))
 
 
 @app.command()
@@ -286,7 +251,7 @@ def health(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         print_json(answer)
     else:
         nats = "connected" if answer.get("nats") else "[red]disconnected[/red]"
-        out.print(
+        emit(
             f"{answer.get('status')}: NATS {nats}, projection at seq {answer.get('projection_seq')}"
         )
     if not healthy:
@@ -317,14 +282,13 @@ def serve(
         raise typer.Exit(1) from None
 
 
-@app.command(context_settings=PASS_THROUGH)
-def up(ctx: typer.Context) -> None:
+@app.command()
+def up() -> None:
     """Run the whole stack on this machine (embedded NATS, SQLite, every service)."""
     try:
         from gpuloom import devstack
     except ImportError as exc:
         fail(f"the development stack is not available: {exc}")
-    sys.argv = ["gpuloom up", *ctx.args]
     devstack.main()
 
 

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from gpuloom.client.schema import EventRecord, Job, JobList, Node, Usage
@@ -22,6 +23,19 @@ STATE_STYLES: dict[str, str] = {
     "timed_out": "red",
     "cancelled": "yellow",
 }
+
+
+def new_table(title: str | None = None, caption: str | None = None) -> Table:
+    """The house style: a header line, no borders (kubectl-like, compact)."""
+    return Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        header_style="bold",
+    )
 
 
 def state_text(state: str) -> str:
@@ -50,7 +64,7 @@ def gpus_text(job: Job) -> str:
 
 def jobs_table(answer: JobList) -> Table:
     shown = len(answer["jobs"])
-    table = Table(title=None, caption=f"{shown} of {answer['total']} jobs", caption_justify="left")
+    table = new_table(caption=f"{shown} of {answer['total']} jobs")
     table.add_column("ID", no_wrap=True)
     table.add_column("NAME")
     table.add_column("USER")
@@ -108,7 +122,7 @@ def _data_text(data: dict[str, Any], limit: int = 100) -> str:
 
 
 def events_table(events: Iterable[EventRecord]) -> Table:
-    table = Table(title="events", title_justify="left")
+    table = new_table(title="events")
     table.add_column("SEQ", justify="right")
     table.add_column("AT", no_wrap=True)
     table.add_column("TYPE", no_wrap=True)
@@ -126,12 +140,17 @@ def events_table(events: Iterable[EventRecord]) -> Table:
 
 
 def _mib(value: int) -> str:
-    return f"{value / 1024:.0f} GiB"
+    """Memory in GiB; `-` for 0 (a simulated node that declares none)."""
+    return f"{value / 1024:.0f} GiB" if value else "-"
+
+
+def _cores(cpu_milli: int) -> str:
+    return f"{cpu_milli / 1000:g}" if cpu_milli else "-"
 
 
 def nodes_table(nodes: Iterable[Node]) -> Table:
     """One row per node (sorted by name), with its GPUs summed up by model."""
-    table = Table()
+    table = new_table()
     table.add_column("NODE", no_wrap=True)
     table.add_column("STATE")
     table.add_column("GPU MODELS")
@@ -156,7 +175,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
             f"{used}/{len(gpus)}",
             ",".join(free) or "-",
             ", ".join(jobs) or "-",
-            f"{node['cpu_milli'] / 1000:g}",
+            _cores(node["cpu_milli"]),
             _mib(node["memory_mib"]),
         )
     return table
@@ -168,7 +187,7 @@ def _hours(gpu_seconds: float) -> str:
 
 def usage_tables(usage: Usage) -> tuple[Table, Table]:
     """Per account and per user, most GPU time first, then by name (a total order)."""
-    accounts = Table(title="usage per account", title_justify="left")
+    accounts = new_table(title="usage per account")
     accounts.add_column("ACCOUNT")
     accounts.add_column("JOBS", justify="right")
     accounts.add_column("GPU-HOURS", justify="right")
@@ -180,7 +199,7 @@ def usage_tables(usage: Usage) -> tuple[Table, Table]:
             _hours(row["gpu_seconds"]),
             f"{row['gpu_seconds']:.1f}",
         )
-    users = Table(title="usage per user", title_justify="left")
+    users = new_table(title="usage per user")
     users.add_column("USER")
     users.add_column("ACCOUNT")
     users.add_column("JOBS", justify="right")

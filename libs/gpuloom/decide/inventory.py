@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from gpuloom.decide import Decision
 from gpuloom.events import NodeLost, NodeRecovered, NodeRegistered, NodeSpec
-from gpuloom.state import ClusterState
+from gpuloom.state import ClusterState, registration_conflict
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,9 @@ def decide_inventory(
 ) -> list[Decision]:
     """New or changed nodes register, silent ones are lost, lost ones that speak recover.
 
+    A changed spec that the fold would void (a GPU index twice, a GPU a job holds
+    gone) is not proposed: proposing it would void it again after every fold.
+
     A node is silent when neither its last heartbeat nor `watching_since` (when
     this inventory started listening) is within `timeout` of `now`.
     """
@@ -41,6 +44,8 @@ def decide_inventory(
             continue
         node = state.nodes.get(name)
         if node is None or node.spec != beat.spec:
+            if registration_conflict(name, node, beat.spec) is not None:
+                continue  # the fold would void it; the agent's log says why
             decisions.append(
                 Decision(
                     NodeRegistered(node=name, spec=beat.spec), f"{name}:registered:{state.seq}"

@@ -28,7 +28,7 @@ class BestFit:
             gpus = eligible_gpus(request, node)
             if len(gpus) < request.gpus:
                 continue
-            key = (len(node.free) - request.gpus, node.name)
+            key = (len(gpus) - request.gpus, node.name)
             if best is None or key < best:
                 best = key
                 best_choice = Choice(node.name, tuple(gpus[: request.gpus]))

@@ -205,9 +205,14 @@ class Reactor:
 
     async def _decide_and_publish(self) -> None:
         started = time.perf_counter()
-        decisions = await self.decide(self.state)
-        DECIDE_SECONDS.labels(self.service).observe(time.perf_counter() - started)
         self._decided_at_seq = self.state.seq
+        try:
+            decisions = await self.decide(self.state)
+        except Exception:  # a bug in one decision must not take the service down
+            log.exception("%s failed to decide at seq %d", self.service, self.state.seq)
+            self._retry = True
+            return
+        DECIDE_SECONDS.labels(self.service).observe(time.perf_counter() - started)
         try:
             await self.publish(decisions)
         except Exception as exc:  # NATS down or slow: the same decisions come back next round

@@ -50,7 +50,7 @@ def run_service(name: str, main: Main) -> None:
     settings = load_settings()
     setup_logging(name, settings.log_level)
     setup_tracing(name)
-    serve_metrics(settings.metrics_port)
+    serve_metrics(settings.metrics_port, settings.metrics_host)
 
     async def lifecycle() -> None:
         stop = asyncio.Event()

@@ -1,6 +1,6 @@
 """Pure fold of the log into the cluster state. Imports nothing of the outside world."""
 
-from gpuloom.state.fold import apply, fold
+from gpuloom.state.fold import apply, fold, registration_conflict
 from gpuloom.state.model import (
     FINAL_PHASES,
     ON_NODE_PHASES,
@@ -27,4 +27,5 @@ __all__ = [
     "Voided",
     "apply",
     "fold",
+    "registration_conflict",
 ]

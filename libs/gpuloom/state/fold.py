@@ -28,6 +28,7 @@ from gpuloom.events import (
     NodeLost,
     NodeRecovered,
     NodeRegistered,
+    NodeSpec,
     Recorded,
     UsageCharged,
 )
@@ -289,23 +290,37 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
 # --- node events ---------------------------------------------------------------------
 
 
-def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) -> None:
-    indexes = [gpu.index for gpu in event.spec.gpus]
+def registration_conflict(node: str, existing: NodeState | None, spec: NodeSpec) -> str | None:
+    """Why registering `spec` for `node` over `existing` is not valid now, or None when it is.
+
+    Shared by the fold (which voids such an event) and the inventory decision
+    (which must not propose one), so the two can never disagree.
+    """
+    indexes = [gpu.index for gpu in spec.gpus]
     if len(set(indexes)) != len(indexes):
-        raise Invalid(f"node {event.node} declares a GPU index twice")
+        return f"node {node} declares a GPU index twice"
+    if existing is None:
+        return None
+    uuids = {gpu.index: gpu.uuid for gpu in spec.gpus}
+    for index, gpu in sorted(existing.gpus.items()):
+        if gpu.job_id is not None and uuids.get(index) != gpu.uuid:
+            return f"GPU {node}/{index} is held by job {gpu.job_id}"
+    return None
+
+
+def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) -> None:
     existing = state.nodes.get(event.node)
+    conflict = registration_conflict(event.node, existing, event.spec)
+    if conflict is not None:
+        raise Invalid(conflict)
     gpus = {
         gpu.index: GpuState(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib)
         for gpu in event.spec.gpus
     }
     if existing is not None:
         for index, gpu in existing.gpus.items():
-            if gpu.job_id is None:
-                continue
-            new = gpus.get(index)
-            if new is None or new.uuid != gpu.uuid:
-                raise Invalid(f"GPU {event.node}/{index} is held by job {gpu.job_id}")
-            new.job_id = gpu.job_id
+            if gpu.job_id is not None:
+                gpus[index].job_id = gpu.job_id
     state.nodes[event.node] = NodeState(
         name=event.node,
         phase="ready",

@@ -19,7 +19,7 @@ DECIDE_SECONDS = Histogram(
 )
 
 
-def serve_metrics(port: int) -> None:
-    """Expose /metrics on `port` (no-op for 0)."""
+def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
+    """Expose /metrics on `host`:`port` (no-op for port 0)."""
     if port:
-        start_http_server(port, addr="127.0.0.1")
+        start_http_server(port, addr=host)

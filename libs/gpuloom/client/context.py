@@ -1,0 +1,71 @@
+"""What every CLI command shares: the consoles, the root options' state, and the
+translation of client errors into one red line and an exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console, RenderableType
+from rich.markup import escape
+
+from gpuloom.client.api import DEFAULT_TIMEOUT_S, ClientError, GpuloomClient, resolve_gateway_url
+
+#: Width of tables written to a pipe or a file: wide enough never to cut an id.
+PIPE_WIDTH = 200
+
+#: Messages and progress (stderr, never wrapped).
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def emit(*renderables: RenderableType) -> None:
+    """Print tables on stdout: as wide as the terminal, or `PIPE_WIDTH` when piped."""
+    width = None if sys.stdout.isatty() else PIPE_WIDTH
+    console = Console(highlight=False, width=width)
+    for renderable in renderables:
+        console.print(renderable)
+
+
+@dataclass
+class CliState:
+    """What the root options set for every command; tests inject `transport`."""
+
+    url: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    transport: httpx.BaseTransport | None = None
+    poll_interval_s: float = 1.0
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print `error: message` as one red line on stderr and exit with `code`."""
+    err.print(f"[red]error: {escape(message)}[/red]")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
+    """A client of the chosen gateway; a `ClientError` inside becomes `fail(...)`.
+
+    A bad `GPULOOM_GATEWAY_PORT` is a usage error (exit 2).
+    """
+    state = ctx.ensure_object(CliState)
+    try:
+        url = resolve_gateway_url(state.url)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        with GpuloomClient(url, state.timeout, state.transport) as client:
+            yield client
+    except ClientError as exc:
+        fail(str(exc))
+
+
+def print_json(data: Any) -> None:
+    """The gateway's JSON, indented, on stdout (no colour: fit for `jq`)."""
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))

@@ -1,0 +1,170 @@
+"""The agent's decision step and its outbox: reconcile, act, report.
+
+`Agent.decide` is the Reactor's decision function: it runs `reconcile` on the
+folded state, carries out the actions with the `Runner`, and returns the events
+that answer them (JobStarted, or JobFinished for a job that never ran).
+
+Ends noticed by the runner's watcher go to the outbox instead, keyed by
+`(job_id, attempt)`, and stay there until published: a publish that fails (NATS
+down) is retried, so no end is dropped while the agent lives; if it dies, the
+`exit` file is still there for the next agent. An entry is discarded unpublished
+only when the log shows its attempt is over on this node, where its event would
+be voided anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from gpuloom.decide import Decision
+from gpuloom.state import ClusterState
+from services.agent.reconcile import (
+    Action,
+    Drop,
+    Ensure,
+    Forget,
+    JobKey,
+    Report,
+    Stop,
+    finished,
+    is_current,
+    reconcile,
+    started,
+)
+from services.agent.runner import Exited, NotStarted, Runner, Started
+
+log = logging.getLogger(__name__)
+
+#: Most events one outbox publish carries.
+OUTBOX_BATCH = 500
+#: Actions carried out between two yields to the event loop.
+YIELD_EVERY = 32
+
+
+class LogPort(Protocol):
+    """What the agent needs of the log: the Reactor has all of it."""
+
+    state: ClusterState
+    caught_up: asyncio.Event
+
+    async def publish(self, decisions: Sequence[Decision]) -> int: ...
+
+
+class Agent:
+    """Reconciles the jobs of `nodes` with the processes of a `Runner` on `root`."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        root: Path,
+        *,
+        grace_s: float = 5.0,
+        poll_s: float = 0.1,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.nodes = sorted(nodes)
+        self.runner = Runner(root, self.on_exit, grace_s=grace_s, poll_s=poll_s, environ=environ)
+        self.outbox: dict[JobKey, Exited] = {}
+        self._wake = asyncio.Event()
+
+    # --- the decision step ---------------------------------------------------------
+
+    async def decide(self, state: ClusterState) -> list[Decision]:
+        """Reconcile, act, and return the events to publish (Reactor contract)."""
+        decisions: list[Decision] = []
+        for done, action in enumerate(reconcile(state, self.nodes, self.runner.views()), 1):
+            try:
+                decisions.extend(self._act(state, action))
+            except OSError as exc:  # e.g. disk full: the next round tries again
+                log.error("agent could not carry out %s: %s", action, exc)
+            if done % YIELD_EVERY == 0:
+                # Let heartbeats, log requests and the watcher run during a big round.
+                # The state cannot change meanwhile: only the Reactor folds, and it
+                # is waiting for this round.
+                await asyncio.sleep(0)
+        return decisions
+
+    def _act(self, state: ClusterState, action: Action) -> list[Decision]:
+        if isinstance(action, Report):
+            return [action.decision]
+        if isinstance(action, Ensure):
+            job = state.jobs[action.job_id]
+            result = self.runner.ensure(action)
+            if isinstance(result, Started):
+                return [started(job, action.node, result.pid)]
+            if isinstance(result, NotStarted):
+                end = result.ended
+                return [finished(job, action.node, end.outcome, end.exit_code, end.reason)]
+            return []
+        if isinstance(action, Stop):
+            self.runner.stop(action.key, "cancelled", "cancelled by user")
+        elif isinstance(action, Drop):
+            self.runner.drop(action.key)
+            self.outbox.pop(action.key, None)
+        elif isinstance(action, Forget):
+            self.runner.forget(action.key)
+            self.outbox.pop(action.key, None)
+        return []
+
+    # --- the outbox ----------------------------------------------------------------
+
+    def on_exit(self, exited: Exited) -> None:
+        """Runner callback: queue the end for publishing."""
+        self.outbox[exited.key] = exited
+        self._wake.set()
+
+    def due(self, state: ClusterState) -> tuple[list[JobKey], list[Decision]]:
+        """The outbox entries ready to publish, and their events, in key order.
+
+        An entry waits while the state has not folded its attempt's placement; it
+        is discarded when its attempt is over on its node. An attempt the log
+        still shows as placed gets its JobStarted first, so that the run is
+        recorded (and charged) before it ends.
+        """
+        keys: list[JobKey] = []
+        decisions: list[Decision] = []
+        for key in sorted(self.outbox):
+            exited = self.outbox[key]
+            job = state.jobs.get(key[0])
+            if job is None or job.attempt < key[1]:
+                continue  # the state is behind: wait
+            if not is_current(state, key, exited.node):
+                del self.outbox[key]
+                continue
+            if job.phase == "placed" and exited.pid is not None:
+                decisions.append(started(job, exited.node, exited.pid))
+            end = exited.ended
+            decisions.append(finished(job, exited.node, end.outcome, end.exit_code, end.reason))
+            keys.append(key)
+            if len(decisions) >= OUTBOX_BATCH:
+                break
+        return keys, decisions
+
+    async def flush(self, port: LogPort) -> bool:
+        """Publish what is due; True if nothing is left to retry."""
+        keys, decisions = self.due(port.state)
+        if not decisions:
+            return True
+        try:
+            await port.publish(decisions)
+        except Exception as exc:  # NATS down or slow: keep the entries, retry
+            log.warning("agent could not publish %d events, will retry: %s", len(decisions), exc)
+            return False
+        for key in keys:
+            self.outbox.pop(key, None)
+        return not self.outbox
+
+    async def run_outbox(self, port: LogPort, stop: asyncio.Event, retry_s: float = 0.5) -> None:
+        """Publish outbox entries as they come, once `port` has caught up with the log."""
+        await port.caught_up.wait()
+        while not stop.is_set():
+            self._wake.clear()
+            done = await self.flush(port)
+            idle = done and not self.outbox
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0 if idle else retry_s)

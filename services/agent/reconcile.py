@@ -1,0 +1,210 @@
+"""What the agent must do: a pure function of the folded state and its local processes.
+
+`reconcile(state, nodes, local)` compares the jobs the log puts on the served
+`nodes` with the processes the agent holds (`local`, keyed by `(job_id,
+attempt)`) and returns the actions that bring them in line. It reads no clock
+and no file, and iterates nodes and job ids in sorted order, so the same inputs
+always give the same actions in the same order. Being level triggered, it is
+safe to call again with the same inputs: every event it asks for carries a
+deterministic msg id, and the shell makes every action idempotent.
+
+Rules, for each served node and each job on it (phase placed or running) at its
+current attempt:
+
+* no local process: placed with a cancel request -> report it cancelled before
+  start; otherwise -> `Ensure` (adopt, report from its run folder, or start it).
+* an orphan (a live shim found at start-up) -> `Ensure` (adopt it).
+* running locally with a cancel request -> `Stop`; placed -> report `JobStarted`
+  (again, until the log shows it).
+* stopping, exited -> nothing: its watcher reports the end.
+
+And for each local process whose attempt is no longer placed or running on its
+node in the log (requeued, cancelled, superseded): `Drop` it silently while it
+lives, `Forget` it once it has exited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from gpuloom.decide import Decision
+from gpuloom.events import JobFinished, JobSpec, JobStarted, Outcome
+from gpuloom.state import ON_NODE_PHASES, ClusterState, JobState
+
+JobKey = tuple[str, int]
+
+
+class Status(StrEnum):
+    """What the agent knows about one local process."""
+
+    #: Started or adopted by this agent, watched, time limit armed.
+    RUNNING = "running"
+    #: Being stopped for a reason (cancel, time limit) that will be reported.
+    STOPPING = "stopping"
+    #: Being killed silently: its job is no longer here.
+    DROPPING = "dropping"
+    #: Ended; its end is reported (or about to be) by the outbox.
+    EXITED = "exited"
+    #: A live shim found in the run folders at start-up, not adopted yet.
+    ORPHAN = "orphan"
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    node: str
+    pid: int
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class Ensure:
+    """Make this attempt run here: adopt its shim, report its end, or start it."""
+
+    job_id: str
+    attempt: int
+    node: str
+    phase: str  # "placed" or "running"
+    spec: JobSpec
+    gpu_indexes: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    #: When the log says this attempt started (JobStarted), to re-arm its time limit.
+    started_at: datetime | None
+
+    @property
+    def key(self) -> JobKey:
+        return (self.job_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Terminate the process and report it cancelled (SIGTERM, grace, SIGKILL)."""
+
+    key: JobKey
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Kill the process silently: nothing about it will be published."""
+
+    key: JobKey
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Let go of an exited process and of any report it still has pending."""
+
+    key: JobKey
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Publish this event now."""
+
+    decision: Decision
+
+
+Action = Ensure | Stop | Drop | Forget | Report
+
+
+def started_msg_id(job_id: str, attempt: int) -> str:
+    return f"{job_id}:started:{attempt}"
+
+
+def finished_msg_id(job_id: str, attempt: int) -> str:
+    return f"{job_id}:finished:{attempt}"
+
+
+def started(job: JobState, node: str, pid: int | None) -> Decision:
+    return Decision(
+        JobStarted(job_id=job.job_id, attempt=job.attempt, node=node, pid=pid),
+        started_msg_id(job.job_id, job.attempt),
+        job.last_event_id,
+    )
+
+
+def finished(
+    job: JobState, node: str, outcome: Outcome, exit_code: int | None, reason: str | None
+) -> Decision:
+    return Decision(
+        JobFinished(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            node=node,
+            outcome=outcome,
+            exit_code=exit_code,
+            reason=reason,
+        ),
+        finished_msg_id(job.job_id, job.attempt),
+        job.last_event_id,
+    )
+
+
+def is_current(state: ClusterState, key: JobKey, node: str) -> bool:
+    """Whether the log has attempt `key` placed or running on `node` right now."""
+    job = state.jobs.get(key[0])
+    return (
+        job is not None
+        and job.attempt == key[1]
+        and job.node == node
+        and job.phase in ON_NODE_PHASES
+    )
+
+
+def run_started_at(job: JobState) -> datetime | None:
+    """When the current attempt started, from its JobStarted; None if it has not."""
+    if job.runs and job.runs[-1].attempt == job.attempt:
+        return job.runs[-1].started_at
+    return None
+
+
+def _ensure(job: JobState, node: str) -> Ensure:
+    return Ensure(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        node=node,
+        phase=job.phase,
+        spec=job.spec,
+        gpu_indexes=job.gpu_indexes,
+        gpu_uuids=job.gpu_uuids,
+        started_at=run_started_at(job),
+    )
+
+
+def _for_job(job: JobState, node: str, local: Local | None) -> list[Action]:
+    if local is None:
+        if job.phase == "placed" and job.cancel_requested:
+            return [Report(finished(job, node, "cancelled", None, "cancelled before start"))]
+        return [_ensure(job, node)]
+    if local.status is Status.ORPHAN:
+        return [_ensure(job, node)]
+    if local.status is Status.RUNNING:
+        if job.cancel_requested:
+            return [Stop((job.job_id, job.attempt))]
+        if job.phase == "placed":
+            return [Report(started(job, node, local.pid))]
+    return []
+
+
+def reconcile(
+    state: ClusterState, nodes: Sequence[str], local: Mapping[JobKey, Local]
+) -> list[Action]:
+    """The actions that bring the local processes in line with the log (see module doc)."""
+    actions: list[Action] = []
+    for node in sorted(nodes):
+        for job_id in sorted(state.on_node.get(node, ())):
+            job = state.jobs[job_id]
+            if job.node != node or job.phase not in ON_NODE_PHASES:
+                continue
+            actions.extend(_for_job(job, node, local.get((job_id, job.attempt))))
+    for key in sorted(local):
+        proc = local[key]
+        if is_current(state, key, proc.node):
+            continue
+        if proc.status is Status.EXITED:
+            actions.append(Forget(key))
+        elif proc.status is not Status.DROPPING:
+            actions.append(Drop(key))
+    return actions

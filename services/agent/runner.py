@@ -1,0 +1,308 @@
+"""The I/O shell around job processes: start, adopt, watch, stop, kill.
+
+A `Runner` holds the agent's local processes (one shim per `(job_id, attempt)`)
+and carries out the actions of `reconcile`. Its `run` loop polls every
+`poll_s`: it notices ended shims, enforces time limits and escalates stops
+(SIGTERM via the shim, after `grace_s` SIGKILL of the command, after another
+`grace_s` SIGKILL of the whole group). Each end is handed once to `on_exit` as
+an `Exited`, except the ends of dropped processes, which are silent.
+
+Everything the runner knows is also in the run folders (see `shim`), so a new
+runner on the same root (after a `kill -9` of the agent) finds live shims with
+`scan` and picks up their ends from the `exit` files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuloom.events import Outcome
+from services.agent.jobenv import base_environment, command_problem, job_environment
+from services.agent.reconcile import Ensure, JobKey, Local, Status
+from services.agent.shim import Ended, RunDir, ended, spawn_shim
+
+log = logging.getLogger(__name__)
+
+#: How often the liveness of an adopted shim is checked (its `exit` file, every poll).
+LIVENESS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """A local process ended and its end must be reported."""
+
+    key: JobKey
+    node: str
+    pid: int | None
+    ended: Ended
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """`ensure` started a new shim."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotStarted:
+    """`ensure` could not start the command; nothing runs, report `ended`."""
+
+    ended: Ended
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """`ensure` found the attempt in its run folder: adopted (pid) or already ended."""
+
+    pid: int | None
+
+
+EnsureResult = Started | NotStarted | Resumed
+
+
+@dataclass
+class _Proc:
+    node: str
+    run: RunDir
+    pid: int
+    #: A child of this process (reaped with waitpid), not a shim adopted after a restart.
+    own: bool
+    status: Status
+    time_limit_s: int | None = None
+    #: time.monotonic() when the time limit expires, or the next stop escalation is due.
+    deadline: float | None = None
+    #: Stop steps taken: 0 none (yet), 1 SIGTERM sent, 2 command SIGKILLed, 3 group SIGKILLed.
+    stage: int = 0
+    #: time.monotonic() of the last liveness check of an adopted shim.
+    alive_checked: float = 0.0
+
+
+def _signal(pid: int, sig: int, *, group: bool = False) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+class Runner:
+    def __init__(
+        self,
+        root: Path,
+        on_exit: Callable[[Exited], None],
+        *,
+        grace_s: float = 5.0,
+        poll_s: float = 0.1,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = root.resolve()
+        self.on_exit = on_exit
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.base_env = base_environment(os.environ if environ is None else environ)
+        self._procs: dict[JobKey, _Proc] = {}
+
+    # --- what reconcile sees -------------------------------------------------------
+
+    def views(self) -> dict[JobKey, Local]:
+        return {key: Local(p.node, p.pid, p.status) for key, p in self._procs.items()}
+
+    # --- actions -------------------------------------------------------------------
+
+    def scan(self, nodes: Iterable[str]) -> int:
+        """Register every live shim in the run folders of `nodes` as an ORPHAN."""
+        found = 0
+        for node in nodes:
+            node_dir = self.root / node
+            if not node_dir.is_dir():
+                continue
+            for job_dir in sorted(node_dir.iterdir()):
+                for attempt_dir in sorted(job_dir.iterdir()) if job_dir.is_dir() else ():
+                    if not attempt_dir.name.isdigit():
+                        continue
+                    key = (job_dir.name, int(attempt_dir.name))
+                    run = RunDir(self.root, node, *key)
+                    pid = run.read_pid()
+                    if key in self._procs or pid is None or run.read_exit() is not None:
+                        continue
+                    if run.shim_alive(pid):
+                        self._procs[key] = _Proc(node, run, pid, own=False, status=Status.ORPHAN)
+                        found += 1
+        return found
+
+    def ensure(self, action: Ensure) -> EnsureResult:
+        """Make `action`'s attempt run here (idempotent for a key it already holds).
+
+        Adopts a shim found at start-up or in the run folder, reports the end
+        recorded there, or, for a placed attempt without a run folder, starts it.
+        Raises OSError if a new shim cannot be spawned (retried by the caller).
+        """
+        key = action.key
+        run = RunDir(self.root, action.node, *key)
+        proc = self._procs.get(key)
+        if proc is not None and proc.status is not Status.ORPHAN:
+            return Resumed(proc.pid)
+        if proc is not None or (run.exists() and run.was_spawned()):
+            return self._resume(action, run)
+        if action.phase != "placed":
+            self._end(key, action.node, run, None, Ended("failed", None, "agent lost the process"))
+            return Resumed(None)
+        env = job_environment(
+            self.base_env,
+            action.spec,
+            job_id=action.job_id,
+            attempt=action.attempt,
+            node=action.node,
+            gpu_indexes=action.gpu_indexes,
+            gpu_uuids=action.gpu_uuids,
+        )
+        problem = command_problem(action.spec.command[0], env.get("PATH"), run.path)
+        if problem is not None:
+            return NotStarted(Ended("failed", problem[0], problem[1]))
+        run.create()
+        pid = spawn_shim(run, list(action.spec.command), env)
+        limit = action.spec.time_limit_s
+        self._procs[key] = _Proc(
+            action.node,
+            run,
+            pid,
+            own=True,
+            status=Status.RUNNING,
+            time_limit_s=limit,
+            deadline=None if limit is None else time.monotonic() + limit,
+        )
+        return Started(pid)
+
+    def _resume(self, action: Ensure, run: RunDir) -> Resumed:
+        key = action.key
+        held = self._procs.get(key)
+        pid = held.pid if held is not None else run.read_pid()
+        if run.read_exit() is None and pid is not None and run.shim_alive(pid):
+            limit = action.spec.time_limit_s
+            deadline = None
+            if limit is not None:
+                since = action.started_at.timestamp() if action.started_at else run.started_wall()
+                elapsed = max(0.0, time.time() - since) if since is not None else 0.0
+                deadline = time.monotonic() + limit - elapsed
+            own = held.own if held is not None else False
+            self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
+            log.info("adopted job %s attempt %d (shim pid %d)", key[0], key[1], pid)
+            return Resumed(pid)
+        self._end(key, action.node, run, pid, ended(run.read_exit(), run.read_reason()))
+        return Resumed(None)
+
+    def stop(self, key: JobKey, outcome: Outcome, text: str) -> None:
+        """Record why, then SIGTERM the job's group; the end is reported as `outcome`."""
+        proc = self._procs.get(key)
+        if proc is None or proc.status not in (Status.RUNNING, Status.ORPHAN):
+            return
+        proc.run.write_reason(outcome, text)
+        proc.status = Status.STOPPING
+        self._terminate(proc)
+
+    def drop(self, key: JobKey) -> None:
+        """Kill the job's group; its end is not reported. Forgets an exited process."""
+        proc = self._procs.get(key)
+        if proc is None or proc.status is Status.DROPPING:
+            return
+        if proc.status is Status.EXITED:
+            del self._procs[key]
+            return
+        log.info("dropping job %s attempt %d: no longer on node %s", *key, proc.node)
+        if proc.status is not Status.STOPPING:
+            self._terminate(proc)
+        proc.status = Status.DROPPING
+
+    def forget(self, key: JobKey) -> None:
+        proc = self._procs.get(key)
+        if proc is not None and proc.status is Status.EXITED:
+            del self._procs[key]
+
+    def _terminate(self, proc: _Proc) -> None:
+        """SIGTERM the shim (which TERMs its group) once its traps are set: it writes
+        `pid` right after. Until then, try again at the next poll."""
+        if proc.run.read_pid() is None:
+            proc.stage, proc.deadline = 0, time.monotonic()
+            return
+        proc.stage = 1
+        proc.deadline = time.monotonic() + self.grace_s
+        _signal(proc.pid, signal.SIGTERM)
+
+    # --- watching ------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until `stop` is set. Processes keep running when it returns."""
+        while not stop.is_set():
+            self.poll()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.poll_s)
+
+    def poll(self) -> None:
+        """Notice ended processes, enforce time limits, escalate stops."""
+        now = time.monotonic()
+        for key, proc in list(self._procs.items()):
+            if proc.status is Status.EXITED:
+                continue
+            if self._has_ended(proc):
+                self._end(key, proc.node, proc.run, proc.pid, self._read_end(proc))
+            elif proc.deadline is not None and now >= proc.deadline:
+                self._escalate(key, proc)
+
+    def _has_ended(self, proc: _Proc) -> bool:
+        if proc.own:
+            try:
+                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return True
+            if info is None:
+                return False
+            # The shim is a zombie: its pid (the group id) cannot be reused yet.
+            _signal(proc.pid, signal.SIGKILL, group=True)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(proc.pid, 0)
+            return True
+        # Not our child (adopted after a restart): its `exit` file tells, or its death.
+        if not proc.run.has_exit():
+            now = time.monotonic()
+            if now < proc.alive_checked + LIVENESS_EVERY_S:
+                return False
+            proc.alive_checked = now
+            if proc.run.shim_alive(proc.pid):
+                return False
+        if proc.status in (Status.STOPPING, Status.DROPPING):
+            _signal(proc.pid, signal.SIGKILL, group=True)
+        return True
+
+    def _read_end(self, proc: _Proc) -> Ended:
+        return ended(proc.run.read_exit(), proc.run.read_reason())
+
+    def _escalate(self, key: JobKey, proc: _Proc) -> None:
+        if proc.status is Status.RUNNING:
+            log.info("job %s attempt %d exceeded its time limit", *key)
+            self.stop(key, "timed_out", f"time limit of {proc.time_limit_s} s exceeded")
+        elif proc.stage == 0:
+            self._terminate(proc)
+        elif proc.stage == 1:
+            proc.stage, proc.deadline = 2, time.monotonic() + self.grace_s
+            _signal(proc.pid, signal.SIGUSR1)  # the shim SIGKILLs the command
+        elif proc.stage == 2:
+            proc.stage, proc.deadline = 3, None
+            _signal(proc.pid, signal.SIGKILL, group=True)
+
+    def _end(self, key: JobKey, node: str, run: RunDir, pid: int | None, end: Ended) -> None:
+        held = self._procs.get(key)
+        if held is not None and held.status is Status.DROPPING:
+            del self._procs[key]
+            return
+        self._procs[key] = _Proc(node, run, pid or 0, own=False, status=Status.EXITED)
+        log.info("job %s attempt %d ended: %s (%s)", *key, end.outcome, end.reason or "")
+        self.on_exit(Exited(key, node, pid, end))

@@ -1,0 +1,220 @@
+"""The per-job `/bin/sh` shim, its run folder, and how a run's end is read back.
+
+Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
+
+| file     | written by | content                                                   |
+| -------- | ---------- | --------------------------------------------------------- |
+| `stdout` | the job    | the job's standard output (opened by the agent at spawn)  |
+| `stderr` | the job    | the job's standard error (and the shim's own messages)    |
+| `pid`    | the shim   | the shim's pid, which is also the job's process group id  |
+| `exit`   | the shim   | the command's exit status as the shell reports it (`$?`), |
+|          |            | written to `exit.tmp` then renamed: present means final   |
+| `reason` | the agent  | why the agent stopped the job, written before signalling: |
+|          |            | line 1 the outcome (`timed_out`, `cancelled`), line 2 text|
+
+The shim is started by the agent in a new session (so a new process group whose
+id is the shim's pid) and outlives the agent. It runs the command as its child
+in the same group and waits for it. Its traps give the agent two levers that
+never hit the shim itself:
+
+* SIGTERM to the shim: the shim sends SIGTERM once to its whole process group
+  (the job and everything the job started); its own copy is ignored.
+* SIGUSR1 to the shim: the shim SIGKILLs the command, then records its status.
+
+So a cancelled or timed-out job still gets an `exit` file; the agent sweeps what
+is left of the group with SIGKILL after the shim is gone. No Python runs per job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuloom.events import Outcome
+
+SHIM = r"""cd "$1" || exit 125
+shift
+t=
+i=
+trap 'i=1; if [ -z "$t" ]; then t=1; kill -TERM 0 2>/dev/null; fi' TERM
+trap 'i=1; kill -KILL "$c" 2>/dev/null' USR1
+echo $$ >pid
+"$@" </dev/null &
+c=$!
+while :; do
+  i=
+  wait "$c"
+  s=$?
+  [ -n "$i" ] || break
+  kill -0 "$c" 2>/dev/null && continue
+  wait "$c"
+  r=$?
+  [ "$r" -ne 127 ] && s=$r
+  break
+done
+echo "$s" >exit.tmp && mv -f exit.tmp exit
+"""
+# The loop: a trap interrupts `wait` with a status > 128 that is not the child's.
+# After a trap, wait again while the child exists; once it is gone, `wait` gives
+# its real status, or 127 if the first `wait` had already collected it.
+
+#: Signals the agent process may ignore or handle that a job must see at default.
+_DEFAULT_SIGNALS = frozenset(
+    {
+        signal.SIGPIPE,
+        signal.SIGXFSZ,
+        signal.SIGINT,
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGCHLD,
+    }
+)
+SHIM_ARGV0 = "gpuloom-shim"
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a run ended, as read from its run folder."""
+
+    outcome: Outcome
+    exit_code: int | None
+    reason: str | None
+
+
+class RunDir:
+    """The run folder of one attempt of one job on one node."""
+
+    def __init__(self, root: Path, node: str, job_id: str, attempt: int) -> None:
+        self.path = root / node / job_id / str(attempt)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def was_spawned(self) -> bool:
+        """Whether a shim was ever spawned here (spawning creates `stdout` first)."""
+        return self.file("stdout").exists() or self.file("pid").exists()
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def read_pid(self) -> int | None:
+        """The shim's pid; None if not (yet) written. Tolerates a half-written file."""
+        try:
+            return int(self.file("pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def started_wall(self) -> float | None:
+        """When the shim started (the `pid` file's mtime), seconds since the epoch."""
+        try:
+            return self.file("pid").stat().st_mtime
+        except OSError:
+            return None
+
+    def has_exit(self) -> bool:
+        return os.path.exists(self.path / "exit")
+
+    def read_exit(self) -> int | None:
+        """The command's exit status, or None while it runs (or if the shim died)."""
+        try:
+            return int(self.file("exit").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def write_reason(self, outcome: Outcome, text: str) -> None:
+        tmp = self.file("reason.tmp")
+        tmp.write_text(f"{outcome}\n{text}\n")
+        tmp.replace(self.file("reason"))
+
+    def read_reason(self) -> tuple[str, str] | None:
+        try:
+            lines = self.file("reason").read_text().splitlines()
+        except OSError:
+            return None
+        if not lines:
+            return None
+        return lines[0], (lines[1] if len(lines) > 1 else lines[0])
+
+    def shim_alive(self, pid: int) -> bool:
+        """Whether `pid` is a live shim of this run folder (not a recycled pid)."""
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False  # another user's process: a recycled pid
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            return not Path("/proc/self").exists()  # no procfs: trust kill(0)
+        except OSError:
+            return False
+        if _proc_state(pid) == "Z":
+            return False
+        return SHIM_ARGV0.encode() in args and os.fsencode(str(self.path)) in args
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else ""
+
+
+def describe_status(status: int) -> str:
+    """`3` -> `exit code 3`; `137` -> `killed by signal 9` (the shell's 128+N)."""
+    if 128 < status < 128 + 65:
+        return f"killed by signal {status - 128}"
+    return f"exit code {status}"
+
+
+def ended(status: int | None, reason: tuple[str, str] | None) -> Ended:
+    """The outcome of a run from its exit status and the agent's reason file.
+
+    A reason file (the agent stopped the job) decides the outcome; otherwise exit
+    status 0 is success and anything else a failure. No status and no reason
+    means nobody knows how the command ended: the agent lost it.
+    """
+    if reason is not None and reason[0] == "timed_out":
+        return Ended("timed_out", status, reason[1])
+    if reason is not None and reason[0] == "cancelled":
+        return Ended("cancelled", status, reason[1])
+    if status is None:
+        return Ended("failed", None, "agent lost the process")
+    if status == 0:
+        return Ended("succeeded", 0, None)
+    return Ended("failed", status, describe_status(status))
+
+
+def spawn_shim(run: RunDir, command: list[str], env: dict[str, str]) -> int:
+    """Start the shim for `command` in `run` (created beforehand); return the shim's pid.
+
+    The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
+    folder's files, default signal dispositions and an empty signal mask.
+    Raises OSError if the shim cannot be spawned.
+    """
+    append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o644),
+        (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o644),
+    ]
+    argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), *command]
+    return os.posix_spawn(
+        "/bin/sh",
+        argv,
+        env,
+        file_actions=actions,
+        setsid=True,
+        setsigdef=_DEFAULT_SIGNALS,
+        setsigmask=(),
+    )

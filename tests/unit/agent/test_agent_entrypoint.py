@@ -1,0 +1,36 @@
+"""The command line: which nodes to serve, and clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.agent.__main__ import entrypoint
+
+
+def test_a_bad_inventory_stops_the_agent_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "nodes.yaml"
+    bad.write_text("nodes:\n  - name: a\n    gpus: {model: A100, count: 0, memory_mib: 1}\n")
+
+    with pytest.raises(SystemExit) as stopped:
+        entrypoint(["--inventory", str(bad)])
+
+    assert stopped.value.code == 2
+    assert "nodes[0].gpus.count" in capsys.readouterr().err
+
+
+def test_inventory_and_node_name_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        entrypoint(["--inventory", "x.yaml", "--node", "n1"])
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_an_invalid_node_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        entrypoint(["--node", "bad.name"])
+
+    assert stopped.value.code == 2
+    assert "invalid node name" in capsys.readouterr().err

@@ -1,0 +1,308 @@
+"""The runner with real processes: exits, environment, time limits, stops, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuloom.events import JobSpec
+from services.agent.reconcile import Ensure, Status
+from services.agent.runner import Exited, NotStarted, Resumed, Runner, Started
+from services.agent.shim import Ended, RunDir
+
+GRACE_S = 1.0
+ENVIRON = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/ann", "SECRET": "x"}
+
+
+def ensure(
+    job_id: str,
+    command: list[str],
+    *,
+    attempt: int = 1,
+    phase: str = "placed",
+    gpu_indexes: tuple[int, ...] = (),
+    time_limit_s: int | None = None,
+    env: dict[str, str] | None = None,
+    started_at: datetime | None = None,
+) -> Ensure:
+    spec = JobSpec(
+        name=job_id,
+        user="ann",
+        account="research",
+        command=command,
+        gpus=len(gpu_indexes),
+        time_limit_s=time_limit_s,
+        env=env or {},
+    )
+    return Ensure(
+        job_id=job_id,
+        attempt=attempt,
+        node="node-a",
+        phase=phase,
+        spec=spec,
+        gpu_indexes=gpu_indexes,
+        gpu_uuids=tuple(f"GPU-{i}" for i in gpu_indexes),
+        started_at=started_at,
+    )
+
+
+class Harness:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.exits: list[Exited] = []
+        self.runner = Runner(root, self.exits.append, grace_s=GRACE_S, poll_s=0.02, environ=ENVIRON)
+
+    def start(self, action: Ensure) -> int:
+        """Start a job and wait until its shim is up (it has written its pid)."""
+        result = self.runner.ensure(action)
+        assert isinstance(result, Started), result
+        run = RunDir(self.runner.root, action.node, *action.key)
+        while run.read_pid() is None:
+            time.sleep(0.005)
+        return result.pid
+
+    async def ended(self, job_id: str, attempt: int = 1, timeout: float = 8.0) -> Exited:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.runner.poll()
+            for exited in self.exits:
+                if exited.key == (job_id, attempt):
+                    return exited
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{job_id} did not end within {timeout} s")
+
+    def output(self, job_id: str, name: str = "stdout", attempt: int = 1) -> str:
+        return RunDir(self.root, "node-a", job_id, attempt).file(name).read_text()
+
+
+@pytest.fixture
+def harness(run_root: Path) -> Harness:
+    return Harness(run_root)
+
+
+def live_members(group: int) -> list[int]:
+    """Processes of a process group that are not zombies (this machine's init may reap late)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def group_is_gone(pid: int) -> bool:
+    """Whether no live process of group `pid` is left, within a second."""
+    for _ in range(50):
+        if not live_members(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+async def test_exit_zero_succeeds_and_output_is_captured(harness: Harness) -> None:
+    pid = harness.start(ensure("ok", ["sh", "-c", "echo to-out; echo to-err >&2"]))
+
+    exited = await harness.ended("ok")
+
+    assert exited == Exited(("ok", 1), "node-a", pid, Ended("succeeded", 0, None))
+    assert harness.output("ok") == "to-out\n"
+    assert harness.output("ok", "stderr") == "to-err\n"
+    assert harness.output("ok", "pid").strip() == str(pid)
+    assert harness.runner.views()[("ok", 1)].status is Status.EXITED
+
+
+async def test_a_non_zero_exit_fails_with_its_code(harness: Harness) -> None:
+    harness.start(ensure("three", ["sh", "-c", "exit 3"]))
+
+    assert (await harness.ended("three")).ended == Ended("failed", 3, "exit code 3")
+
+
+async def test_death_by_signal_is_named(harness: Harness) -> None:
+    harness.start(ensure("nine", ["sh", "-c", "kill -9 $$"]))
+
+    assert (await harness.ended("nine")).ended == Ended("failed", 137, "killed by signal 9")
+
+
+async def test_the_job_sees_its_gpus_its_identity_and_a_minimal_environment(
+    harness: Harness,
+) -> None:
+    show = "env | sort; pwd"
+    harness.start(ensure("envy", ["sh", "-c", show], gpu_indexes=(1, 3), env={"LR": "0.1"}))
+    harness.start(ensure("cpu", ["sh", "-c", show], attempt=2))
+
+    await harness.ended("envy")
+    await harness.ended("cpu", attempt=2)
+    lines = harness.output("envy").splitlines()
+    env = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert env["GPULOOM_GPU_UUIDS"] == "GPU-1,GPU-3"
+    assert (env["GPULOOM_JOB_ID"], env["GPULOOM_NODE"], env["GPULOOM_ATTEMPT"]) == (
+        "envy",
+        "node-a",
+        "1",
+    )
+    assert env["LR"] == "0.1" and env["HOME"] == "/home/ann"
+    assert "SECRET" not in env
+    assert lines[-1] == str(RunDir(harness.runner.root, "node-a", "envy", 1).path)
+    assert "CUDA_VISIBLE_DEVICES=\n" in harness.output("cpu", attempt=2)
+
+
+async def test_a_job_over_its_time_limit_is_timed_out(harness: Harness) -> None:
+    began = time.monotonic()
+    pid = harness.start(ensure("slow", ["sleep", "30"], time_limit_s=1))
+
+    exited = await harness.ended("slow")
+
+    assert exited.ended == Ended("timed_out", 143, "time limit of 1 s exceeded")
+    assert 1.0 <= time.monotonic() - began < 3.0
+    assert group_is_gone(pid)
+
+
+async def test_cancel_sends_sigterm_then_sigkill_to_a_job_that_ignores_it(
+    harness: Harness,
+) -> None:
+    stubborn = "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.05; done"
+    pid = harness.start(ensure("stubborn", ["sh", "-c", stubborn]))
+    while "ready" not in harness.output("stubborn"):
+        await asyncio.sleep(0.02)
+    began = time.monotonic()
+
+    harness.runner.stop(("stubborn", 1), "cancelled", "cancelled by user")
+    exited = await harness.ended("stubborn")
+
+    assert exited.ended == Ended("cancelled", 137, "cancelled by user")
+    assert time.monotonic() - began >= GRACE_S
+    assert harness.output("stubborn").count("got TERM") == 1
+    assert group_is_gone(pid)
+
+
+async def test_cancel_of_a_well_behaved_job_ends_it_at_once(harness: Harness) -> None:
+    harness.start(ensure("polite", ["sleep", "30"]))
+    began = time.monotonic()
+
+    harness.runner.stop(("polite", 1), "cancelled", "cancelled by user")
+
+    assert (await harness.ended("polite")).ended == Ended("cancelled", 143, "cancelled by user")
+    assert time.monotonic() - began < GRACE_S
+
+
+async def test_a_dropped_job_is_killed_without_a_report(harness: Harness) -> None:
+    pid = harness.start(ensure("gone", ["sleep", "30"]))
+
+    harness.runner.drop(("gone", 1))
+    for _ in range(50):
+        harness.runner.poll()
+        if ("gone", 1) not in harness.runner.views():
+            break
+        await asyncio.sleep(0.02)
+
+    assert ("gone", 1) not in harness.runner.views()
+    assert harness.exits == []
+    assert group_is_gone(pid)
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "reason"),
+    [
+        (["no-such-program", "x"], 127, "cannot run command: no-such-program: command not found"),
+        (["/no/such/file"], 127, "cannot run command: /no/such/file: no such file"),
+        (["DATA"], 126, "permission denied"),
+    ],
+    ids=["not on PATH", "no such path", "not executable"],
+)
+def test_a_command_that_cannot_run_is_not_started(
+    harness: Harness, command: list[str], code: int, reason: str
+) -> None:
+    data = harness.root.parent / "data.txt"
+    data.write_text("not a program")
+    command = [str(data) if word == "DATA" else word for word in command]
+    result = harness.runner.ensure(ensure("bad", command))
+
+    assert isinstance(result, NotStarted)
+    assert result.ended.exit_code == code
+    assert result.ended.reason is not None and result.ended.reason.endswith(reason)
+    assert harness.runner.views() == {}
+    assert not RunDir(harness.runner.root, "node-a", "bad", 1).exists()
+
+
+async def test_a_new_runner_adopts_a_still_running_shim(run_root: Path) -> None:
+    first = Harness(run_root)
+    pid = first.start(ensure("long", ["sh", "-c", "sleep 0.7; echo done; exit 4"]))
+    del first  # the agent is killed: its shims live on
+
+    second = Harness(run_root)
+    assert second.runner.scan(["node-a"]) == 1
+    assert second.runner.views()[("long", 1)].status is Status.ORPHAN
+    assert second.runner.ensure(ensure("long", ["x"], phase="running")) == Resumed(pid)
+    assert second.runner.views()[("long", 1)].status is Status.RUNNING
+
+    exited = await second.ended("long")
+    assert exited == Exited(("long", 1), "node-a", pid, Ended("failed", 4, "exit code 4"))
+    assert second.output("long") == "done\n"
+
+
+async def test_an_adopted_job_keeps_its_time_limit_from_its_start(run_root: Path) -> None:
+    first = Harness(run_root)
+    first.start(ensure("limited", ["sleep", "30"], time_limit_s=2))
+
+    second = Harness(run_root)
+    second.runner.scan(["node-a"])
+    began_long_ago = datetime.now(UTC) - timedelta(seconds=1.7)
+    action = ensure("limited", ["x"], phase="running", time_limit_s=2, started_at=began_long_ago)
+    second.runner.ensure(action)
+    began = time.monotonic()
+
+    exited = await second.ended("limited")
+    assert exited.ended == Ended("timed_out", 143, "time limit of 2 s exceeded")
+    assert time.monotonic() - began < 1.0
+
+
+async def test_a_new_runner_reports_an_end_recorded_while_no_agent_watched(
+    run_root: Path,
+) -> None:
+    first = Harness(run_root)
+    pid = first.start(ensure("quick", ["true"]))
+    run = RunDir(first.runner.root, "node-a", "quick", 1)
+    while run.read_exit() is None:
+        await asyncio.sleep(0.02)
+
+    second = Harness(run_root)
+    assert second.runner.scan(["node-a"]) == 0
+    assert second.runner.ensure(ensure("quick", ["true"], phase="running")) == Resumed(None)
+
+    assert second.exits == [Exited(("quick", 1), "node-a", pid, Ended("succeeded", 0, None))]
+
+
+def test_a_run_folder_without_a_live_shim_or_an_exit_is_lost(harness: Harness) -> None:
+    run = RunDir(harness.runner.root, "node-a", "lost", 1)
+    run.create()
+    run.file("stdout").write_text("")
+    run.file("pid").write_text("999999999\n")
+
+    assert harness.runner.ensure(ensure("lost", ["true"], phase="running")) == Resumed(None)
+    assert harness.runner.ensure(ensure("never", ["true"], phase="running")) == Resumed(None)
+
+    assert [(e.key[0], e.ended) for e in harness.exits] == [
+        ("lost", Ended("failed", None, "agent lost the process")),
+        ("never", Ended("failed", None, "agent lost the process")),
+    ]
+
+
+def test_a_stop_recorded_before_the_agent_died_decides_the_outcome(harness: Harness) -> None:
+    run = RunDir(harness.runner.root, "node-a", "stopped", 1)
+    run.create()
+    run.file("stdout").write_text("")
+    run.file("exit").write_text("143\n")
+    run.write_reason("timed_out", "time limit of 5 s exceeded")
+
+    harness.runner.ensure(ensure("stopped", ["true"], phase="running"))
+
+    assert harness.exits[0].ended == Ended("timed_out", 143, "time limit of 5 s exceeded")

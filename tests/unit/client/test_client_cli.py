@@ -1,0 +1,225 @@
+"""The `gpuloom` CLI against a fake gateway (httpx.MockTransport): what it sends,
+what it prints, and how it fails."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import httpx
+import pytest
+from fakegateway import JOB_A, JOB_B, NEW_JOB, USAGE, FakeGateway, Invoke
+from typer.testing import CliRunner
+
+from gpuloom.client.cli import app
+from gpuloom.client.context import CliState
+
+
+def test_submit_sends_the_job_and_the_idempotency_key(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(
+        [
+            "submit", "--account", "research", "--gpus", "2",
+            "--gpu-model", "A100-80GB", "--gpu-model", "H100-80GB",
+            "--priority", "7", "--time-limit", "600", "--env", "LR=0.1", "--env", "X=a=b",
+            "--idempotency-key", "key-1",
+            "--", "/usr/bin/python3", "train.py", "--epochs", "3",
+        ]
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == NEW_JOB
+    request = fake.requests[-1]
+    assert (request.method, request.url.path) == ("POST", "/v1/jobs")
+    assert request.headers["Idempotency-Key"] == "key-1"
+    assert fake.last_json() == {
+        "name": "python3",
+        "user": "alice",
+        "account": "research",
+        "command": ["/usr/bin/python3", "train.py", "--epochs", "3"],
+        "gpus": 2,
+        "gpu_model": ["A100-80GB", "H100-80GB"],
+        "priority": 7,
+        "time_limit_s": 600,
+        "env": {"LR": "0.1", "X": "a=b"},
+    }
+
+
+def test_submit_defaults_and_no_key_header(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["submit", "--name", "hello", "sh", "-c", "echo hi"])
+
+    assert result.exit_code == 0, result.output
+    request = fake.requests[-1]
+    assert "Idempotency-Key" not in request.headers
+    assert fake.last_json() == {
+        "name": "hello",
+        "user": "alice",
+        "account": "default",
+        "command": ["sh", "-c", "echo hi"],
+        "gpus": 0,
+        "priority": 0,
+    }
+
+
+def test_submit_rejects_a_malformed_env_as_a_usage_error(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["submit", "--env", "NOEQUALS", "--", "true"])
+
+    assert result.exit_code == 2
+    assert "expected KEY=VALUE" in result.stderr
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    ("states", "exit_code"),
+    [(["queued", "running", "succeeded"], 0), (["running", "failed"], 1)],
+    ids=["a job that succeeds exits 0", "a job that fails exits 1"],
+)
+def test_submit_wait_polls_until_a_final_state(
+    cli: Invoke, fake: FakeGateway, states: list[str], exit_code: int
+) -> None:
+    fake.states = states
+
+    result = cli(["submit", "--wait", "--", "python", "train.py"])
+
+    assert result.exit_code == exit_code, result.output
+    assert result.stdout.strip() == NEW_JOB
+    for state in states:
+        assert f"{NEW_JOB}: {state}" in result.stderr
+
+
+def test_jobs_prints_a_table_and_sends_the_filters(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["jobs", "--state", "running", "--user", "alice", "--limit", "5"])
+
+    assert result.exit_code == 0, result.output
+    assert dict(fake.requests[-1].url.params) == {"state": "running", "user": "alice", "limit": "5"}
+    for text in (JOB_A, JOB_B, "running", "succeeded", "2 [0,1]", "2026-01-02 03:04:05"):
+        assert text in result.stdout
+    assert "2 of 42 jobs" in result.stdout
+
+
+def test_jobs_json_prints_the_gateway_answer(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["jobs", "--json"])
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"jobs": list(fake.jobs.values()), "total": 42}
+
+
+def test_show_prints_the_job_and_its_event_trail(cli: Invoke) -> None:
+    result = cli(["show", JOB_A])
+
+    assert result.exit_code == 0, result.output
+    for text in (JOB_A, "python train.py", "node-a", "JobSubmitted", "JobAdmitted", "placement"):
+        assert text in result.stdout
+
+
+def test_show_of_an_unknown_job_says_not_found(cli: Invoke) -> None:
+    result = cli(["show", "nope"])
+
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: job nope not found (HTTP 404)"
+
+
+def test_cancel_prints_the_request(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["cancel", JOB_A])
+
+    assert result.exit_code == 0, result.output
+    assert fake.requests[-1].method == "DELETE"
+    assert f"cancel requested for {JOB_A}" in result.stdout
+
+
+def test_cancel_of_a_final_job_shows_the_409_detail_in_one_line(cli: Invoke) -> None:
+    result = cli(["cancel", JOB_B])
+
+    assert result.exit_code == 1
+    assert result.stderr == f"error: job {JOB_B} already succeeded (HTTP 409)\n"
+    assert "Traceback" not in result.output
+
+
+def test_logs_prints_stdout_or_stderr_and_sends_the_tail(cli: Invoke, fake: FakeGateway) -> None:
+    out = cli(["logs", JOB_A])
+    err = cli(["logs", JOB_A, "--stderr", "--tail", "100"])
+
+    assert out.stdout == "epoch 1 loss 0.5\n"
+    assert err.stdout == "warning: slow disk\n"
+    assert fake.requests[-1].url.params["tail_bytes"] == "100"
+
+
+def test_nodes_summarises_gpus_per_node(cli: Invoke) -> None:
+    result = cli(["nodes"])
+
+    assert result.exit_code == 0, result.output
+    for text in ("node-a", "4 x A100-80GB", "2/4", "2,3", JOB_A, "node-b", "lost", "0/2"):
+        assert text in result.stdout
+
+
+def test_usage_prints_accounts_and_users_in_gpu_hours(cli: Invoke) -> None:
+    result = cli(["usage"])
+
+    assert result.exit_code == 0, result.output
+    assert "usage per account" in result.stdout and "usage per user" in result.stdout
+    assert "2.00" in result.stdout and "7200.0" in result.stdout
+    assert result.stdout.index("research") < result.stdout.index("prod")
+    assert json.loads(cli(["usage", "--json"]).stdout) == USAGE
+
+
+def test_health(cli: Invoke) -> None:
+    result = cli(["health"])
+
+    assert result.exit_code == 0, result.output
+    assert "NATS connected" in result.stdout
+
+
+def test_unknown_service_name_lists_the_services(cli: Invoke) -> None:
+    result = cli(["serve", "scheduler"])
+
+    assert result.exit_code == 2
+    assert "unknown service 'scheduler'" in result.stderr
+    assert "gateway, admission, queue, placement, inventory, accounting, agent" in result.stderr
+
+
+def test_serve_passes_extra_arguments_to_the_entrypoint(
+    cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    module = types.ModuleType("services.agent.__main__")
+    module.entrypoint = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "services.agent.__main__", module)
+
+    result = cli(["serve", "agent", "--inventory", "f.yaml"])
+
+    assert result.exit_code == 0, result.output
+    assert calls == [["--inventory", "f.yaml"]]
+
+
+def test_an_unreachable_gateway_is_one_clear_line(fake: FakeGateway) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    state = CliState(url="http://gw.example:9999", transport=httpx.MockTransport(refuse))
+    result = CliRunner().invoke(app, ["jobs"], obj=state)
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: cannot reach the gateway at http://gw.example:9999: "
+        "[Errno 111] Connection refused\n"
+    )
+
+
+def test_gateway_port_from_the_environment(
+    cli: Invoke, fake: FakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULOOM_GATEWAY_PORT", "18080")
+
+    assert cli(["nodes"]).exit_code == 0
+    assert str(fake.requests[-1].url) == "http://127.0.0.1:18080/v1/nodes"
+    assert cli(["--url", "http://gw:1/", "nodes"]).exit_code == 0
+    assert str(fake.requests[-1].url) == "http://gw:1/v1/nodes"
+
+
+def test_a_bad_gateway_port_is_a_usage_error(cli: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPULOOM_GATEWAY_PORT", "http")
+
+    result = cli(["nodes"])
+
+    assert result.exit_code == 2
+    assert "GPULOOM_GATEWAY_PORT='http' is not a TCP port" in result.stderr

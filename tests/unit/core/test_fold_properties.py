@@ -1,0 +1,32 @@
+"""Random logs, valid and invalid events mixed: the fold's invariants hold after every event,
+and what the pure decisions propose is valid on the state they were made from.
+
+A log is played from a random list of actions: nodes come, go and change; users submit
+and cancel; the services (admission, queue, placement with best fit, accounting) and
+node agents take turns; and arbitrary, mostly invalid, events are thrown in. Choices
+that depend on the state ("some live job") are drawn as integers and taken modulo
+what there is, so that Hypothesis can shrink them.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .actions import ACTIONS, MODELS
+from .world import World
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    models=st.lists(st.sampled_from(MODELS), min_size=2, max_size=3),
+    gpus=st.integers(1, 4),
+    actions=st.lists(ACTIONS, min_size=25, max_size=60),
+)
+def test_random_logs_keep_every_invariant(
+    models: list[str], gpus: int, actions: list[object]
+) -> None:
+    world = World(models, gpus)
+    for action in actions:
+        world.play(action)
+    world.check_replay()

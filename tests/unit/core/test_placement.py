@@ -1,0 +1,227 @@
+"""Placement: the policy registry, best fit, and one placement cycle."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuloom.events import JobPlaced, PolicyRef
+from gpuloom.placement import (
+    BestFit,
+    FreeGpu,
+    NodeView,
+    PolicyRegistry,
+    Request,
+    default_registry,
+    node_views,
+    placement_cycle,
+)
+from gpuloom.testing.builders import LogBuilder, make_gpus
+
+from .checks import check_invariants
+
+
+def view(name: str, free: list[int], model: str = "A100-80GB", total: int = 8) -> NodeView:
+    return NodeView(name, total, [FreeGpu(i, f"GPU-{name}-{i}", model) for i in free])
+
+
+def chosen(request: Request, nodes: list[NodeView]) -> tuple[str, list[int]] | None:
+    choice = BestFit().choose(request, nodes)
+    return None if choice is None else (choice.node, [g.index for g in choice.gpus])
+
+
+# --- registry -------------------------------------------------------------------------
+
+
+def test_the_default_registry_holds_bestfit() -> None:
+    registry = default_registry()
+    assert registry.names() == ["bestfit"]
+    assert isinstance(registry.get("bestfit"), BestFit)
+
+
+def test_the_registry_refuses_a_duplicate_name() -> None:
+    registry = default_registry()
+    with pytest.raises(ValueError, match="'bestfit' is already registered"):
+        registry.register(BestFit())
+
+
+def test_an_unknown_policy_name_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match=r"unknown placement policy 'spread' \(known: bestfit\)"):
+        default_registry().get("spread")
+    assert PolicyRegistry().names() == []
+
+
+# --- best fit -------------------------------------------------------------------------
+
+BESTFIT = [
+    (
+        "the node left with the fewest free GPUs wins",
+        Request(2),
+        [view("a", [0, 1, 2, 3]), view("b", [0, 1, 2]), view("c", [0])],
+        ("b", [0, 1]),
+    ),
+    (
+        "a tie goes to the first node name",
+        Request(1),
+        [view("a", [0, 1]), view("b", [0, 1])],
+        ("a", [0]),
+    ),
+    (
+        "the lowest free indexes are taken",
+        Request(2),
+        [view("a", [1, 3, 6, 7])],
+        ("a", [1, 3]),
+    ),
+    (
+        "only GPUs of an allowed model count",
+        Request(1, ("H100-80GB",)),
+        [view("a", [0], "A100-80GB"), view("b", [0, 1, 2], "H100-80GB")],
+        ("b", [0]),
+    ),
+    (
+        "nothing is chosen when no node has enough allowed GPUs",
+        Request(2, ("H100-80GB",)),
+        [view("a", [0, 1, 2], "A100-80GB"), view("b", [0], "H100-80GB")],
+        None,
+    ),
+    (
+        "a job without GPUs goes to the fullest node",
+        Request(0),
+        [view("a", [0, 1]), view("b", [])],
+        ("b", []),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "nodes", "expected"),
+    [(r, n, e) for _, r, n, e in BESTFIT],
+    ids=[sentence for sentence, *_ in BESTFIT],
+)
+def test_bestfit(
+    request_: Request, nodes: list[NodeView], expected: tuple[str, list[int]] | None
+) -> None:
+    assert chosen(request_, nodes) == expected
+
+
+def test_bestfit_scores_by_the_eligible_free_gpus_left() -> None:
+    mixed = NodeView(
+        "a",
+        6,
+        [FreeGpu(0, "u0", "A100-80GB"), FreeGpu(1, "u1", "A100-80GB")]
+        + [FreeGpu(i, f"u{i}", "H100-80GB") for i in range(2, 6)],
+    )
+    plain = view("b", [0, 1, 2, 3])
+    # After placing 2 A100s: a has 0 eligible free GPUs left, b has 2.
+    assert chosen(Request(2, ("A100-80GB",)), [mixed, plain]) == ("a", [0, 1])
+
+
+# --- the cycle ------------------------------------------------------------------------
+
+
+def cluster() -> LogBuilder:
+    """n1: 4 x A100 (GPU 0 busy), n2: 2 x A100, n3: 2 x H100, n4 lost."""
+    log = LogBuilder()
+    log.register("n1", 4, "A100-80GB")
+    log.register("n2", 2, "A100-80GB")
+    log.register("n3", 2, "H100-80GB")
+    log.register("n4", 8, "A100-80GB")
+    log.lose("n4")
+    log.run_to_queue("busy", gpus=1)
+    log.place("busy", "n1", [0])
+    return log
+
+
+def test_node_views_list_ready_nodes_with_their_free_gpus() -> None:
+    views = node_views(cluster().state())
+    assert [(v.name, v.total_gpus, [g.index for g in v.free]) for v in views] == [
+        ("n1", 4, [1, 2, 3]),
+        ("n2", 2, [0, 1]),
+        ("n3", 2, [0, 1]),
+    ]
+
+
+def test_a_cycle_places_in_queue_order_skipping_what_does_not_fit() -> None:
+    log = cluster()
+    log.run_to_queue("huge", gpus=4, priority=9)
+    log.run_to_queue("h100", gpus=2, gpu_model=["H100-80GB"], priority=5)
+    log.run_to_queue("pair", gpus=2)
+    log.run_to_queue("triple", gpus=3)
+    log.run_to_queue("single", gpus=1)
+    state = log.state()
+    decisions = placement_cycle(state, BestFit())
+    placed = [
+        (d.event.job_id, d.event.node, d.event.gpu_indexes)
+        for d in decisions
+        if isinstance(d.event, JobPlaced)
+    ]
+    assert placed == [
+        ("h100", "n3", [0, 1]),
+        ("pair", "n2", [0, 1]),
+        ("triple", "n1", [1, 2, 3]),
+    ], "huge fits no ready node and single finds nothing left"
+    assert [d.event.cycle_position for d in decisions] == [0, 1, 2]  # type: ignore[attr-defined]
+    for d in decisions:
+        assert isinstance(d.event, JobPlaced)
+        assert d.event.basis_seq == state.seq
+        assert d.event.attempt == 1
+        assert d.event.policy == PolicyRef(name="bestfit", version=1, params={})
+        assert d.event.gpu_uuids == [f"GPU-{d.event.node}-{i}" for i in d.event.gpu_indexes]
+        assert d.msg_id == f"{d.event.job_id}:placed:1:{state.seq}"
+        assert d.causation_id == state.jobs[d.event.job_id].last_event_id
+
+
+def test_a_cycle_never_over_commits_and_all_its_decisions_apply() -> None:
+    log = cluster()
+    for i in range(12):
+        log.run_to_queue(f"j{i:02d}", gpus=1 + i % 2, priority=i % 3)
+    state = log.state()
+    decisions = placement_cycle(state, BestFit())
+    taken = [
+        (d.event.node, i)
+        for d in decisions
+        if isinstance(d.event, JobPlaced)
+        for i in d.event.gpu_indexes
+    ]
+    assert len(taken) == len(set(taken))
+    assert len(taken) == 7, "every free GPU of a ready node is used"
+    log.record_decisions(decisions)
+    after = log.state()
+    assert after.voided == 0
+    check_invariants(after, len(log))
+    assert placement_cycle(after, BestFit()) == []
+
+
+def test_re_running_a_cycle_on_the_same_state_gives_the_same_decisions() -> None:
+    log = cluster()
+    for i in range(6):
+        log.run_to_queue(f"j{i}", gpus=i % 3)
+    state = log.state()
+    first = placement_cycle(state, BestFit())
+    assert first
+    assert placement_cycle(state, BestFit()) == first
+    # An audit: fold the log again up to basis_seq and re-run the policy it names.
+    basis = first[0].event.basis_seq  # type: ignore[attr-defined]
+    policy = default_registry().get(first[0].event.policy.name)  # type: ignore[attr-defined]
+    assert placement_cycle(log.state(upto=basis), policy) == first
+
+
+def test_a_requeued_job_is_placed_with_its_next_attempt() -> None:
+    log = cluster()
+    log.run_to_queue("j1", gpus=2, gpu_model=["A100-80GB"])
+    log.place("j1", "n2", [0, 1])
+    log.lose("n2")
+    [decision] = placement_cycle(log.state(), BestFit())
+    assert isinstance(decision.event, JobPlaced)
+    assert (decision.event.attempt, decision.event.node) == (2, "n1")
+
+
+def test_a_cycle_honours_its_limit_and_needs_a_ready_node() -> None:
+    log = cluster()
+    for i in range(4):
+        log.run_to_queue(f"j{i}", gpus=1)
+    assert len(placement_cycle(log.state(), BestFit(), limit=2)) == 2
+    empty = LogBuilder()
+    empty.register("gone", gpu_list=make_gpus("gone", 2))
+    empty.lose("gone")
+    empty.run_to_queue("j1", gpus=0)
+    assert placement_cycle(empty.state(), BestFit()) == []

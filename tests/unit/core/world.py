@@ -1,0 +1,268 @@
+"""A world that plays random actions into a log, checking every invariant after every
+event and that every decision the services make is applied."""
+
+from __future__ import annotations
+
+import copy
+
+from gpuloom.decide import Decision
+from gpuloom.decide.accounting import decide_charges
+from gpuloom.decide.admission import decide_admission
+from gpuloom.decide.inventory import Heard, decide_inventory
+from gpuloom.decide.queueing import decide_queue
+from gpuloom.events import (
+    Event,
+    JobAdmitted,
+    JobCancelled,
+    JobCancelRequested,
+    JobFinished,
+    JobPlaced,
+    JobQueued,
+    JobRejected,
+    JobStarted,
+    JobSubmitted,
+    NodeLost,
+    NodeRecovered,
+    NodeRegistered,
+    UsageCharged,
+    decode,
+    encode,
+)
+from gpuloom.placement import BestFit, placement_cycle
+from gpuloom.state import ClusterState, apply, fold
+from gpuloom.testing.builders import LogBuilder, make_job_spec
+
+from .actions import (
+    INVENTORY_TIMEOUT,
+    NODES,
+    RANDOM_POLICY,
+    AgentTurn,
+    Charge,
+    InventoryTurn,
+    NodeChange,
+    Noise,
+    RequestCancel,
+    Schedule,
+    Submit,
+    node_spec,
+)
+from .checks import check_invariants
+
+
+class World:
+    def __init__(self, models: list[str], gpus: int) -> None:
+        self.log = LogBuilder()
+        self.state = ClusterState()
+        for name, model in zip(NODES, models, strict=False):
+            self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
+
+    def record(self, event: Event, after: float | None = None) -> bool:
+        """Append and fold one event, check every invariant; True when it was applied."""
+        voided = self.state.voided
+        apply(self.state, self.log.append(event, after=after))
+        check_invariants(self.state, len(self.log))
+        return self.state.voided == voided
+
+    def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:
+        for decision in decisions:
+            assert self.record(decision.event, after), self.state.recent_voided[-1]
+
+    def jobs_in(self, *phases: str) -> list[str]:
+        return sorted(j for j, job in self.state.jobs.items() if job.phase in phases)
+
+    def pick_job(self, pick: int) -> str:
+        """Mostly a job that is not final yet, sometimes any job or an unknown one."""
+        live = sorted(j for j, job in self.state.jobs.items() if not job.is_final)
+        pool = live if live and pick % 4 else [*sorted(self.state.jobs), "ghost"]
+        return pool[(pick // 4) % len(pool)]
+
+    def play(self, action: object) -> None:
+        match action:
+            case NodeChange():
+                self.node_change(action)
+            case Submit():
+                job_id = self.pick_job(action.pick) if action.reuse_id else f"j{len(self.log)}"
+                spec = make_job_spec(action.gpus, gpu_model=action.models, priority=action.priority)
+                self.record(JobSubmitted(job_id=job_id, spec=spec, idempotency_key=action.key))
+            case RequestCancel():
+                self.record(JobCancelRequested(job_id=self.pick_job(action.pick)))
+            case Schedule():
+                self.schedule(action.services)
+            case AgentTurn():
+                self.agent_turn(action)
+            case Charge():
+                self.record_valid(decide_charges(self.state), after=action.seconds)
+            case InventoryTurn():
+                self.inventory_turn(action)
+            case Noise():
+                self.record(self.noise(action))
+
+    def node_change(self, action: NodeChange) -> None:
+        if action.kind == "register":
+            name = NODES[action.pick % len(NODES)]
+            spec = node_spec(name, action.gpus, action.model)
+            self.record(NodeRegistered(node=name, spec=spec))
+            return
+        wanted = "ready" if action.kind == "lose" else "lost"
+        fitting = sorted(n for n, node in self.state.nodes.items() if node.phase == wanted)
+        busy = [n for n in fitting if self.state.on_node.get(n)]
+        if busy and action.kind == "lose" and action.pick % 2:
+            fitting = busy
+        names = fitting if fitting and action.sensible else [*NODES, "n9"]
+        name = names[action.pick % len(names)]
+        lost = action.kind == "lose"
+        self.record(NodeLost(node=name, reason="silent") if lost else NodeRecovered(node=name))
+
+    def schedule(self, services: int = 3) -> None:
+        self.record_valid(decide_admission(self.state))
+        if services >= 2:
+            self.record_valid(decide_queue(self.state))
+        if services >= 3:
+            self.place()
+
+    def place(self) -> None:
+        decisions = placement_cycle(self.state, BestFit())
+        basis = self.state.seq
+        for position, decision in enumerate(decisions):
+            assert isinstance(decision.event, JobPlaced)
+            assert (decision.event.basis_seq, decision.event.cycle_position) == (basis, position)
+        assert placement_cycle(self.state, BestFit()) == decisions, "the audit property"
+        self.record_valid(decisions)
+
+    def agent_turn(self, action: AgentTurn) -> None:
+        if not self.jobs_in("placed", "running"):
+            self.schedule()
+        on_nodes = self.jobs_in("placed", "running")
+        if not on_nodes:
+            return
+        job = self.state.jobs[on_nodes[action.pick % len(on_nodes)]]
+        assert job.node is not None
+        event: Event
+        if job.phase == "placed" and action.start:
+            event = JobStarted(job_id=job.job_id, attempt=job.attempt, node=job.node)
+        else:
+            event = JobFinished(
+                job_id=job.job_id,
+                attempt=job.attempt,
+                node=job.node,
+                outcome=action.outcome,
+            )
+        self.record_valid([Decision(event, "agent")], after=action.seconds)
+
+    def inventory_turn(self, action: InventoryTurn) -> None:
+        now = self.log.next_at()
+        heard = {}
+        for i, name in enumerate(NODES):
+            node = self.state.nodes.get(name)
+            if action.silent[i] or (node is None and i != action.changed):
+                continue
+            spec = node.spec if node and i != action.changed else None
+            heard[name] = Heard(now, spec or node_spec(name, action.gpus, action.model))
+        decisions = decide_inventory(
+            self.state, heard, now, INVENTORY_TIMEOUT, self.log[0].envelope.at
+        )
+        for decision in decisions:
+            applied = self.record(decision.event)
+            # decide_inventory proposes only what the fold accepts.
+            assert applied, decision.event
+
+    def noise(self, action: Noise) -> Event:
+        job_id = self.pick_job(action.pick)
+        queued = self.jobs_in("queued")
+        if action.kind == "place" and queued and action.pick % 3:
+            job_id = queued[action.pick % len(queued)]
+        job = self.state.jobs.get(job_id)
+        attempt = max(1, (job.attempt if job else 1) + action.shift)
+        node = job.node if job and job.node and action.shift == 0 else action.node
+        match action.kind:
+            case "admit":
+                return JobAdmitted(job_id=job_id)
+            case "reject":
+                return JobRejected(job_id=job_id, reason="random")
+            case "queue":
+                return JobQueued(job_id=job_id, priority=action.shift)
+            case "place":
+                return self.random_placement(
+                    action, job_id, (job.attempt if job else 0) + 1 + action.shift
+                )
+            case "steal":
+                return self.stealing_placement(action) or JobAdmitted(job_id=job_id)
+            case "start":
+                return JobStarted(job_id=job_id, attempt=attempt, node=node)
+            case "finish":
+                return JobFinished(job_id=job_id, attempt=attempt, node=node, outcome="failed")
+            case "cancel":
+                return JobCancelled(job_id=job_id)
+            case _:
+                return UsageCharged(
+                    job_id=job_id,
+                    attempt=attempt,
+                    user="u",
+                    account="a",
+                    gpus=1,
+                    seconds=1,
+                    gpu_milli_seconds=1000,
+                )
+
+    def stealing_placement(self, action: Noise) -> JobPlaced | None:
+        """A queued job placed on the GPUs of a job on a node, as a placement decided
+        on a stale state would do (admission and queue take a turn first if no job with
+        GPUs is queued)."""
+        if not any(self.state.jobs[j].spec.gpus for j in self.jobs_in("queued")):
+            self.schedule(services=2)
+        thieves = [j for j in self.jobs_in("queued") if self.state.jobs[j].spec.gpus]
+        victims = self.jobs_in("placed", "running")
+        if not thieves or not victims:
+            return None
+        thief = self.state.jobs[thieves[action.pick % len(thieves)]]
+        victim = self.state.jobs[victims[action.pick % len(victims)]]
+        assert victim.node is not None
+        node = self.state.nodes[victim.node]
+        indexes = list(dict.fromkeys([*victim.gpu_indexes, *sorted(node.gpus)]))
+        indexes = indexes[: thief.spec.gpus]
+        return JobPlaced(
+            job_id=thief.job_id,
+            attempt=thief.attempt + 1,
+            node=node.name,
+            gpu_indexes=indexes,
+            gpu_uuids=[node.gpus[i].uuid for i in indexes],
+            basis_seq=max(0, self.state.seq - 10),
+            cycle_position=0,
+            policy=RANDOM_POLICY,
+        )
+
+    def random_placement(self, action: Noise, job_id: str, attempt: int) -> JobPlaced:
+        """Often on a busy node and with as many GPUs as the job asks for, held ones first."""
+        name = action.node
+        busy = sorted(n for n, jobs in self.state.on_node.items() if jobs)
+        if busy and action.pick % 4 == 1:
+            name = busy[action.pick % len(busy)]
+        node = self.state.nodes.get(name)
+        job = self.state.jobs.get(job_id)
+        indexes = list(action.gpu_indexes)
+        if job is not None and node is not None and action.pick % 2:
+            held = [i for i, gpu in sorted(node.gpus.items()) if gpu.job_id is not None]
+            candidates = [*held, *indexes, *sorted(node.gpus)]
+            indexes = list(dict.fromkeys(candidates))[: job.spec.gpus]
+        uuids = [node.gpus[i].uuid if node and i in node.gpus else f"GPU-{i}" for i in indexes]
+        if uuids and action.corrupt_uuid:
+            uuids[0] = "GPU-wrong"
+        return JobPlaced(
+            job_id=job_id,
+            attempt=max(1, attempt),
+            node=name,
+            gpu_indexes=indexes,
+            gpu_uuids=uuids,
+            basis_seq=self.state.seq,
+            cycle_position=0,
+            policy=RANDOM_POLICY,
+        )
+
+    def check_replay(self) -> None:
+        records = self.log.records
+        assert fold(records) == self.state, "a fresh fold equals the incremental one"
+        for k in sorted({0, len(records) // 3, len(records) // 2, len(records) - 1}):
+            assert fold(records[k:], fold(records[:k])) == self.state, f"snapshot at {k}"
+        read_back = [decode(r.seq, encode(r.envelope)) for r in records]
+        assert fold(read_back) == self.state, "the log read back from the wire folds the same"
+        assert copy.deepcopy(self.state) == self.state

@@ -1,0 +1,112 @@
+"""The deployment files are checked here, since this machine cannot run them.
+
+There is no Docker engine (nor the compose plugin) here, so `compose.yaml` is
+validated against the Compose Specification's JSON schema (the one `docker
+compose config` enforces) and for what the stack must contain; the Kubernetes
+manifests are parsed and cross-checked with the kustomization and the
+services that exist in the repository.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+SERVICES = ["gateway", "admission", "queue", "placement", "inventory", "accounting"]
+
+
+def load_compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "compose.yaml").read_text())
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    checker = shutil.which("check-jsonschema") or str(
+        Path(sys.executable).parent / "check-jsonschema"
+    )
+    if not Path(checker).exists():
+        pytest.skip("check-jsonschema is not installed (make venv installs it)")
+    result = subprocess.run(
+        [checker, "--builtin-schema", "vendor.compose-spec", str(ROOT / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_runs_the_whole_stack() -> None:
+    services = load_compose()["services"]
+    for needed in ["nats", "postgres", "jaeger", "migrate", *SERVICES]:
+        assert needed in services, f"compose.yaml lacks {needed}"
+    agents = [name for name, spec in services.items() if "agent" in served(spec.get("command"))]
+    assert len(agents) >= 2, "compose.yaml needs two simulated nodes"
+    nats_command = (
+        " ".join(services["nats"]["command"])
+        if isinstance(services["nats"]["command"], list)
+        else services["nats"]["command"]
+    )
+    assert "-js" in nats_command or "--jetstream" in nats_command
+
+
+def test_compose_refers_only_to_existing_files() -> None:
+    compose = load_compose()
+    for name, spec in compose["services"].items():
+        for volume in spec.get("volumes", []):
+            source = str(volume).split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+
+
+def k8s_documents() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((ROOT / "deploy" / "kustomization.yaml").read_text())
+    documents = []
+    for resource in kustomization["resources"]:
+        path = ROOT / "deploy" / resource
+        assert path.exists(), f"kustomization names missing {resource}"
+        documents += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return documents
+
+
+def test_kubernetes_manifests_cover_every_service() -> None:
+    documents = k8s_documents()
+    for doc in documents:
+        assert {"apiVersion", "kind", "metadata"} <= doc.keys(), doc
+    workloads = {
+        doc["metadata"]["name"]
+        for doc in documents
+        if doc["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+    }
+    for service in [*SERVICES, "nats", "postgres", "jaeger"]:
+        assert any(service in name for name in workloads), f"no workload for {service}"
+    assert any("agent" in name for name in workloads)
+
+
+def served(command: Any) -> list[str]:
+    """The gpuloom processes a container command starts (`gpuloom serve X`, `-m services.X`)."""
+    words = command if isinstance(command, list) else str(command or "").split()
+    names = []
+    for before, word in zip(words, words[1:], strict=False):
+        if before == "serve":
+            names.append(word)
+        elif word.startswith("services."):
+            names.append(word.removeprefix("services."))
+    return names
+
+
+def test_every_process_started_by_the_deployments_exists() -> None:
+    commands = [spec.get("command") for spec in load_compose()["services"].values()]
+    for doc in k8s_documents():
+        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+        pod = pod.get("template", {}).get("spec", pod)  # a Job nests a pod template too
+        commands += [c.get("command", []) + c.get("args", []) for c in pod.get("containers", [])]
+    started = {name for command in commands for name in served(command)}
+    assert set(SERVICES) | {"agent"} <= started, started
+    for name in started:
+        assert (ROOT / "services" / name / "__main__.py").exists(), f"no service {name}"
