@@ -257,6 +257,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def supervise(stack: Stack) -> None:
     """Restart any service that dies, until Ctrl-C."""
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)  # even where a parent started us with it ignored
     while True:
         time.sleep(1)
         for name, code in stack.exited().items():

@@ -41,7 +41,8 @@ def unavailable(detail: str) -> HTTPException:
     return HTTPException(status_code=503, detail=detail, headers={"Retry-After": "2"})
 
 
-def get_gateway(request: Request) -> Gateway:
+async def get_gateway(request: Request) -> Gateway:
+    """Async on purpose: FastAPI runs a plain `def` dependency in a worker thread."""
     gateway: Gateway = request.app.state.gateway
     return gateway
 

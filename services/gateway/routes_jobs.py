@@ -50,7 +50,6 @@ async def load_job(gateway: GatewayDep, session: SessionDep, job_id: str) -> Job
 async def submit_job(
     spec: JobSpec,
     gateway: GatewayDep,
-    session: SessionDep,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Submitted:
     """Accept a job once its JobSubmitted event is acknowledged by the log.
@@ -59,9 +58,10 @@ async def submit_job(
     created, never a second one.
     """
     if idempotency_key is not None:
-        existing = await session.scalar(
-            select(JobRow).where(JobRow.idempotency_key == idempotency_key)
-        )
+        async with gateway.sessions() as session:
+            existing = await session.scalar(
+                select(JobRow).where(JobRow.idempotency_key == idempotency_key)
+            )
         if existing is not None:
             return Submitted(id=existing.id, state=existing.state)
     event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)

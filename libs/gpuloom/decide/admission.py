@@ -33,11 +33,15 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
 def decide_admission(state: ClusterState) -> list[Decision]:
     """Answer every submitted job without a pending cancel, in submission order."""
     decisions: list[Decision] = []
+    reasons: dict[tuple[int, tuple[str, ...]], str | None] = {}  # same shape, same answer
     for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].submit_seq):
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue  # the queue cancels it
-        reason = rejection_reason(state, job.spec)
+        shape = (job.spec.gpus, tuple(job.spec.gpu_model))
+        if shape not in reasons:
+            reasons[shape] = rejection_reason(state, job.spec)
+        reason = reasons[shape]
         event: JobAdmitted | JobRejected = (
             JobAdmitted(job_id=job_id)
             if reason is None

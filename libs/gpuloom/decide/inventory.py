@@ -43,7 +43,7 @@ def decide_inventory(
         if now - beat.at > timeout:
             continue
         node = state.nodes.get(name)
-        if node is None or node.spec != beat.spec:
+        if node is None or node.spec.fingerprint != beat.spec.fingerprint:
             if registration_conflict(name, node, beat.spec) is not None:
                 continue  # the fold would void it; the agent's log says why
             decisions.append(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import ClassVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuloom.events.base import NodeEvent
@@ -30,6 +32,12 @@ class NodeSpec(BaseModel):
     memory_mib: int = Field(default=0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
     simulated: bool = False
+
+    @cached_property
+    def fingerprint(self) -> bytes:
+        """Canonical bytes of the spec: the inventory compares every heartbeat's spec
+        with the registered one, and comparing bytes is far cheaper than model equality."""
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
 
 
 class NodeRegistered(NodeEvent):

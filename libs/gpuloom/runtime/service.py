@@ -7,7 +7,8 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings, load_settings
@@ -64,7 +65,18 @@ def run_service(name: str, main: Main) -> None:
             shutdown_tracing()
             log.info("%s stopped", name)
 
-    profiled(name, lambda: asyncio.run(lifecycle()))
+    profiled(name, lambda: run_loop(lifecycle()))
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` on uvloop where it is installed (a faster loop), else on asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def profiled(name: str, body: Callable[[], None]) -> None:

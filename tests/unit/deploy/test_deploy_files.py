@@ -9,6 +9,7 @@ services that exist in the repository.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def served(command: Any) -> list[str]:
     """The gpuloom processes a container command starts (`gpuloom serve X`, `-m services.X`)."""
     words = command if isinstance(command, list) else str(command or "").split()
     names = []
-    for before, word in zip(words, words[1:], strict=False):
+    for before, word in itertools.pairwise(words):
         if before == "serve":
             names.append(word)
         elif word.startswith("services."):
