@@ -28,6 +28,7 @@ from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
 from gpuloom.client.context import CliState, emit, err, fail, gateway, print_json
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
+from gpuloom.sim.cli import sim as sim_command
 
 app = typer.Typer(
     name="gpuloom",
@@ -290,6 +291,9 @@ def up() -> None:
     except ImportError as exc:
         fail(f"the development stack is not available: {exc}")
     devstack.main()
+
+
+app.command("sim")(sim_command)
 
 
 def main() -> None:

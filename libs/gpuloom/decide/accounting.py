@@ -22,7 +22,7 @@ def decide_charges(state: ClusterState) -> list[Decision]:
                 account=job.spec.account,
                 gpus=run.gpus,
                 seconds=seconds,
-                gpu_milli_seconds=round(run.gpus * 1000 * seconds),
+                gpu_milli_seconds=round((run.gpu_milli or run.gpus * 1000) * seconds),
             )
             decisions.append(Decision(event, f"{job_id}:charged:{run.attempt}", job.last_event_id))
     return decisions

@@ -9,9 +9,16 @@ from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.base import Envelope, Event, JobEvent, NodeEvent
 from gpuloom.events.codec import MalformedEvent, Recorded, decode, encode, make_envelope
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
-from gpuloom.events.inventory import GpuSpec, NodeLost, NodeRecovered, NodeRegistered, NodeSpec
+from gpuloom.events.inventory import (
+    GpuPoolChanged,
+    GpuSpec,
+    NodeLost,
+    NodeRecovered,
+    NodeRegistered,
+    NodeSpec,
+)
 from gpuloom.events.jobs import JobSpec
-from gpuloom.events.placement import JobPlaced, PolicyRef
+from gpuloom.events.placement import JobPlaced, PolicyRef, ReplicaAssignment, SliceRef
 from gpuloom.events.queue import JobCancelled, JobQueued
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
@@ -21,6 +28,7 @@ __all__ = [
     "EVENT_TYPES",
     "Envelope",
     "Event",
+    "GpuPoolChanged",
     "GpuSpec",
     "JobAdmitted",
     "JobCancelRequested",
@@ -42,6 +50,8 @@ __all__ = [
     "Outcome",
     "PolicyRef",
     "Recorded",
+    "ReplicaAssignment",
+    "SliceRef",
     "UsageCharged",
     "decode",
     "encode",

@@ -17,6 +17,7 @@ class JobStarted(JobEvent):
     TYPE: ClassVar[str] = "JobStarted"
     attempt: int = Field(ge=1)
     node: str
+    replica: int = Field(default=0, ge=0)
     pid: int | None = None
 
 
@@ -26,6 +27,7 @@ class JobFinished(JobEvent):
     TYPE: ClassVar[str] = "JobFinished"
     attempt: int = Field(ge=1)
     node: str
+    replica: int = Field(default=0, ge=0)
     outcome: Outcome
     exit_code: int | None = None
     reason: str | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +20,8 @@ class GpuSpec(BaseModel):
     uuid: str = Field(min_length=1)
     model: str = Field(min_length=1)
     memory_mib: int = Field(ge=0)
+    #: `physical`: allocated whole to one job; `vgpu`: sliced (milli-GPU and memory).
+    pool: Literal["physical", "vgpu"] = "physical"
 
 
 class NodeSpec(BaseModel):
@@ -32,6 +34,11 @@ class NodeSpec(BaseModel):
     memory_mib: int = Field(default=0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
     simulated: bool = False
+    #: Serves vGPU slices to replicas hosted on other nodes (remote vGPU, as OrionX).
+    lends_remote_vgpu: bool = False
+    #: `enforced`: the agent watches GPU memory (NVML) and stops a job over its slice;
+    #: `advisory`: slices are set in the job's environment only.
+    isolation: Literal["enforced", "advisory"] = "advisory"
 
     @cached_property
     def fingerprint(self) -> bytes:
@@ -58,3 +65,11 @@ class NodeRecovered(NodeEvent):
     """A lost node heartbeats again and takes work."""
 
     TYPE: ClassVar[str] = "NodeRecovered"
+
+
+class GpuPoolChanged(NodeEvent):
+    """An admin moved an idle GPU of the node to another pool."""
+
+    TYPE: ClassVar[str] = "GpuPoolChanged"
+    index: int = Field(ge=0)
+    pool: Literal["physical", "vgpu"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class JobSpec(BaseModel):
@@ -15,7 +17,18 @@ class JobSpec(BaseModel):
     account: str = Field(min_length=1, max_length=100)
     command: list[str] = Field(min_length=1)
     gpus: int = Field(ge=0, le=1024)
+    #: A fraction of each GPU (1..999 milli-GPU, from the vGPU pool); None: whole GPUs.
+    gpu_milli: int | None = Field(default=None, ge=1, le=999)
+    #: GPU memory per slice; None: the same share of the GPU's memory as `gpu_milli`.
+    gpu_memory_mib: int | None = Field(default=None, ge=1)
     gpu_model: list[str] = Field(default_factory=list)
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    pool: Literal["physical", "vgpu", "any"] = "any"
+    locality: Literal["local-only", "local-first", "any"] = "local-only"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    #: Replicas placed as a gang: all in one decision, or none.
+    replicas: int = Field(default=1, ge=1, le=1024)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     time_limit_s: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
@@ -26,6 +39,22 @@ class JobSpec(BaseModel):
         if not value[0]:
             raise ValueError("command[0] (the program) must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _consistent_gpu_request(self) -> JobSpec:
+        if self.gpu_milli is not None:
+            if self.gpus == 0:
+                raise ValueError("gpu_milli needs gpus >= 1 (the number of GPUs sliced)")
+            if self.pool == "physical":
+                raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
+        elif self.gpu_memory_mib is not None:
+            raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+        return self
+
+    @property
+    def share_milli(self) -> int:
+        """Milli-GPU per GPU: the fraction, or 1000 for whole GPUs."""
+        return self.gpu_milli if self.gpu_milli is not None else 1000
 
     @field_validator("env")
     @classmethod

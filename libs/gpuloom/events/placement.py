@@ -19,8 +19,31 @@ class PolicyRef(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class SliceRef(BaseModel):
+    """`milli` milli-GPU and `memory_mib` of GPU `index` (`uuid`) of `node`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    index: int = Field(ge=0)
+    uuid: str
+    milli: int = Field(ge=1, le=1000)
+    memory_mib: int = Field(ge=0)
+
+
+class ReplicaAssignment(BaseModel):
+    """Where one replica runs (`host`) and what it holds there and on lenders."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str
+    slices: list[SliceRef] = Field(default_factory=list)
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+
+
 class JobPlaced(JobEvent):
-    """Placement assigned GPUs of one node to one attempt of a job.
+    """Placement assigned GPUs (whole or sliced) to every replica of one attempt of a job.
 
     `basis_seq` is the stream sequence the placement state was folded to when the
     decision was made and `cycle_position` the job's rank among the decisions of
@@ -30,9 +53,27 @@ class JobPlaced(JobEvent):
 
     TYPE: ClassVar[str] = "JobPlaced"
     attempt: int = Field(ge=1)
+    #: Replica 0's host and its local GPUs (what a single-replica job needs to know).
     node: str
     gpu_indexes: list[int]
     gpu_uuids: list[str]
+    #: Every replica with its slices; empty in events written before pools existed,
+    #: which meant one replica holding `gpu_indexes` of `node` whole.
+    replicas: list[ReplicaAssignment] = Field(default_factory=list)
     basis_seq: int = Field(ge=0)
     cycle_position: int = Field(ge=0)
     policy: PolicyRef
+
+    def assignments(self) -> list[ReplicaAssignment]:
+        """The replicas, reading an old-style event as one replica of whole GPUs."""
+        if self.replicas:
+            return list(self.replicas)
+        return [
+            ReplicaAssignment(
+                host=self.node,
+                slices=[
+                    SliceRef(node=self.node, index=i, uuid=u, milli=1000, memory_mib=0)
+                    for i, u in zip(self.gpu_indexes, self.gpu_uuids, strict=False)
+                ],
+            )
+        ]

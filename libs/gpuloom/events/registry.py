@@ -7,7 +7,7 @@ from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
-from gpuloom.events.inventory import NodeLost, NodeRecovered, NodeRegistered
+from gpuloom.events.inventory import GpuPoolChanged, NodeLost, NodeRecovered, NodeRegistered
 from gpuloom.events.placement import JobPlaced
 from gpuloom.events.queue import JobCancelled, JobQueued
 
@@ -25,6 +25,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     NodeRegistered,
     NodeLost,
     NodeRecovered,
+    GpuPoolChanged,
 )
 
 

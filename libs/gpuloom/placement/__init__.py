@@ -1,29 +1,44 @@
-"""Pure placement: policies (filter + score), their registry, and the placement cycle.
+"""Pure placement: resources, the engine (shared rules, total order), policies, the cycle.
 
-The same code serves the live placement service, audits and simulations.
+The same code serves the live placement service, `gpuloom audit` and the trace
+simulator (`gpuloom sim`).
 """
 
-from gpuloom.placement.bestfit import BestFit
-from gpuloom.placement.cycle import node_views, placement_cycle
-from gpuloom.placement.policy import Choice, FreeGpu, NodeView, Policy, PolicyRegistry, Request
-
-
-def default_registry() -> PolicyRegistry:
-    """The policies gpuloom ships, registered explicitly."""
-    registry = PolicyRegistry()
-    registry.register(BestFit())
-    return registry
-
+from gpuloom.placement.cycle import node_views, placement_cycle, request_of
+from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.policies import (
+    FGD,
+    BestFit,
+    DotProd,
+    Loom,
+    Pack,
+    Random,
+    Spread,
+    shipped_policies,
+)
+from gpuloom.placement.registry import PolicyRegistry, default_registry
+from gpuloom.placement.resources import GpuView, NodeView, Placement, Request
 
 __all__ = [
+    "FGD",
     "BestFit",
-    "Choice",
-    "FreeGpu",
+    "Context",
+    "DotProd",
+    "GpuView",
+    "Loom",
+    "NodeIndex",
     "NodeView",
+    "Pack",
+    "Placement",
     "Policy",
     "PolicyRegistry",
+    "Random",
     "Request",
+    "Spread",
     "default_registry",
     "node_views",
+    "place",
     "placement_cycle",
+    "request_of",
+    "shipped_policies",
 ]

@@ -1,33 +1,117 @@
 """One placement cycle: place pending jobs in queue order with one policy.
 
 The cycle is a pure function of the folded state. Its decisions record the
-sequence the state was folded to (`basis_seq`) and their position in the
-cycle, so that `fold(log[:basis_seq])` and the same policy reproduce them.
+sequence the state was folded to (`basis_seq`), their position in the cycle and
+the policy (name, version, parameters), so that folding the log to `basis_seq`
+and running the cycle again reproduces them exactly: that is what
+`gpuloom audit` checks. The seed of seeded policies is `basis_seq` and the
+typical workload of fragmentation-aware ones is derived from the jobs in the
+state, so nothing outside the log enters a decision.
 """
 
 from __future__ import annotations
 
 from gpuloom.decide import Decision
 from gpuloom.decide.queueing import queue_order
-from gpuloom.events import JobPlaced, PolicyRef
-from gpuloom.placement.policy import FreeGpu, NodeView, Policy, Request
+from gpuloom.events import JobPlaced, JobSpec, PolicyRef, ReplicaAssignment, SliceRef
+from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.fragmentation import Shape, Workload
+from gpuloom.placement.resources import GpuView, NodeView, Placement, Request
 from gpuloom.state import ClusterState
+
+#: How many of the latest submitted jobs make the typical workload.
+WORKLOAD_WINDOW = 1000
 
 
 def node_views(state: ClusterState) -> list[NodeView]:
-    """Ready nodes with their free GPUs, sorted by node name and GPU index."""
+    """Ready nodes with what is free on them, ranked by name (the tie-break)."""
     views = []
-    for name in sorted(state.nodes):
+    for rank, name in enumerate(sorted(state.nodes)):
         node = state.nodes[name]
         if node.phase != "ready":
             continue
-        free = [
-            FreeGpu(gpu.index, gpu.uuid, gpu.model)
+        gpus = [
+            GpuView(
+                gpu.index,
+                gpu.uuid,
+                gpu.model,
+                "vgpu" if gpu.pool == "vgpu" else "physical",
+                gpu.memory_mib,
+                1000 - gpu.milli_used,
+                gpu.memory_mib - gpu.memory_used,
+            )
             for _, gpu in sorted(node.gpus.items())
-            if gpu.job_id is None
         ]
-        views.append(NodeView(name=name, total_gpus=len(node.gpus), free=free))
+        spec = node.spec
+        views.append(
+            NodeView(
+                name=name,
+                rank=rank,
+                gpus=gpus,
+                cpu_free_milli=spec.cpu_milli - node.cpu_used if spec.cpu_milli else None,
+                memory_free_mib=spec.memory_mib - node.memory_used if spec.memory_mib else None,
+                labels=dict(spec.labels),
+                lends_remote_vgpu=spec.lends_remote_vgpu,
+            )
+        )
     return views
+
+
+def request_of(spec: JobSpec) -> Request:
+    return Request(
+        gpus=spec.gpus,
+        gpu_milli=spec.share_milli,
+        gpu_memory_mib=spec.gpu_memory_mib,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        models=tuple(sorted(spec.gpu_model)),
+        pool=spec.pool,
+        locality=spec.locality,
+        node_selector=tuple(sorted(spec.node_selector.items())),
+        replicas=spec.replicas,
+    )
+
+
+def typical_workload(state: ClusterState, window: int = WORKLOAD_WINDOW) -> Workload:
+    """The shapes of the latest `window` submitted jobs (FGD's typical workload)."""
+    latest = sorted(state.jobs.values(), key=lambda job: job.submit_seq)[-window:]
+    return Workload.typical(Shape.of(request_of(job.spec)) for job in latest)
+
+
+def context_for(state: ClusterState, policy: Policy, position: int) -> Context:
+    workload = typical_workload(state) if policy.name in ("fgd", "loom") else None
+    return Context(seed=state.seq, position=position, workload=workload)
+
+
+def placed_event(job_id: str, attempt: int, placement: Placement) -> JobPlaced:
+    """The JobPlaced of `placement` (basis, position and policy filled in by the caller)."""
+    replicas = [
+        ReplicaAssignment(
+            host=replica.host,
+            slices=[
+                SliceRef(
+                    node=s.node, index=s.index, uuid=s.uuid, milli=s.milli, memory_mib=s.memory_mib
+                )
+                for s in replica.slices
+            ],
+            cpu_milli=replica.cpu_milli,
+            memory_mib=replica.memory_mib,
+        )
+        for replica in placement.replicas
+    ]
+    first = placement.replicas[0]
+    local = [s for s in first.slices if s.node == first.host]
+    return JobPlaced(
+        job_id=job_id,
+        attempt=attempt,
+        node=first.host,
+        gpu_indexes=[s.index for s in local],
+        gpu_uuids=[s.uuid for s in local],
+        replicas=replicas,
+        basis_seq=0,
+        cycle_position=0,
+        policy=PolicyRef(name="", version=0),
+    )
 
 
 def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) -> list[Decision]:
@@ -35,30 +119,20 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
     views = node_views(state)
     if not views:
         return []
+    index = NodeIndex(views)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
-    most_free = max(len(view.free) for view in views)
+    context = context_for(state, policy, 0)
     decisions: list[Decision] = []
     for job in queue_order(state):
         if len(decisions) >= limit:
             break
-        if job.spec.gpus > most_free:
+        position = len(decisions)
+        decision_context = Context(context.seed, position, context.workload)
+        placement = place(request_of(job.spec), index, policy, decision_context)
+        if placement is None:
             continue
-        choice = policy.choose(Request(job.spec.gpus, tuple(job.spec.gpu_model)), views)
-        if choice is None:
-            continue
-        view = next(v for v in views if v.name == choice.node)
-        taken = {gpu.index for gpu in choice.gpus}
-        view.free = [gpu for gpu in view.free if gpu.index not in taken]
-        most_free = max(len(v.free) for v in views)
-        event = JobPlaced(
-            job_id=job.job_id,
-            attempt=job.attempt + 1,
-            node=choice.node,
-            gpu_indexes=[gpu.index for gpu in choice.gpus],
-            gpu_uuids=[gpu.uuid for gpu in choice.gpus],
-            basis_seq=state.seq,
-            cycle_position=len(decisions),
-            policy=ref,
+        event = placed_event(job.job_id, job.attempt + 1, placement).model_copy(
+            update={"basis_seq": state.seq, "cycle_position": position, "policy": ref}
         )
         decisions.append(
             Decision(event, f"{job.job_id}:placed:{event.attempt}:{state.seq}", job.last_event_id)

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from gpuloom.events import (
     Event,
+    GpuPoolChanged,
     JobAdmitted,
     JobCancelled,
     JobCancelRequested,
@@ -23,6 +24,7 @@ from gpuloom.events import (
     JobPlaced,
     JobQueued,
     JobRejected,
+    JobSpec,
     JobStarted,
     JobSubmitted,
     NodeLost,
@@ -30,6 +32,8 @@ from gpuloom.events import (
     NodeRegistered,
     NodeSpec,
     Recorded,
+    ReplicaAssignment,
+    SliceRef,
     UsageCharged,
 )
 from gpuloom.state.model import (
@@ -42,6 +46,8 @@ from gpuloom.state.model import (
     Run,
     Voided,
 )
+
+WHOLE_GPU = 1000
 
 
 class Invalid(Exception):
@@ -100,10 +106,12 @@ def _set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
             index.discard(job.job_id)
         if phase == member:
             index.add(job.job_id)
-    if old in ("placed", "running") and phase not in ("placed", "running") and job.node:
-        state.on_node.get(job.node, set()).discard(job.job_id)
-    if phase in ("placed", "running") and job.node:
-        state.on_node.setdefault(job.node, set()).add(job.job_id)
+    if old in ("placed", "running") and phase not in ("placed", "running"):
+        for name in job.nodes_held():
+            state.on_node.get(name, set()).discard(job.job_id)
+    if phase in ("placed", "running"):
+        for name in job.nodes_held():
+            state.on_node.setdefault(name, set()).add(job.job_id)
     job.phase = phase
     if job.is_final or phase in ("placed", "running"):
         state.cancel_pending.discard(job.job_id)
@@ -115,17 +123,28 @@ def _touch(job: JobState, recorded: Recorded) -> None:
 
 
 def _release(state: ClusterState, job: JobState, at: datetime) -> None:
-    """Free the job's GPUs and close its running run, if any."""
-    node = state.nodes.get(job.node or "")
-    if node is not None:
-        for index in job.gpu_indexes:
-            gpu = node.gpus.get(index)
-            if gpu is not None and gpu.job_id == job.job_id:
-                gpu.job_id = None
+    """Free everything the job's placement holds and close its running run, if any."""
+    for name in job.nodes_held():
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        node.hosted.pop(job.job_id, None)
+        for gpu in node.gpus.values():
+            gpu.holders.pop(job.job_id, None)
     run = job.current_run()
     if run is not None:
         run.ended_at = at
         state.uncharged.add(job.job_id)
+
+
+def _forget_placement(state: ClusterState, job: JobState) -> None:
+    """After `_release` and the phase change: the job holds nothing anywhere."""
+    job.node = None
+    job.gpu_indexes = ()
+    job.gpu_uuids = ()
+    job.replicas = ()
+    job.started_replicas = set()
+    job.finished_replicas = {}
 
 
 # --- job events ----------------------------------------------------------------------
@@ -204,69 +223,172 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
         raise Invalid(f"job {job.job_id} has a cancel request")
     if event.attempt != job.attempt + 1:
         raise Invalid(f"attempt {event.attempt} but job {job.job_id} is at {job.attempt}")
-    node = state.nodes.get(event.node)
-    if node is None or node.phase != "ready":
-        raise Invalid(f"node {event.node} is not ready")
-    indexes = event.gpu_indexes
-    if len(indexes) != job.spec.gpus or len(set(indexes)) != len(indexes):
-        raise Invalid(f"job {job.job_id} needs {job.spec.gpus} distinct GPUs, got {indexes}")
-    if len(event.gpu_uuids) != len(indexes):
-        raise Invalid("gpu_uuids and gpu_indexes differ in length")
-    for index, uuid in zip(indexes, event.gpu_uuids, strict=True):
-        gpu = node.gpus.get(index)
-        if gpu is None or gpu.uuid != uuid:
-            raise Invalid(f"node {node.name} has no GPU {index} with uuid {uuid}")
-        if gpu.job_id is not None:
-            raise Invalid(f"GPU {node.name}/{index} is held by job {gpu.job_id}")
-        if job.spec.gpu_model and gpu.model not in job.spec.gpu_model:
-            raise Invalid(f"GPU {node.name}/{index} is a {gpu.model}, not {job.spec.gpu_model}")
-    for index in indexes:
-        node.gpus[index].job_id = job.job_id
+    replicas = event.assignments()
+    problem = assignment_problem(state, job.spec, replicas)
+    if problem is not None:
+        raise Invalid(problem)
+    first = replicas[0]
+    local = [piece for piece in first.slices if piece.node == first.host]
+    if event.node != first.host or event.gpu_indexes != [p.index for p in local]:
+        raise Invalid("node and gpu_indexes must be replica 0's host and its local GPUs")
+    for replica in replicas:
+        host = state.nodes[replica.host]
+        host.hosted[job.job_id] = (
+            host.hosted.get(job.job_id, (0, 0))[0] + replica.cpu_milli,
+            host.hosted.get(job.job_id, (0, 0))[1] + replica.memory_mib,
+        )
+        for piece in replica.slices:
+            gpu = state.nodes[piece.node].gpus[piece.index]
+            milli, memory = gpu.holders.get(job.job_id, (0, 0))
+            gpu.holders[job.job_id] = (milli + piece.milli, memory + _slice_memory(gpu, piece))
     job.attempt = event.attempt
     job.node = event.node
-    job.gpu_indexes = tuple(indexes)
+    job.gpu_indexes = tuple(event.gpu_indexes)
     job.gpu_uuids = tuple(event.gpu_uuids)
+    job.replicas = tuple(replicas)
+    job.started_replicas = set()
+    job.finished_replicas = {}
     job.reason = None
     _set_phase(state, job, "placed")
     _touch(job, recorded)
 
 
-def _require_current_attempt(job: JobState, attempt: int, node: str) -> None:
-    if attempt != job.attempt or node != job.node:
-        raise Invalid(
-            f"attempt {attempt} on {node} is not job {job.job_id}'s current "
-            f"attempt {job.attempt} on {job.node}"
-        )
+def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
+    """A whole GPU holds all its memory, whatever an old event said."""
+    return gpu.memory_mib if piece.milli >= WHOLE_GPU else piece.memory_mib
+
+
+def assignment_problem(
+    state: ClusterState, spec: JobSpec, replicas: list[ReplicaAssignment]
+) -> str | None:
+    """Why `replicas` is not a valid placement of `spec` in `state`, or None.
+
+    The rules of docs/placement.md: replica count, hosts ready with CPU and
+    memory room, one slice per GPU per replica, GPU model, pool (fractions from
+    vgpu, physical GPUs whole and local), locality, lenders, and no GPU over
+    1000 milli or its memory.
+    """
+    if len(replicas) != spec.replicas:
+        return f"{len(replicas)} replicas placed, the job has {spec.replicas}"
+    share = spec.share_milli
+    cpu_taken: dict[str, int] = {}
+    memory_taken: dict[str, int] = {}
+    gpu_taken: dict[tuple[str, int], tuple[int, int]] = {}
+    for number, replica in enumerate(replicas):
+        host = state.nodes.get(replica.host)
+        if host is None or host.phase != "ready":
+            return f"replica {number}: host {replica.host} is not ready"
+        if replica.cpu_milli != spec.cpu_milli or replica.memory_mib != spec.memory_mib:
+            return f"replica {number}: CPU/memory differ from the job's request"
+        if spec.node_selector and any(
+            host.spec.labels.get(k) != v for k, v in spec.node_selector.items()
+        ):
+            return f"replica {number}: host {host.name} does not match the node selector"
+        cpu_taken[host.name] = cpu_taken.get(host.name, 0) + replica.cpu_milli
+        memory_taken[host.name] = memory_taken.get(host.name, 0) + replica.memory_mib
+        if host.spec.cpu_milli and host.cpu_used + cpu_taken[host.name] > host.spec.cpu_milli:
+            return f"replica {number}: host {host.name} has not enough free CPU"
+        if (
+            host.spec.memory_mib
+            and host.memory_used + memory_taken[host.name] > host.spec.memory_mib
+        ):
+            return f"replica {number}: host {host.name} has not enough free memory"
+        if len(replica.slices) != spec.gpus:
+            return f"replica {number}: {len(replica.slices)} GPU slices, the job needs {spec.gpus}"
+        seen: set[tuple[str, int]] = set()
+        for piece in replica.slices:
+            where = f"GPU {piece.node}/{piece.index}"
+            if (piece.node, piece.index) in seen:
+                return f"replica {number}: {where} given twice"
+            seen.add((piece.node, piece.index))
+            node = state.nodes.get(piece.node)
+            if node is None or node.phase != "ready":
+                return f"replica {number}: node {piece.node} is not ready"
+            gpu = node.gpus.get(piece.index)
+            if gpu is None or gpu.uuid != piece.uuid:
+                return (
+                    f"replica {number}: node {piece.node} has no GPU {piece.index} ({piece.uuid})"
+                )
+            if spec.gpu_model and gpu.model not in spec.gpu_model:
+                return f"replica {number}: {where} is a {gpu.model}, not {spec.gpu_model}"
+            if piece.milli != share:
+                return (
+                    f"replica {number}: {where} slice of {piece.milli} milli, the job asks {share}"
+                )
+            if spec.pool != "any" and gpu.pool != spec.pool:
+                return f"replica {number}: {where} is in the {gpu.pool} pool, not {spec.pool}"
+            if share < WHOLE_GPU and gpu.pool != "vgpu":
+                return f"replica {number}: {where} is physical: fractions come from vgpu"
+            if piece.node != replica.host:
+                if gpu.pool == "physical":
+                    return f"replica {number}: physical {where} cannot be remote"
+                if spec.locality == "local-only":
+                    return f"replica {number}: {where} is remote but the job is local-only"
+                if not node.spec.lends_remote_vgpu:
+                    return f"replica {number}: node {piece.node} does not lend remote vGPU"
+            milli, memory = gpu_taken.get((piece.node, piece.index), (0, 0))
+            milli += piece.milli
+            memory += _slice_memory(gpu, piece)
+            gpu_taken[(piece.node, piece.index)] = (milli, memory)
+            if share >= WHOLE_GPU and not gpu.idle:
+                return f"replica {number}: {where} is held by job {gpu.job_id}"
+            if gpu.milli_used + milli > WHOLE_GPU or gpu.memory_used + memory > gpu.memory_mib:
+                return f"replica {number}: {where} has not enough free share or memory"
+    return None
+
+
+def _require_current_attempt(job: JobState, attempt: int, node: str, replica: int) -> None:
+    if attempt != job.attempt:
+        raise Invalid(f"attempt {attempt} is not job {job.job_id}'s current attempt {job.attempt}")
+    if replica >= len(job.replicas) or job.replicas[replica].host != node:
+        raise Invalid(f"replica {replica} of job {job.job_id} is not hosted on {node}")
 
 
 def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None:
     job = _job(state, event.job_id)
-    _require_phase(job, "placed")
-    _require_current_attempt(job, event.attempt, event.node)
-    job.runs.append(
-        Run(
-            attempt=event.attempt,
-            node=event.node,
-            gpus=job.spec.gpus,
-            started_at=recorded.envelope.at,
+    _require_phase(job, "placed", "running")
+    _require_current_attempt(job, event.attempt, event.node, event.replica)
+    if event.replica in job.started_replicas or event.replica in job.finished_replicas:
+        raise Invalid(f"replica {event.replica} of job {job.job_id} already started")
+    job.started_replicas.add(event.replica)
+    if job.phase == "placed":
+        job.runs.append(
+            Run(
+                attempt=event.attempt,
+                node=event.node,
+                gpus=job.spec.gpus * job.spec.replicas,
+                started_at=recorded.envelope.at,
+                gpu_milli=sum(p.milli for r in job.replicas for p in r.slices),
+            )
         )
-    )
-    if job.started_at is None:
-        job.started_at = recorded.envelope.at
-    _set_phase(state, job, "running")
+        if job.started_at is None:
+            job.started_at = recorded.envelope.at
+        _set_phase(state, job, "running")
     _touch(job, recorded)
+
+
+#: When replicas end differently, the job ends as the first of these any replica had.
+_OUTCOME_ORDER = ("cancelled", "timed_out", "failed", "succeeded")
 
 
 def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> None:
     job = _job(state, event.job_id)
     _require_phase(job, "placed", "running")
-    _require_current_attempt(job, event.attempt, event.node)
-    _release(state, job, recorded.envelope.at)
-    _set_phase(state, job, event.outcome)
-    job.exit_code = event.exit_code
-    job.reason = event.reason
-    job.finished_at = recorded.envelope.at
+    _require_current_attempt(job, event.attempt, event.node, event.replica)
+    if event.replica in job.finished_replicas:
+        raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
+    job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
     _touch(job, recorded)
+    if len(job.finished_replicas) < len(job.replicas):
+        return
+    ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
+    outcome = min((end[0] for end in ends), key=_OUTCOME_ORDER.index)
+    first_bad = next((end for end in ends if end[0] == outcome), ends[0])
+    _release(state, job, recorded.envelope.at)
+    _set_phase(state, job, outcome)  # type: ignore[arg-type]
+    job.exit_code = first_bad[1]
+    job.reason = first_bad[2]
+    job.finished_at = recorded.envelope.at
 
 
 def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
@@ -303,7 +425,7 @@ def registration_conflict(node: str, existing: NodeState | None, spec: NodeSpec)
         return None
     uuids = {gpu.index: gpu.uuid for gpu in spec.gpus}
     for index, gpu in sorted(existing.gpus.items()):
-        if gpu.job_id is not None and uuids.get(index) != gpu.uuid:
+        if not gpu.idle and uuids.get(index) != gpu.uuid:
             return f"GPU {node}/{index} is held by job {gpu.job_id}"
     return None
 
@@ -313,21 +435,42 @@ def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) 
     conflict = registration_conflict(event.node, existing, event.spec)
     if conflict is not None:
         raise Invalid(conflict)
+    overrides = existing.pool_overrides if existing is not None else {}
     gpus = {
-        gpu.index: GpuState(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib)
+        gpu.index: GpuState(
+            gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, overrides.get(gpu.index, gpu.pool)
+        )
         for gpu in event.spec.gpus
     }
     if existing is not None:
         for index, gpu in existing.gpus.items():
-            if gpu.job_id is not None:
-                gpus[index].job_id = gpu.job_id
+            if index in gpus and gpus[index].uuid == gpu.uuid:
+                gpus[index].holders = gpu.holders
+                gpus[index].pool = gpu.pool
     state.nodes[event.node] = NodeState(
         name=event.node,
         phase="ready",
         spec=event.spec,
         gpus=gpus,
         registered_at=recorded.envelope.at,
+        pool_overrides={i: p for i, p in overrides.items() if i in gpus},
+        hosted=existing.hosted if existing is not None else {},
     )
+
+
+def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None:
+        raise Invalid(f"unknown node {event.node}")
+    gpu = node.gpus.get(event.index)
+    if gpu is None:
+        raise Invalid(f"node {event.node} has no GPU {event.index}")
+    if not gpu.idle:
+        raise Invalid(
+            f"GPU {event.node}/{event.index} is in use by {', '.join(sorted(gpu.holders))}"
+        )
+    gpu.pool = event.pool
+    node.pool_overrides[event.index] = event.pool
 
 
 def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
@@ -346,9 +489,7 @@ def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
         else:
             _set_phase(state, job, "queued")
             job.reason = f"requeued: node {event.node} lost ({event.reason})"
-        job.node = None
-        job.gpu_indexes = ()
-        job.gpu_uuids = ()
+        _forget_placement(state, job)
         _touch(job, recorded)
 
 
@@ -376,4 +517,5 @@ _HANDLERS: dict[type[Event], Handler] = {
     NodeRegistered: _registered,  # type: ignore[dict-item]
     NodeLost: _lost,  # type: ignore[dict-item]
     NodeRecovered: _recovered,  # type: ignore[dict-item]
+    GpuPoolChanged: _pool_changed,  # type: ignore[dict-item]
 }

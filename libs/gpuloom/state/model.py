@@ -13,6 +13,7 @@ from typing import Literal
 
 from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
+from gpuloom.events.placement import ReplicaAssignment
 
 JobPhase = Literal[
     "submitted",
@@ -37,11 +38,31 @@ PENDING_PHASES: frozenset[str] = frozenset({"submitted", "admitted", "queued"})
 
 @dataclass
 class GpuState:
+    """One GPU: its pool and who holds what of it (job id -> (milli-GPU, memory MiB))."""
+
     index: int
     uuid: str
     model: str
     memory_mib: int
-    job_id: str | None = None
+    pool: str = "physical"
+    holders: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def milli_used(self) -> int:
+        return sum(milli for milli, _ in self.holders.values())
+
+    @property
+    def memory_used(self) -> int:
+        return sum(memory for _, memory in self.holders.values())
+
+    @property
+    def idle(self) -> bool:
+        return not self.holders
+
+    @property
+    def job_id(self) -> str | None:
+        """A holder of the GPU (the only one for a whole GPU), None when idle."""
+        return min(self.holders) if self.holders else None
 
 
 @dataclass
@@ -52,9 +73,21 @@ class NodeState:
     gpus: dict[int, GpuState]
     registered_at: datetime
     lost_at: datetime | None = None
+    #: Pools set by an admin (GpuPoolChanged), by GPU index; they outlive re-registration.
+    pool_overrides: dict[int, str] = field(default_factory=dict)
+    #: CPU and memory held by replicas hosted here (job id -> (cpu milli, memory MiB)).
+    hosted: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def free_gpu_indexes(self) -> list[int]:
-        return sorted(i for i, gpu in self.gpus.items() if gpu.job_id is None)
+        return sorted(i for i, gpu in self.gpus.items() if gpu.idle)
+
+    @property
+    def cpu_used(self) -> int:
+        return sum(cpu for cpu, _ in self.hosted.values())
+
+    @property
+    def memory_used(self) -> int:
+        return sum(memory for _, memory in self.hosted.values())
 
     def gpu_models(self) -> list[str]:
         return sorted({gpu.model for gpu in self.gpus.values()})
@@ -69,6 +102,8 @@ class Run:
     gpus: int
     started_at: datetime
     ended_at: datetime | None = None
+    #: Milli-GPU held by all replicas of the attempt (1000 per whole GPU): what is charged.
+    gpu_milli: int = 0
 
 
 @dataclass
@@ -86,6 +121,11 @@ class JobState:
     node: str | None = None
     gpu_indexes: tuple[int, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
+    #: Every replica of the current placement (slices on hosts and lenders).
+    replicas: tuple[ReplicaAssignment, ...] = ()
+    started_replicas: set[int] = field(default_factory=set)
+    #: Replica -> (outcome, exit code, reason) of the current attempt.
+    finished_replicas: dict[int, tuple[str, int | None, str | None]] = field(default_factory=dict)
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -99,6 +139,12 @@ class JobState:
     @property
     def is_final(self) -> bool:
         return self.phase in FINAL_PHASES
+
+    def nodes_held(self) -> set[str]:
+        """Every node the current placement holds something on (hosts and lenders)."""
+        held = {replica.host for replica in self.replicas}
+        held.update(piece.node for replica in self.replicas for piece in replica.slices)
+        return held
 
     def current_run(self) -> Run | None:
         if self.runs and self.runs[-1].attempt == self.attempt and self.runs[-1].ended_at is None:

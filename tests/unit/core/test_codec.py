@@ -11,6 +11,7 @@ from gpuloom.events import (
     ALL_EVENT_CLASSES,
     EVENT_TYPES,
     Event,
+    GpuPoolChanged,
     JobAdmitted,
     JobCancelled,
     JobCancelRequested,
@@ -73,6 +74,7 @@ EXAMPLES: dict[type[Event], Event] = {
     NodeRegistered: NodeRegistered(node="n1", spec=make_node_spec("n1", 2, labels={"rack": "a"})),
     NodeLost: NodeLost(node="n1", reason="no heartbeat for 12.0s"),
     NodeRecovered: NodeRecovered(node="n1"),
+    GpuPoolChanged: GpuPoolChanged(node="n1", index=0, pool="vgpu"),
 }
 
 

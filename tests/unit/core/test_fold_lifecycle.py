@@ -48,7 +48,9 @@ def test_a_job_lives_from_submission_to_charge() -> None:
     started = log.start("j1", "n1")
     apply(state, started)
     assert job.phase == "running" and job.started_at == started.envelope.at
-    assert job.runs == [Run(attempt=1, node="n1", gpus=2, started_at=started.envelope.at)]
+    assert job.runs == [
+        Run(attempt=1, node="n1", gpus=2, started_at=started.envelope.at, gpu_milli=2000)
+    ]
 
     finished = log.finish("j1", "n1", after=3600)
     apply(state, finished)

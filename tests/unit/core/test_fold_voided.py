@@ -95,12 +95,12 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "placing on an unknown node is voided",
         lambda log: log.place("queued", "nowhere", [0]),
-        "node nowhere is not ready",
+        "host nowhere is not ready",
     ),
     (
         "placing on a lost node is voided",
         lambda log: log.place("queued", "n3", [0]),
-        "node n3 is not ready",
+        "host n3 is not ready",
     ),
     (
         "placing on an unknown GPU index is voided",
@@ -110,7 +110,7 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "placing with an unknown GPU uuid is voided",
         lambda log: log.place("queued", "n1", [3], gpu_uuids=["GPU-bogus"]),
-        "no GPU 3 with uuid GPU-bogus",
+        "node n1 has no GPU 3 (GPU-bogus)",
     ),
     (
         "placing on a GPU model the job does not allow is voided",
@@ -120,12 +120,12 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "placing on more GPUs than the job asked for is voided",
         lambda log: log.place("queued", "n1", [2, 3]),
-        "needs 1 distinct GPUs",
+        "2 GPU slices, the job needs 1",
     ),
     (
         "placing on fewer uuids than indexes is voided",
         lambda log: log.place("queued", "n1", [3], gpu_uuids=[]),
-        "gpu_uuids and gpu_indexes differ in length",
+        "0 GPU slices, the job needs 1",
     ),
     (
         "placing a job with a cancel request is voided",
@@ -141,17 +141,17 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "starting a running job again is voided",
         lambda log: log.start("running", "n1"),
-        "job running is running, not placed",
+        "replica 0 of job running already started",
     ),
     (
         "starting an attempt that is not the current one is voided",
         lambda log: log.start("placed", "n1", attempt=2),
-        "attempt 2 on n1 is not job placed's current attempt 1 on n1",
+        "attempt 2 is not job placed's current attempt 1",
     ),
     (
         "starting on another node than the placement is voided",
         lambda log: log.start("placed", "n2"),
-        "attempt 1 on n2 is not job placed's current attempt",
+        "replica 0 of job placed is not hosted on n2",
     ),
     (
         "a second JobFinished is voided",
@@ -161,7 +161,7 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "finishing an attempt that is not the current one is voided",
         lambda log: log.finish("running", "n1", attempt=2),
-        "attempt 2 on n1 is not job running's current attempt",
+        "attempt 2 is not job running's current attempt",
     ),
     # --- admission and queue
     (

@@ -1,0 +1,275 @@
+"""The placement engine: one request, a policy, the nodes -> a placement or None.
+
+The engine owns the rules every policy shares (feasibility, pools, locality,
+gangs) and the total order of a decision: the highest integer score wins, ties
+go to the lowest node rank. A policy only scores a feasible node and picks the
+GPUs on the node it won.
+
+`NodeIndex` groups nodes by `NodeView.state_key`: nodes in the same state get
+the same score from a grouped policy, so the engine scores one node per group
+and takes the lowest rank of the best group. A cluster of thousands of nodes
+has far fewer distinct states, which is what makes a decision cheap both in
+the live service and in the trace simulator, and keeps it identical to scoring
+every node.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuloom.placement.resources import (
+    GpuView,
+    NodeView,
+    Placement,
+    ReplicaPlacement,
+    Request,
+    Slice,
+    fits_locally,
+    give_back,
+    give_back_host,
+    host_fits,
+    serving_gpus,
+    take,
+    take_host,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a decision may depend on besides the nodes: a seed and its position.
+
+    `seed` comes from the log (or the simulation's seed), `position` is the
+    decision's index in its cycle, so a seeded policy draws the same numbers when
+    the decision is replayed. `workload` is the typical-workload model of
+    fragmentation-aware policies (`gpuloom.placement.fragmentation.Workload`).
+    """
+
+    seed: int = 0
+    position: int = 0
+    workload: Any = None
+
+
+class Policy(Protocol):
+    name: str
+    version: int
+    #: True when `score` depends only on `node.state_key()` and the request, so equal
+    #: nodes may be scored once. A policy that looks at node names or ranks says False.
+    grouped: bool
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+    def score(self, node: NodeView, request: Request, context: Context) -> int:
+        """Integer score of a node that can host `request` (higher wins)."""
+        ...
+
+    def normalize(self, scores: list[int]) -> list[int]:
+        """Rescale the scores of all feasible nodes (identity for most policies)."""
+        ...
+
+    def pick(self, node: NodeView, request: Request, context: Context) -> list[GpuView]:
+        """The `request.gpus` GPUs of `node` that one replica takes (all serve it)."""
+        ...
+
+
+class NodeIndex:
+    """The nodes of one cycle or simulation, indexed for fast decisions.
+
+    For a grouped policy (score a function of the node's state and the request)
+    the index keeps, per request shape it has seen, a heap of the feasible
+    nodes by (score, rank). A decision pops stale entries and takes the top;
+    applying a decision re-scores only the nodes it changed, once per known
+    shape. The result is the same as scoring every node (tested), at a cost that
+    does not grow with the number of nodes. `groups()` returns one node per
+    distinct state, for callers that want to look at each state once.
+    """
+
+    def __init__(self, nodes: Iterable[NodeView], heap_shapes_limit: int = 512) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self._version: dict[str, int] = {}
+        self._heaps: dict[tuple[object, ...], _ShapeHeap] = {}
+        self._heap_shapes_limit = heap_shapes_limit
+        for node in nodes:
+            self.nodes[node.name] = node
+            self._version[node.name] = 0
+
+    def update(self, node: NodeView) -> None:
+        """Re-file `node` after its view changed."""
+        version = self._version[node.name] + 1
+        self._version[node.name] = version
+        for heap in self._heaps.values():
+            heap.offer(node, version)
+
+    def groups(self) -> list[NodeView]:
+        """The lowest-ranked node of every distinct state."""
+        leaders: dict[tuple[object, ...], NodeView] = {}
+        for node in self.nodes.values():
+            key = node.state_key()
+            if key not in leaders or node.rank < leaders[key].rank:
+                leaders[key] = node
+        return list(leaders.values())
+
+    def best_local(self, request: Request, policy: Policy, context: Context) -> NodeView | None:
+        """The node that hosts one replica entirely and scores best (ties: lowest rank)."""
+        if not policy.grouped:
+            hosts = [n for n in self.nodes.values() if fits_locally(request, n)]
+            return best_host(request, hosts, policy, context)
+        key = (id(policy), id(context.workload), request.shape())
+        heap = self._heaps.get(key)
+        if heap is None:
+            if len(self._heaps) >= self._heap_shapes_limit:
+                self._heaps.clear()
+            heap = _ShapeHeap(request, policy, context)
+            for node in self.nodes.values():
+                heap.offer(node, self._version[node.name])
+            self._heaps[key] = heap
+        return heap.top(self)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class _ShapeHeap:
+    """Feasible nodes for one request shape, best first; stale entries are skipped."""
+
+    def __init__(self, request: Request, policy: Policy, context: Context) -> None:
+        self.request = request
+        self.policy = policy
+        self.context = context
+        self.entries: list[tuple[int, int, int, str]] = []  # (-score, rank, version, name)
+
+    def offer(self, node: NodeView, version: int) -> None:
+        if fits_locally(self.request, node):
+            score = self.policy.score(node, self.request, self.context)
+            heapq.heappush(self.entries, (-score, node.rank, version, node.name))
+
+    def top(self, index: NodeIndex) -> NodeView | None:
+        entries = self.entries
+        while entries:
+            _, _, version, name = entries[0]
+            if index._version[name] == version:
+                return index.nodes[name]
+            heapq.heappop(entries)
+        return None
+
+
+def best_host(
+    request: Request, hosts: list[NodeView], policy: Policy, context: Context
+) -> NodeView | None:
+    """The host with the highest (normalised) score, ties to the lowest rank.
+
+    Normalisation is monotone, so it never changes the winner; it is applied so
+    that recorded scores are the policy's own.
+    """
+    if not hosts:
+        return None
+    scores = policy.normalize([policy.score(node, request, context) for node in hosts])
+    best = max(range(len(hosts)), key=lambda i: (scores[i], -hosts[i].rank))
+    return hosts[best]
+
+
+def place_replica(
+    request: Request, index: NodeIndex, policy: Policy, context: Context
+) -> ReplicaPlacement | None:
+    """Place one replica and apply it to the views; None when it cannot be placed."""
+    host = index.best_local(request, policy, context)
+    if host is not None:
+        slices = tuple(take(host, gpu, request) for gpu in policy.pick(host, request, context))
+        take_host(host, request)
+        index.update(host)
+        return ReplicaPlacement(host.name, slices, request.cpu_milli, request.memory_mib)
+    if request.locality == "local-only" or request.gpus == 0 or request.pool == "physical":
+        return None
+    return _place_with_remote(request, index, policy, context)
+
+
+def _place_with_remote(
+    request: Request, index: NodeIndex, policy: Policy, context: Context
+) -> ReplicaPlacement | None:
+    """Remote vGPU: a host with room for the replica, slices from as few nodes as possible.
+
+    Only vGPU slices travel; a host may use its own GPUs (any pool) and borrow the
+    rest from nodes that lend remote vGPU, those with the most serving GPUs first,
+    which needs the fewest of them. Among hosts for which that adds up, the one
+    with the most local slices wins, then the policy's score (when it has local
+    slices to score), then rank.
+    """
+    everyone = sorted(index.nodes.values(), key=lambda n: n.rank)
+    lendable = {
+        n.name: sorted(
+            (g for g in serving_gpus(request, n) if g.pool == "vgpu"),
+            key=lambda g: (g.milli_free, g.index),
+        )
+        for n in everyone
+        if n.lends_remote_vgpu
+    }
+    total_lendable = sum(len(gpus) for gpus in lendable.values())
+    viable: list[tuple[NodeView, list[GpuView]]] = []
+    for node in everyone:
+        if not host_fits(request, node):
+            continue
+        local = serving_gpus(request, node)[: request.gpus]
+        borrowable = total_lendable - len(lendable.get(node.name, []))
+        if len(local) + borrowable >= request.gpus:
+            viable.append((node, local))
+    if not viable:
+        return None
+    most_local = max(len(local) for _, local in viable)
+    finalists = [node for node, local in viable if len(local) == most_local]
+    host = best_host(request, finalists, policy, context) if most_local else finalists[0]
+    assert host is not None
+    local = serving_gpus(request, host)[: request.gpus]
+    needed = request.gpus - len(local)
+    lenders = sorted(
+        (index.nodes[name] for name in lendable if name != host.name),
+        key=lambda n: (-len(lendable[n.name]), n.rank),
+    )
+    remote: list[tuple[NodeView, GpuView]] = []
+    for lender in lenders:
+        for gpu in lendable[lender.name]:
+            if needed == 0:
+                break
+            remote.append((lender, gpu))
+            needed -= 1
+    if needed:
+        return None
+    slices = [take(host, gpu, request) for gpu in local]
+    slices += [take(lender, gpu, request) for lender, gpu in remote]
+    take_host(host, request)
+    for node in {host.name: host, **{n.name: n for n, _ in remote}}.values():
+        index.update(node)
+    return ReplicaPlacement(host.name, tuple(slices), request.cpu_milli, request.memory_mib)
+
+
+def release(index: NodeIndex, replica: ReplicaPlacement) -> None:
+    """Give back what `replica` took (undoes `place_replica` exactly)."""
+    touched: dict[str, NodeView] = {}
+    for piece in replica.slices:
+        node = index.nodes[piece.node]
+        give_back(node, piece.index, piece.milli, piece.memory_mib)
+        touched[node.name] = node
+    host = index.nodes[replica.host]
+    give_back_host(host, replica.cpu_milli, replica.memory_mib)
+    touched[host.name] = host
+    for node in touched.values():
+        index.update(node)
+
+
+def place(request: Request, index: NodeIndex, policy: Policy, context: Context) -> Placement | None:
+    """Place all replicas of `request` (a gang: all or none) and apply them to `index`."""
+    replicas: list[ReplicaPlacement] = []
+    for _ in range(request.replicas):
+        replica = place_replica(request, index, policy, context)
+        if replica is None:
+            for placed in reversed(replicas):
+                release(index, placed)
+            return None
+        replicas.append(replica)
+    return Placement(tuple(replicas))
+
+
+def slices_of(placement: Placement) -> list[Slice]:
+    return [s for replica in placement.replicas for s in replica.slices]

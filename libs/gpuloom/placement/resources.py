@@ -1,0 +1,277 @@
+"""The resource model placement works on: GPUs in two pools, per-replica requests, slices.
+
+Every GPU is in the `physical` pool (allocated whole, exclusively) or the `vgpu`
+pool (1000 milli-GPU of compute and its memory, sliced among jobs). Both are
+described the same way here: a GPU has `milli_free` (0..1000) and
+`memory_free_mib`; a whole GPU is taken by setting both to 0, a slice takes
+its share. A physical GPU only ever serves whole-GPU requests.
+
+These are the views a policy scores. They are plain mutable objects because a
+placement cycle (or a simulation) applies each choice to them before the next
+decision; `NodeView.state_key` is what lets the engine score one node per group
+of identical nodes (see `gpuloom.placement.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Pool = Literal["physical", "vgpu"]
+PoolChoice = Literal["physical", "vgpu", "any"]
+Locality = Literal["local-only", "local-first", "any"]
+
+WHOLE = 1000  # milli-GPU in one GPU
+
+
+@dataclass(slots=True)
+class GpuView:
+    index: int
+    uuid: str
+    model: str
+    pool: Pool
+    memory_mib: int
+    milli_free: int = WHOLE
+    memory_free_mib: int = -1  # -1: all of memory_mib (set in __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.memory_free_mib < 0:
+            self.memory_free_mib = self.memory_mib
+
+    @property
+    def idle(self) -> bool:
+        return self.milli_free == WHOLE and self.memory_free_mib == self.memory_mib
+
+
+@dataclass(slots=True)
+class NodeView:
+    """A ready node as placement sees it: what is free on it now.
+
+    `rank` is the tie-break: among equal scores the lowest rank wins. The live
+    service ranks nodes by name; the trace simulator by a seeded permutation,
+    as the published protocol does. `cpu_free_milli`/`memory_free_mib` of None
+    mean the node does not declare them, so they do not constrain.
+    """
+
+    name: str
+    rank: int
+    gpus: list[GpuView] = field(default_factory=list)
+    cpu_free_milli: int | None = None
+    memory_free_mib: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    lends_remote_vgpu: bool = False
+    #: Memo of `fragmentation.node_state`; every change goes through `take`,
+    #: `take_host` or `give_back`, which clear it.
+    cached_state: tuple[object, ...] | None = field(default=None, compare=False)
+    #: Memo of the GPUs' free memory (by index), cleared with `cached_state`.
+    cached_memory: tuple[int, ...] | None = field(default=None, compare=False)
+
+    def state_key(self) -> tuple[object, ...]:
+        """Everything a policy's node score may depend on, GPU order aside.
+
+        Two nodes with equal keys get equal scores from every grouped policy, so
+        the engine scores one of them and gives ties to the lowest rank.
+        """
+        return (
+            self.cpu_free_milli,
+            self.memory_free_mib,
+            tuple(
+                sorted(
+                    (g.model, g.pool, g.milli_free, g.memory_free_mib, g.memory_mib)
+                    for g in self.gpus
+                )
+            ),
+            tuple(sorted(self.labels.items())),
+            self.lends_remote_vgpu,
+        )
+
+    @property
+    def gpu_milli_free(self) -> int:
+        return sum(g.milli_free for g in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one replica of a job needs; `replicas` copies are placed as a gang.
+
+    `gpus` GPUs, each giving `gpu_milli` (1000: the whole GPU) and
+    `gpu_memory_mib` (None: the same share of that GPU's memory).
+    """
+
+    gpus: int = 0
+    gpu_milli: int = WHOLE
+    gpu_memory_mib: int | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: tuple[str, ...] = ()
+    pool: PoolChoice = "any"
+    locality: Locality = "local-only"
+    node_selector: tuple[tuple[str, str], ...] = ()
+    replicas: int = 1
+
+    @property
+    def fractional(self) -> bool:
+        return 0 < self.gpu_milli < WHOLE
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """Milli-GPU one replica takes."""
+        return self.gpus * self.gpu_milli
+
+    def memory_for(self, gpu: GpuView) -> int:
+        """MiB of `gpu`'s memory one slice takes."""
+        if not self.fractional:
+            return gpu.memory_mib  # a whole GPU comes with all its memory
+        if self.gpu_memory_mib is not None:
+            return self.gpu_memory_mib
+        return -(-gpu.memory_mib * self.gpu_milli // WHOLE)  # ceiling share
+
+    def shape(self) -> tuple[object, ...]:
+        """What a per-request cache may key on (everything that affects a decision)."""
+        return (
+            self.gpus,
+            self.gpu_milli,
+            self.gpu_memory_mib,
+            self.cpu_milli,
+            self.memory_mib,
+            self.models,
+            self.pool,
+            self.locality,
+            self.node_selector,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """`milli` and `memory_mib` of one GPU of `node`, given to a replica."""
+
+    node: str
+    index: int
+    uuid: str
+    milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Where one replica runs (`host`) and the GPU slices it holds (local or remote)."""
+
+    host: str
+    slices: tuple[Slice, ...]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def remote(self) -> tuple[Slice, ...]:
+        return tuple(s for s in self.slices if s.node != self.host)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    replicas: tuple[ReplicaPlacement, ...]
+
+
+# --- the rules every policy shares --------------------------------------------------------
+
+
+def gpu_serves(request: Request, gpu: GpuView) -> bool:
+    """Could `gpu` give one slice of `request` now (model, pool, free share and memory)?"""
+    if request.models and gpu.model not in request.models:
+        return False
+    if request.fractional:
+        if gpu.pool != "vgpu" or request.pool == "physical":
+            return False
+        return gpu.milli_free >= request.gpu_milli and gpu.memory_free_mib >= request.memory_for(
+            gpu
+        )
+    if request.pool != "any" and gpu.pool != request.pool:
+        return False
+    if request.gpu_memory_mib is not None and request.gpu_memory_mib > gpu.memory_mib:
+        return False
+    return gpu.idle
+
+
+def host_fits(request: Request, node: NodeView) -> bool:
+    """CPU, memory and node selector: what a replica's host must have, GPUs aside."""
+    if node.cpu_free_milli is not None and node.cpu_free_milli < request.cpu_milli:
+        return False
+    if node.memory_free_mib is not None and node.memory_free_mib < request.memory_mib:
+        return False
+    return all(node.labels.get(key) == value for key, value in request.node_selector)
+
+
+def serving_gpus(request: Request, node: NodeView) -> list[GpuView]:
+    return [g for g in node.gpus if gpu_serves(request, g)]
+
+
+def fits_locally(request: Request, node: NodeView) -> bool:
+    """Can `node` host one replica with all its GPU slices on itself?"""
+    if not host_fits(request, node):
+        return False
+    if request.gpus == 0:
+        return True
+    count = 0
+    for gpu in node.gpus:
+        if gpu_serves(request, gpu):
+            count += 1
+            if count >= request.gpus:
+                return True
+    return False
+
+
+def best_fit_gpus(request: Request, node: NodeView) -> list[GpuView]:
+    """The default GPU choice: fractions on the fullest GPUs that still fit (lowest index
+    on ties); whole GPUs the lowest-indexed idle ones."""
+    gpus = serving_gpus(request, node)
+    if request.fractional:
+        gpus.sort(key=lambda g: (g.milli_free, g.index))
+    else:
+        gpus.sort(key=lambda g: g.index)
+    return gpus[: request.gpus]
+
+
+def take(node: NodeView, gpu: GpuView, request: Request) -> Slice:
+    """Give one slice of `gpu` to `request` (mutates the view)."""
+    memory = request.memory_for(gpu)
+    node.cached_state = None
+    node.cached_memory = None
+    gpu.milli_free -= request.gpu_milli
+    gpu.memory_free_mib -= memory
+    return Slice(node.name, gpu.index, gpu.uuid, request.gpu_milli, memory)
+
+
+def take_host(node: NodeView, request: Request) -> None:
+    node.cached_state = None
+    node.cached_memory = None
+    if node.cpu_free_milli is not None:
+        node.cpu_free_milli -= request.cpu_milli
+    if node.memory_free_mib is not None:
+        node.memory_free_mib -= request.memory_mib
+
+
+def give_back(node: NodeView, index: int, milli: int, memory_mib: int) -> None:
+    """Return a slice of GPU `index` to `node` (the inverse of `take`)."""
+    node.cached_state = None
+    node.cached_memory = None
+    gpu = next(g for g in node.gpus if g.index == index)
+    gpu.milli_free += milli
+    gpu.memory_free_mib += memory_mib
+
+
+def give_back_host(node: NodeView, cpu_milli: int, memory_mib: int) -> None:
+    node.cached_state = None
+    node.cached_memory = None
+    if node.cpu_free_milli is not None:
+        node.cpu_free_milli += cpu_milli
+    if node.memory_free_mib is not None:
+        node.memory_free_mib += memory_mib
+
+
+def memory_signature(node: NodeView) -> tuple[int, ...]:
+    """Free memory of each GPU, by index (memoised until the node changes)."""
+    cached = node.cached_memory
+    if cached is None:
+        cached = tuple(g.memory_free_mib for g in node.gpus)
+        node.cached_memory = cached
+    return cached
