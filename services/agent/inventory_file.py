@@ -7,9 +7,11 @@ nodes:
     cpu_milli: 64000          # optional
     memory_mib: 524288        # optional
     labels: {zone: a}         # optional
+    lends_remote_vgpu: false  # optional: serve vGPU slices to replicas on other nodes
   - name: node-b
     gpus:                     # or an explicit list
-      - {index: 0, model: H100-80GB, memory_mib: 81920, uuid: GPU-...}   # uuid optional
+      - {index: 0, model: H100-80GB, memory_mib: 81920, uuid: GPU-..., pool: vgpu}
+        # uuid optional; pool: physical (default, whole GPUs) or vgpu (sliced)
 ```
 
 `load_inventory` returns one `ServedNode` per entry, in file order, each with a
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -63,6 +65,7 @@ class GpuGroup(_Model):
     model: str = Field(min_length=1)
     count: int = Field(ge=1, le=1024)
     memory_mib: int = Field(ge=0)
+    pool: Literal["physical", "vgpu"] = "physical"
 
 
 class GpuEntry(_Model):
@@ -72,6 +75,7 @@ class GpuEntry(_Model):
     model: str = Field(min_length=1)
     memory_mib: int = Field(ge=0)
     uuid: str | None = Field(default=None, min_length=1)
+    pool: Literal["physical", "vgpu"] = "physical"
 
 
 def _gpus_form(value: Any) -> str | None:
@@ -100,6 +104,7 @@ class NodeEntry(_Model):
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    lends_remote_vgpu: bool = False
 
     @field_validator("name")
     @classmethod
@@ -117,6 +122,7 @@ class NodeEntry(_Model):
                     uuid=simulated_uuid(self.name, i),
                     model=group.model,
                     memory_mib=group.memory_mib,
+                    pool=group.pool,
                 )
                 for i in range(group.count)
             ]
@@ -126,6 +132,7 @@ class NodeEntry(_Model):
                 uuid=gpu.uuid or simulated_uuid(self.name, gpu.index),
                 model=gpu.model,
                 memory_mib=gpu.memory_mib,
+                pool=gpu.pool,
             )
             for gpu in sorted(self.gpus, key=lambda g: g.index)
         ]
@@ -201,6 +208,7 @@ def parse_inventory(text: str) -> list[ServedNode]:
                 memory_mib=node.memory_mib,
                 labels=dict(node.labels),
                 simulated=True,
+                lends_remote_vgpu=node.lends_remote_vgpu,
             ),
         )
         for node in doc.nodes

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpuloom.events import JobSpec
+from gpuloom.events import JobSpec, SliceRef
 
 #: Variables passed from the agent's own environment, when set; nothing else leaks.
 INHERITED = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -29,12 +29,14 @@ def job_environment(
     node: str,
     gpu_indexes: Sequence[int],
     gpu_uuids: Sequence[str],
+    slices: Sequence[SliceRef] = (),
 ) -> dict[str, str]:
     """`base`, then the job's own `spec.env`, then the variables gpuloom controls.
 
     The user cannot override the `GPULOOM_*` variables nor the GPU selection:
     `CUDA_VISIBLE_DEVICES` lists the assigned GPU indexes (empty for no GPU), in
-    the PCI bus order that nvidia-smi and NVML number them by.
+    the PCI bus order that nvidia-smi and NVML number them by. For vGPU slices
+    see `sharing_environment`.
     """
     env = dict(base)
     env.update(spec.env)
@@ -48,6 +50,36 @@ def job_environment(
             "GPULOOM_GPU_UUIDS": ",".join(gpu_uuids),
         }
     )
+    env.update(sharing_environment(node, slices))
+    return env
+
+
+def sharing_environment(node: str, slices: Sequence[SliceRef]) -> dict[str, str]:
+    """The variables of a job that holds fractions of GPUs or remote vGPU (docs/placement.md).
+
+    Local fractions run under CUDA MPS: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` caps
+    the compute share, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` the memory of each
+    visible device (by its ordinal in `CUDA_VISIBLE_DEVICES`). Remote slices are
+    listed in `GPULOOM_REMOTE_GPUS` (`node/gpu-uuid:milli:memory_mib`) for a
+    remote-GPU runtime to attach.
+    """
+    local = [s for s in slices if s.node == node]
+    remote = [s for s in slices if s.node != node]
+    env: dict[str, str] = {}
+    fractions = [s for s in slices if s.milli < 1000]
+    if fractions:
+        milli = fractions[0].milli
+        env["GPULOOM_GPU_MILLI"] = str(milli)
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, milli // 10))
+        if local:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+                f"{ordinal}={s.memory_mib}M" for ordinal, s in enumerate(local)
+            )
+            env["GPULOOM_GPU_MEMORY_MIB"] = str(local[0].memory_mib)
+    if remote:
+        env["GPULOOM_REMOTE_GPUS"] = ",".join(
+            f"{s.node}/{s.uuid}:{s.milli}:{s.memory_mib}" for s in remote
+        )
     return env
 
 

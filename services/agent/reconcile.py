@@ -31,7 +31,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from gpuloom.decide import Decision
-from gpuloom.events import JobFinished, JobSpec, JobStarted, Outcome
+from gpuloom.events import JobFinished, JobSpec, JobStarted, Outcome, SliceRef
 from gpuloom.state import ON_NODE_PHASES, ClusterState, JobState
 
 JobKey = tuple[str, int]
@@ -72,6 +72,8 @@ class Ensure:
     gpu_uuids: tuple[str, ...]
     #: When the log says this attempt started (JobStarted), to re-arm its time limit.
     started_at: datetime | None
+    #: Every GPU slice of the replica (local and remote), for the sharing variables.
+    slices: tuple[SliceRef, ...] = ()
 
     @property
     def key(self) -> JobKey:
@@ -170,6 +172,7 @@ def _ensure(job: JobState, node: str) -> Ensure:
         gpu_indexes=job.gpu_indexes,
         gpu_uuids=job.gpu_uuids,
         started_at=run_started_at(job),
+        slices=tuple(job.replicas[0].slices) if job.replicas else (),
     )
 
 

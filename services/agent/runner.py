@@ -164,6 +164,7 @@ class Runner:
             node=action.node,
             gpu_indexes=action.gpu_indexes,
             gpu_uuids=action.gpu_uuids,
+            slices=action.slices,
         )
         problem = command_problem(action.spec.command[0], env.get("PATH"), run.path)
         if problem is not None:

@@ -36,6 +36,16 @@ class Gateway:
                 self.last_written_seq, self.settings.read_your_writes_timeout_s
             )
 
+    async def voided_reason(self, seq: int) -> str | None:
+        """Why the log voided the event at `seq` (once the projection folded it), or None."""
+        if self.projector is None:
+            return None
+        await self.projector.wait_for(seq, self.settings.read_your_writes_timeout_s)
+        for voided in self.projector.state.recent_voided:
+            if voided.seq == seq:
+                return voided.reason
+        return None
+
 
 def unavailable(detail: str) -> HTTPException:
     return HTTPException(status_code=503, detail=detail, headers={"Retry-After": "2"})

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel
 from sqlalchemy import func, select
 
-from gpuloom.events import json_schemas
+from gpuloom.events import GpuPoolChanged, json_schemas
 from gpuloom.store.models import NodeRow, UsageChargeRow
 from services.gateway.deps import GatewayDep, SessionDep
-from services.gateway.schemas import AccountUsage, Health, Node, NodeList, Usage, UserUsage
+from services.gateway.publish import publish
+from services.gateway.schemas import (
+    AccountUsage,
+    Health,
+    Node,
+    NodeList,
+    PoolChangeAccepted,
+    Problem,
+    Usage,
+    UserUsage,
+)
 
 router = APIRouter()
 
@@ -20,6 +31,47 @@ async def list_nodes(gateway: GatewayDep, session: SessionDep) -> NodeList:
     await gateway.catch_up()
     rows = await session.scalars(select(NodeRow).order_by(NodeRow.name))
     return NodeList(nodes=[Node.model_validate(row, from_attributes=True) for row in rows])
+
+
+class PoolChange(BaseModel):
+    pool: Literal["physical", "vgpu"]
+
+
+@router.post(
+    "/v1/nodes/{node}/gpus/{gpu}/pool",
+    status_code=202,
+    response_model=PoolChangeAccepted,
+    tags=["nodes"],
+    responses={404: {"model": Problem}, 409: {"model": Problem}},
+)
+async def change_pool(
+    node: str, gpu: int, change: PoolChange, gateway: GatewayDep, session: SessionDep
+) -> PoolChangeAccepted:
+    """Move an idle GPU to the physical or the vGPU pool (event GpuPoolChanged).
+
+    A GPU with work on it is refused with 409; so is a change that the log voids
+    because work landed on the GPU in between (the answer says so).
+    """
+    await gateway.catch_up()
+    row = await session.get(NodeRow, node)
+    if row is None:
+        raise HTTPException(status_code=404, detail=f"node {node} not found")
+    found = next((g for g in row.gpus if g["index"] == gpu), None)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"node {node} has no GPU {gpu}")
+    if found.get("allocated"):
+        holders = ", ".join(h["job_id"] for h in found.get("holders", [])) or found.get("job_id")
+        raise HTTPException(
+            status_code=409,
+            detail=f"GPU {node}/{gpu} is in use by {holders}: it cannot change pool",
+        )
+    if found.get("pool") == change.pool:
+        return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=None)
+    recorded = await publish(gateway, GpuPoolChanged(node=node, index=gpu, pool=change.pool))
+    voided = await gateway.voided_reason(recorded.seq)
+    if voided is not None:
+        raise HTTPException(status_code=409, detail=voided)
+    return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=recorded.seq)
 
 
 @router.get("/v1/usage", response_model=Usage, tags=["usage"])

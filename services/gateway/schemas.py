@@ -39,6 +39,10 @@ class Job(BaseModel):
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    #: The resource request beyond whole GPUs (fraction, CPU, memory, pool, locality...).
+    request: dict[str, Any] | None = None
+    #: The current placement: each replica's host and GPU slices (local and remote).
+    placement: list[dict[str, Any]] | None = None
 
 
 class JobList(BaseModel):
@@ -71,13 +75,24 @@ class JobLogs(BaseModel):
     stderr: str
 
 
+class GpuHolder(BaseModel):
+    job_id: str
+    milli: int
+    memory_mib: int
+
+
 class Gpu(BaseModel):
     index: int
     uuid: str
     model: str
     memory_mib: int
+    pool: str = "physical"
     allocated: bool
+    #: A holder (the only one of a whole GPU); all of them are in `holders`.
     job_id: str | None
+    milli_allocated: int = 0
+    memory_allocated_mib: int = 0
+    holders: list[GpuHolder] = []
 
 
 class Node(BaseModel):
@@ -88,6 +103,9 @@ class Node(BaseModel):
     cpu_milli: int
     memory_mib: int
     gpus: list[Gpu]
+    lends_remote_vgpu: bool = False
+    #: `enforced` (the agent stops a job over its GPU memory slice) or `advisory`.
+    isolation: str = "advisory"
 
 
 class NodeList(BaseModel):
@@ -120,3 +138,11 @@ class Health(BaseModel):
 
 class Problem(BaseModel):
     detail: str
+
+
+class PoolChangeAccepted(BaseModel):
+    node: str
+    gpu: int
+    pool: str
+    #: Stream sequence of the GpuPoolChanged event; None when the GPU already was there.
+    seq: int | None

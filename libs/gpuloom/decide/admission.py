@@ -4,30 +4,90 @@ from __future__ import annotations
 
 from gpuloom.decide import Decision
 from gpuloom.events import JobAdmitted, JobRejected, JobSpec
-from gpuloom.state import ClusterState
+from gpuloom.placement.cycle import request_of
+from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.policies import BestFit
+from gpuloom.placement.resources import GpuView, NodeView, host_fits
+from gpuloom.state import ClusterState, NodeState
 
 
 def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
-    """Why no registered node (ready or lost: lost nodes may come back) could ever run `spec`."""
+    """Why no registered node (ready or lost: lost nodes may come back) could ever run `spec`.
+
+    "Ever" means on an idle cluster: the job is placed, with the shared placement
+    rules, on views of every registered node with nothing allocated. The reason
+    names the first rule nobody can satisfy.
+    """
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return "no node is registered"
+    if spec.replicas > 1:
+        return (
+            f"gangs ({spec.replicas} replicas) cannot run yet: node agents run one replica per job"
+        )
     if spec.gpus == 0:
-        return None
-    known_models = sorted({gpu.model for node in nodes for gpu in node.gpus.values()})
+        idle = _idle_views(nodes)
+        if any(host_fits(request_of(spec), view) for view in idle):
+            return None
+        return "no node has the CPU, memory and labels the job asks for"
+    gpus = [gpu for node in nodes for gpu in node.gpus.values()]
+    models = sorted({gpu.model for gpu in gpus})
     wanted = spec.gpu_model
-    if wanted and not set(wanted) & set(known_models):
+    if wanted and not set(wanted) & set(models):
         return (
             f"no node has GPU model {' or '.join(wanted)} "
-            f"(models in the cluster: {', '.join(known_models) or 'none'})"
+            f"(models in the cluster: {', '.join(models) or 'none'})"
         )
+    pool = "vgpu" if spec.gpu_milli is not None else spec.pool
+    if pool != "any" and not any(gpu.pool == pool for gpu in gpus):
+        return f"no GPU is in the {pool} pool"
+    views = _idle_views(nodes)
+    if place(request_of(spec), NodeIndex(views), BestFit(), Context()) is not None:
+        return None
+    what = f"{' or '.join(wanted)} GPUs" if wanted else "GPUs"
+    if spec.gpu_milli is not None:
+        what = f"slices of {spec.gpu_milli} milli-GPU on distinct {what}"
     largest = max(
         sum(1 for gpu in node.gpus.values() if not wanted or gpu.model in wanted) for node in nodes
     )
-    if spec.gpus > largest:
-        what = f"{' or '.join(wanted)} GPUs" if wanted else "GPUs"
-        return f"job needs {spec.gpus} {what} but the largest node has {largest}"
-    return None
+    extras = []
+    if spec.pool != "any":
+        extras.append(f"from the {spec.pool} pool")
+    if spec.locality != "local-only":
+        extras.append(spec.locality)
+    needs = f"job needs {spec.gpus} {what}" + (f" ({', '.join(extras)})" if extras else "")
+    if largest < spec.gpus:
+        remote = "" if spec.locality == "local-only" else " and remote vGPU cannot make up the rest"
+        return f"{needs} but the largest node has {largest}{remote}"
+    return f"{needs} but no node has them with the CPU, memory and labels the job asks for"
+
+
+def _idle_views(nodes: list[NodeState]) -> list[NodeView]:
+    """Every registered node as if nothing ran on it."""
+    views = []
+    for rank, node in enumerate(nodes):
+        spec = node.spec
+        views.append(
+            NodeView(
+                name=node.name,
+                rank=rank,
+                gpus=[
+                    GpuView(
+                        g.index,
+                        g.uuid,
+                        g.model,
+                        "vgpu" if g.pool == "vgpu" else "physical",
+                        g.memory_mib,
+                    )
+                    for _, g in sorted(node.gpus.items())
+                ],
+                cpu_free_milli=spec.cpu_milli or None,
+                memory_free_mib=spec.memory_mib or None,
+                labels=dict(spec.labels),
+                lends_remote_vgpu=spec.lends_remote_vgpu,
+            )
+        )
+    return views
 
 
 def decide_admission(state: ClusterState) -> list[Decision]:

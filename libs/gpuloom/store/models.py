@@ -81,6 +81,10 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_seq: Mapped[int] = mapped_column(BigInteger)
+    #: The resource request (fraction, CPU, memory, pool, locality, selector, replicas).
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: The current placement: every replica with its slices.
+    placement: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 class NodeRow(Base):
@@ -95,6 +99,8 @@ class NodeRow(Base):
     #: [{"index", "uuid", "model", "memory_mib", "allocated", "job_id"}] by index.
     gpus: Mapped[list[Any]] = mapped_column(JSON)
     last_seq: Mapped[int] = mapped_column(BigInteger)
+    lends_remote_vgpu: Mapped[bool] = mapped_column(Boolean, default=False)
+    isolation: Mapped[str] = mapped_column(String(20), default="advisory")
 
 
 class UsageChargeRow(Base):

@@ -32,6 +32,17 @@ def job_row(job: JobState) -> dict[str, Any]:
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "last_seq": job.last_seq,
+        "request": {
+            "gpu_milli": spec.gpu_milli,
+            "gpu_memory_mib": spec.gpu_memory_mib,
+            "cpu_milli": spec.cpu_milli,
+            "memory_mib": spec.memory_mib,
+            "pool": spec.pool,
+            "locality": spec.locality,
+            "node_selector": dict(sorted(spec.node_selector.items())),
+            "replicas": spec.replicas,
+        },
+        "placement": [replica.model_dump(mode="json") for replica in job.replicas],
     }
 
 
@@ -49,10 +60,19 @@ def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
                 "uuid": gpu.uuid,
                 "model": gpu.model,
                 "memory_mib": gpu.memory_mib,
-                "allocated": gpu.job_id is not None,
+                "pool": gpu.pool,
+                "allocated": not gpu.idle,
                 "job_id": gpu.job_id,
+                "milli_allocated": gpu.milli_used,
+                "memory_allocated_mib": gpu.memory_used,
+                "holders": [
+                    {"job_id": job_id, "milli": milli, "memory_mib": memory}
+                    for job_id, (milli, memory) in sorted(gpu.holders.items())
+                ],
             }
             for _, gpu in sorted(node.gpus.items())
         ],
         "last_seq": state.seq,
+        "lends_remote_vgpu": node.spec.lends_remote_vgpu,
+        "isolation": node.spec.isolation,
     }
