@@ -48,7 +48,12 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     if spec.gpu_milli is not None:
         what = f"slices of {spec.gpu_milli} milli-GPU on distinct {what}"
     largest = max(
-        sum(1 for gpu in node.gpus.values() if not wanted or gpu.model in wanted) for node in nodes
+        sum(
+            1
+            for gpu in node.gpus.values()
+            if (not wanted or gpu.model in wanted) and (pool == "any" or gpu.pool == pool)
+        )
+        for node in nodes
     )
     extras = []
     if spec.pool != "any":

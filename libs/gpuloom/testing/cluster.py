@@ -38,6 +38,9 @@ class SimNode:
     model: str
     count: int
     memory_mib: int = 81920
+    pool: str = "physical"
+    lends_remote_vgpu: bool = False
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 DEFAULT_NODES = (SimNode("node-a", "A100-80GB", 4), SimNode("node-b", "H100-80GB", 2))
@@ -48,7 +51,14 @@ def write_inventory(path: Path, nodes: Sequence[SimNode]) -> Path:
         "nodes": [
             {
                 "name": n.name,
-                "gpus": {"model": n.model, "count": n.count, "memory_mib": n.memory_mib},
+                "gpus": {
+                    "model": n.model,
+                    "count": n.count,
+                    "memory_mib": n.memory_mib,
+                    "pool": n.pool,
+                },
+                "lends_remote_vgpu": n.lends_remote_vgpu,
+                "labels": dict(n.labels),
             }
             for n in nodes
         ]
@@ -125,6 +135,20 @@ class Cluster:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"fewer than {count} nodes ready after {timeout}s")
+
+    def wait_state(self, job_ids: Iterable[str], state: str, timeout: float = 60) -> None:
+        """Wait until every job is in `state` (fails fast if one ends instead)."""
+        pending = list(job_ids)
+        deadline = time.monotonic() + timeout
+        while pending:
+            job = self.job(pending[0])
+            if job["state"] == state:
+                pending.pop(0)
+                continue
+            assert job["state"] not in FINAL_PHASES, f"{job['id']} ended {job['state']}: {job}"
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{job['id']} is {job['state']}, not {state}")
+            time.sleep(0.2)
 
     def wait_final(self, job_ids: Iterable[str], timeout: float = 120) -> dict[str, dict[str, Any]]:
         """Wait until every job is in a final state; return their views."""

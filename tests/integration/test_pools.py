@@ -1,0 +1,170 @@
+"""Pools, fractions, models, locality and node selectors with the real services.
+
+Three simulated nodes: node-a with 4 physical A100s, node-b with 2 H100s in the
+vGPU pool that it lends as remote vGPU, node-c with 2 A100s in the vGPU pool
+(zone b, not lending). Every job prints the variables gpuloom sets, so the test
+checks the placement from the log, the projection and the job's own environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuloom.testing.cluster import Cluster, SimNode
+from gpuloom.testing.servers import nats_jetstream
+
+NODES = {
+    "agent-a": [SimNode("node-a", "A100-80GB", 4)],
+    "agent-b": [SimNode("node-b", "H100-80GB", 2, pool="vgpu", lends_remote_vgpu=True)],
+    "agent-c": [SimNode("node-c", "A100-80GB", 2, pool="vgpu", labels=(("zone", "b"),))],
+}
+SHOW_ENV = ["sh", "-c", "sleep 1; env | grep -E '^(CUDA|GPULOOM)' | sort"]
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base: Path = tmp_path_factory.mktemp("pools")
+    with nats_jetstream(base / "nats") as url:
+        cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", NODES)
+        try:
+            cluster.start()
+            cluster.wait_nodes_ready(3)
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def job_env(cluster: Cluster, job_id: str) -> dict[str, str]:
+    stdout = cluster.http.get(f"/v1/jobs/{job_id}/logs").json()["stdout"]
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
+def test_each_kind_of_request_lands_where_the_rules_allow(pools: Cluster) -> None:
+    jobs = {
+        "whole": pools.submit(gpus=1, pool="physical", command=SHOW_ENV),
+        "fraction": pools.submit(gpus=1, gpu_milli=250, gpu_model=["A100-80GB"], command=SHOW_ENV),
+        "h100-half": pools.submit(gpus=1, gpu_milli=500, gpu_model=["H100-80GB"], command=SHOW_ENV),
+        "selected": pools.submit(
+            gpus=1,
+            gpu_milli=300,
+            gpu_memory_mib=1024,
+            node_selector={"zone": "b"},
+            command=SHOW_ENV,
+        ),
+        "remote": pools.submit(
+            gpus=3,
+            gpu_milli=200,
+            gpu_model=["A100-80GB", "H100-80GB"],
+            locality="local-first",
+            command=SHOW_ENV,
+        ),
+        "cpu-only": pools.submit(gpus=0, command=SHOW_ENV),
+    }
+    done = pools.wait_final(jobs.values(), timeout=60)
+    assert {name: done[j]["state"] for name, j in jobs.items()} == dict.fromkeys(jobs, "succeeded")
+
+    whole = job_env(pools, jobs["whole"])
+    assert done[jobs["whole"]]["node"] == "node-a"
+    assert len(whole["CUDA_VISIBLE_DEVICES"].split(",")) == 1
+    assert "GPULOOM_GPU_MILLI" not in whole
+
+    fraction = job_env(pools, jobs["fraction"])
+    assert done[jobs["fraction"]]["node"] == "node-c"  # the only A100s in the vGPU pool
+    assert fraction["GPULOOM_GPU_MILLI"] == "250"
+    assert fraction["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert fraction["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"  # 25% of 80 GiB
+
+    assert done[jobs["h100-half"]]["node"] == "node-b"
+    selected = job_env(pools, jobs["selected"])
+    assert done[jobs["selected"]]["node"] == "node-c"
+    assert selected["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=1024M"
+
+    # 3 slices: no node has 3 vGPUs; node-c hosts with its 2, node-b lends the third
+    remote = job_env(pools, jobs["remote"])
+    placement = done[jobs["remote"]]["placement"]
+    assert done[jobs["remote"]]["node"] == "node-c" and len(placement) == 1
+    assert sorted(s["node"] for s in placement[0]["slices"]) == ["node-b", "node-c", "node-c"]
+    [lent] = [s for s in placement[0]["slices"] if s["node"] == "node-b"]
+    assert remote["GPULOOM_REMOTE_GPUS"] == f"node-b/{lent['uuid']}:200:16384"
+    assert len(remote["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+
+    assert job_env(pools, jobs["cpu-only"])["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_fractions_share_a_gpu_and_nodes_show_who_holds_what(pools: Cluster) -> None:
+    sleepers = [
+        pools.submit(gpus=1, gpu_milli=400, gpu_model=["H100-80GB"], command=["sleep", "30"])
+        for _ in range(4)
+    ]
+    pools.wait_state(sleepers, "running", timeout=30)
+    node_b = next(n for n in pools.http.get("/v1/nodes").json()["nodes"] if n["name"] == "node-b")
+    assert node_b["lends_remote_vgpu"] is True
+    for gpu in node_b["gpus"]:
+        assert gpu["pool"] == "vgpu"
+        assert gpu["milli_allocated"] == 800, "two 400-milli slices per H100"
+        assert gpu["memory_allocated_mib"] == 2 * 32768
+        assert sorted(h["job_id"] for h in gpu["holders"]) == sorted(
+            j for j in sleepers if any(h["job_id"] == j for h in gpu["holders"])
+        )
+    # a GPU with work on it cannot change pool
+    refused = pools.http.post("/v1/nodes/node-b/gpus/0/pool", json={"pool": "physical"})
+    assert refused.status_code == 409 and "in use" in refused.json()["detail"]
+    for job_id in sleepers:
+        pools.http.delete(f"/v1/jobs/{job_id}")
+    pools.wait_final(sleepers, timeout=30)
+
+
+def test_an_idle_gpu_moves_between_pools(pools: Cluster) -> None:
+    moved = pools.http.post("/v1/nodes/node-a/gpus/3/pool", json={"pool": "vgpu"})
+    assert moved.status_code == 202, moved.text
+    gpu = next(
+        g
+        for n in pools.http.get("/v1/nodes").json()["nodes"]
+        if n["name"] == "node-a"
+        for g in n["gpus"]
+        if g["index"] == 3
+    )
+    assert gpu["pool"] == "vgpu"
+    # now node-a can host an A100 fraction on its own GPU 3
+    job = pools.submit(
+        gpus=1, gpu_milli=100, gpu_model=["A100-80GB"], node_selector={}, command=["true"]
+    )
+    assert pools.wait_final([job])[job]["state"] == "succeeded"
+    back = pools.http.post("/v1/nodes/node-a/gpus/3/pool", json={"pool": "physical"})
+    assert back.status_code == 202, back.text
+    unknown = pools.http.post("/v1/nodes/node-a/gpus/9/pool", json={"pool": "vgpu"})
+    assert unknown.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"gpus": 1, "gpu_milli": 0}, "gpu_milli"),
+        ({"gpus": 1, "gpu_milli": 1000}, "gpu_milli"),
+        ({"gpus": 1, "gpu_milli": 500, "pool": "physical"}, "vgpu pool"),
+        ({"gpus": 0, "gpu_milli": 500}, "gpu_milli"),
+        ({"gpus": 1, "gpu_memory_mib": 100}, "gpu_memory_mib"),
+        ({"gpus": 1, "locality": "nearby"}, "locality"),
+    ],
+)
+def test_bad_gpu_requests_get_422_naming_the_problem(
+    pools: Cluster, body: dict[str, object], field: str
+) -> None:
+    response = pools.http.post(
+        "/v1/jobs", json={"name": "bad", "user": "u", "account": "a", "command": ["true"], **body}
+    )
+    assert response.status_code == 422
+    assert field in response.text
+
+
+def test_requests_nobody_can_serve_are_rejected_with_a_reason(pools: Cluster) -> None:
+    three_local = pools.submit(gpus=3, gpu_milli=300, command=["true"])
+    h100_physical = pools.submit(gpus=1, pool="physical", gpu_model=["H100-80GB"], command=["true"])
+    done = pools.wait_final([three_local, h100_physical], timeout=30)
+    assert done[three_local]["state"] == "rejected"
+    assert "largest node has 2" in done[three_local]["reason"]
+    assert done[h100_physical]["state"] == "rejected"
+    assert "physical" in done[h100_physical]["reason"]
