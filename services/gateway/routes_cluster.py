@@ -14,6 +14,7 @@ from services.gateway.deps import GatewayDep, SessionDep
 from services.gateway.publish import publish
 from services.gateway.schemas import (
     AccountUsage,
+    AuditView,
     Health,
     Node,
     NodeList,
@@ -72,6 +73,26 @@ async def change_pool(
     if voided is not None:
         raise HTTPException(status_code=409, detail=voided)
     return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=recorded.seq)
+
+
+@router.get("/v1/audit", response_model=AuditView, tags=["audit"])
+async def last_audit(gateway: GatewayDep) -> AuditView:
+    """The latest `gpuloom audit` written to the log: decisions verified, mismatches."""
+    await gateway.catch_up()
+    state = gateway.projector.state if gateway.projector is not None else None
+    event = state.last_audit if state is not None else None
+    if event is None:
+        return AuditView(audited=False, log_seq=state.seq if state is not None else 0)
+    return AuditView(
+        audited=True,
+        log_seq=state.seq if state is not None else 0,
+        from_seq=event.from_seq,
+        to_seq=event.to_seq,
+        verified=event.verified,
+        mismatch_count=event.mismatch_count,
+        mismatches=event.mismatches,
+        seconds=event.seconds,
+    )
 
 
 @router.get("/v1/usage", response_model=Usage, tags=["usage"])

@@ -146,3 +146,17 @@ class PoolChangeAccepted(BaseModel):
     pool: str
     #: Stream sequence of the GpuPoolChanged event; None when the GPU already was there.
     seq: int | None
+
+
+class AuditView(BaseModel):
+    """The latest audit in the log (`gpuloom audit` writes one per run)."""
+
+    audited: bool
+    #: How far the gateway has read the log (decisions after `to_seq` are not audited yet).
+    log_seq: int
+    from_seq: int | None = None
+    to_seq: int | None = None
+    verified: int = 0
+    mismatch_count: int = 0
+    mismatches: list[str] = []
+    seconds: float | None = None

@@ -8,6 +8,8 @@ checks the placement from the log, the projection and the job's own environment.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +170,48 @@ def test_requests_nobody_can_serve_are_rejected_with_a_reason(pools: Cluster) ->
     assert "largest node has 2" in done[three_local]["reason"]
     assert done[h100_physical]["state"] == "rejected"
     assert "physical" in done[h100_physical]["reason"]
+
+
+def test_gpuloom_audit_verifies_the_log_and_catches_a_forged_decision(pools: Cluster) -> None:
+    from typer.testing import CliRunner
+
+    from gpuloom.bus import EventBus, Outgoing
+    from gpuloom.client.cli import app
+    from gpuloom.events import JobPlaced, encode, make_envelope, subject_for
+
+    extra = [pools.submit(gpus=1, gpu_milli=100, command=["true"]) for _ in range(3)]
+    pools.wait_final(extra, timeout=30)
+    runner = CliRunner()
+    passed = runner.invoke(app, ["audit", "--nats", pools.nats_url])
+    assert passed.exit_code == 0, passed.output
+    assert "0 mismatches" in passed.output
+    placed = [r for r in pools.read_log() if isinstance(r.event, JobPlaced)]
+    assert placed
+    view = pools.http.get("/v1/audit").json()
+    deadline = time.monotonic() + 10
+    while not view["audited"] and time.monotonic() < deadline:
+        view = pools.http.get("/v1/audit").json()
+    assert view["audited"] and view["mismatch_count"] == 0
+    assert view["verified"] == len(placed)
+
+    # a hand-made decision: a recorded one, moved to other GPUs
+    original = placed[-1].event
+    forged = original.model_copy(update={"gpu_indexes": [7], "cycle_position": 0})
+
+    async def publish() -> None:
+        bus = await EventBus.connect(pools.nats_url, "GPULOOM", name="forger")
+        envelope = make_envelope(forged, at=placed[-1].envelope.at, by="placement")
+        await bus.publish(
+            Outgoing(subject_for(forged), encode(envelope), {"Nats-Msg-Id": "forged"})
+        )
+        await bus.close()
+
+    asyncio.run(publish())
+    caught = runner.invoke(app, ["audit", "--nats", pools.nats_url, "--json"])
+    assert caught.exit_code == 1, caught.output
+    assert f"job {original.job_id}" in caught.output and "gpu_indexes" in caught.output
+
+    at_seq = placed[0].seq
+    replay = runner.invoke(app, ["replay", "--nats", pools.nats_url, "--at", str(at_seq), "--json"])
+    assert replay.exit_code == 0, replay.output
+    assert f'"seq": {at_seq}' in replay.output

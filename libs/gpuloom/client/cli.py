@@ -26,6 +26,7 @@ from rich.markup import escape
 from gpuloom.client import render
 from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
 from gpuloom.client.context import CliState, emit, err, fail, gateway, print_json
+from gpuloom.client.logcmds import audit_command, replay_command
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
 from gpuloom.sim.cli import sim as sim_command
@@ -294,6 +295,8 @@ def up() -> None:
 
 
 app.command("sim")(sim_command)
+app.command("audit")(audit_command)
+app.command("replay")(replay_command)
 
 
 def main() -> None:

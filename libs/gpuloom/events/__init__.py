@@ -6,6 +6,7 @@ Import event classes from here; never copy one into a service.
 from gpuloom.events.accounting import UsageCharged
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted, Outcome
+from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Envelope, Event, JobEvent, NodeEvent
 from gpuloom.events.codec import MalformedEvent, Recorded, decode, encode, make_envelope
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
@@ -26,6 +27,7 @@ from gpuloom.events.subjects import subject_for
 __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
+    "AuditCompleted",
     "Envelope",
     "Event",
     "GpuPoolChanged",

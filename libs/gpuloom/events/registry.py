@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuloom.events.accounting import UsageCharged
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
+from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
 from gpuloom.events.inventory import GpuPoolChanged, NodeLost, NodeRecovered, NodeRegistered
@@ -26,6 +27,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     NodeLost,
     NodeRecovered,
     GpuPoolChanged,
+    AuditCompleted,
 )
 
 

@@ -57,16 +57,16 @@ class Projector:
         if isinstance(event, JobEvent):
             touched_jobs.append(event.job_id)
             before = self.state.jobs.get(event.job_id)
-            if before is not None and before.node:
-                touched_nodes.append(before.node)
+            if before is not None:
+                touched_nodes.extend(sorted(before.nodes_held()))
         elif isinstance(event, NodeEvent):
             touched_nodes.append(event.node)
             touched_jobs.extend(self.state.on_node.get(event.node, ()))
         apply(self.state, recorded)
         if isinstance(event, JobEvent):
             after = self.state.jobs.get(event.job_id)
-            if after is not None and after.node:
-                touched_nodes.append(after.node)
+            if after is not None:
+                touched_nodes.extend(sorted(after.nodes_held()))
         if message.seq > self._checkpoint:
             self._dirty_jobs.update(touched_jobs)
             self._dirty_nodes.update(touched_nodes)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from gpuloom.events import (
+    AuditCompleted,
     Event,
     GpuPoolChanged,
     JobAdmitted,
@@ -501,6 +502,12 @@ def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) ->
     node.lost_at = None
 
 
+def _audited(state: ClusterState, event: AuditCompleted, recorded: Recorded) -> None:
+    if event.to_seq >= recorded.seq:
+        raise Invalid(f"an audit cannot cover seq {event.to_seq}, at or after its own")
+    state.last_audit = event
+
+
 Handler = Callable[[ClusterState, Event, Recorded], None]
 
 _HANDLERS: dict[type[Event], Handler] = {
@@ -518,4 +525,5 @@ _HANDLERS: dict[type[Event], Handler] = {
     NodeLost: _lost,  # type: ignore[dict-item]
     NodeRecovered: _recovered,  # type: ignore[dict-item]
     GpuPoolChanged: _pool_changed,  # type: ignore[dict-item]
+    AuditCompleted: _audited,  # type: ignore[dict-item]
 }

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import ReplicaAssignment
@@ -184,6 +185,8 @@ class ClusterState:
     idempotency_keys: dict[str, str] = field(default_factory=dict)
     usage_by_account: dict[str, int] = field(default_factory=dict)
     usage_by_user: dict[str, int] = field(default_factory=dict)
+    #: The latest AuditCompleted (GET /v1/audit).
+    last_audit: AuditCompleted | None = None
     applied: int = 0
     voided: int = 0
     recent_voided: list[Voided] = field(default_factory=list)

@@ -110,8 +110,11 @@ def make_job_spec(
     command: Sequence[str] = ("python", "train.py"),
     time_limit_s: int | None = None,
     env: dict[str, str] | None = None,
+    **extra: Any,
 ) -> JobSpec:
+    """A valid JobSpec; `extra` sets the other fields (gpu_milli, pool, locality...)."""
     return JobSpec(
+        **extra,
         name=name,
         user=user,
         account=account,

@@ -5,7 +5,6 @@ plus readers and checkers of the resulting log."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections import Counter
@@ -17,15 +16,13 @@ from typing import Any
 import httpx
 import yaml
 
-from gpuloom.bus import EventBus
+from gpuloom.bus.reader import read_log
 from gpuloom.devstack import SERVICES, Stack, free_port, migrate, wait_http
 from gpuloom.events import (
     JobCancelled,
     JobFinished,
     JobRejected,
-    MalformedEvent,
     Recorded,
-    decode,
 )
 from gpuloom.state import FINAL_PHASES, ClusterState, apply
 
@@ -170,32 +167,6 @@ class Cluster:
 
     def read_log(self) -> list[Recorded]:
         return asyncio.run(read_log(self.nats_url))
-
-
-async def read_log(nats_url: str, stream: str = "GPULOOM", timeout: float = 60) -> list[Recorded]:
-    """Every well-formed event in the stream, in order (malformed entries are skipped)."""
-    bus = await EventBus.connect(nats_url, stream, name="gpuloom-test-reader")
-    try:
-        last = await bus.last_seq()
-        records: list[Recorded] = []
-        if last == 0:
-            return records
-        done = asyncio.Event()
-
-        async def on_message(message: Any) -> None:
-            with contextlib.suppress(MalformedEvent):
-                records.append(decode(message.seq, message.body))
-            if message.seq >= last:
-                done.set()
-
-        unsubscribe = await bus.follow(on_message)
-        try:
-            await asyncio.wait_for(done.wait(), timeout)
-        finally:
-            await unsubscribe()
-        return records
-    finally:
-        await bus.close()
 
 
 @dataclass

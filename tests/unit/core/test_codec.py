@@ -10,6 +10,7 @@ import pytest
 from gpuloom.events import (
     ALL_EVENT_CLASSES,
     EVENT_TYPES,
+    AuditCompleted,
     Event,
     GpuPoolChanged,
     JobAdmitted,
@@ -75,6 +76,9 @@ EXAMPLES: dict[type[Event], Event] = {
     NodeLost: NodeLost(node="n1", reason="no heartbeat for 12.0s"),
     NodeRecovered: NodeRecovered(node="n1"),
     GpuPoolChanged: GpuPoolChanged(node="n1", index=0, pool="vgpu"),
+    AuditCompleted: AuditCompleted(
+        audit_id="a1", from_seq=1, to_seq=9, verified=3, mismatch_count=0, seconds=0.5
+    ),
 }
 
 
@@ -256,7 +260,7 @@ def test_json_schemas_cover_every_type_with_version_and_aggregate() -> None:
         assert isinstance(entry, dict)
         assert entry["v"] == cls.VERSION
         assert entry["aggregate"] == cls.AGGREGATE
-        id_field = "job_id" if cls.AGGREGATE == "job" else "node"
+        id_field = {"job": "job_id", "node": "node", "audit": "audit_id"}[cls.AGGREGATE]
         assert id_field in entry["schema"]["properties"]
 
 

@@ -1,0 +1,73 @@
+"""Replay: the cluster as it was at a sequence or a time, rebuilt by folding the log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpuloom.decide.queueing import queue_order
+from gpuloom.events import Recorded
+from gpuloom.state import ClusterState, apply
+
+
+def state_at(
+    records: Sequence[Recorded], seq: int | None = None, at: datetime | None = None
+) -> ClusterState:
+    """Fold `records` up to and including `seq` (or the last event written at or before `at`)."""
+    state = ClusterState()
+    for record in records:
+        if seq is not None and record.seq > seq:
+            break
+        if at is not None and record.envelope.at > at:
+            break
+        apply(state, record)
+    return state
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What `gpuloom replay` shows: nodes with GPUs, pools and holders; the queue."""
+
+    seq: int
+    nodes: list[dict[str, Any]]
+    queue: list[dict[str, Any]]
+    running: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "nodes": self.nodes, "queue": self.queue, "running": self.running}
+
+
+def snapshot(state: ClusterState) -> Snapshot:
+    nodes = []
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        nodes.append(
+            {
+                "name": name,
+                "state": node.phase,
+                "lends_remote_vgpu": node.spec.lends_remote_vgpu,
+                "gpus": [
+                    {
+                        "index": gpu.index,
+                        "model": gpu.model,
+                        "pool": gpu.pool,
+                        "milli_allocated": gpu.milli_used,
+                        "memory_allocated_mib": gpu.memory_used,
+                        "holders": {job: list(held) for job, held in sorted(gpu.holders.items())},
+                    }
+                    for _, gpu in sorted(node.gpus.items())
+                ],
+            }
+        )
+    queue = [
+        {"id": job.job_id, "priority": job.priority, "gpus": job.spec.gpus, "user": job.spec.user}
+        for job in queue_order(state)
+    ]
+    running = [
+        {"id": job.job_id, "state": job.phase, "node": job.node, "gpus": list(job.gpu_indexes)}
+        for job in sorted(state.jobs.values(), key=lambda j: j.submit_seq)
+        if job.phase in ("placed", "running")
+    ]
+    return Snapshot(state.seq, nodes, queue, running)

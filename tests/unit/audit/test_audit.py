@@ -1,0 +1,154 @@
+"""Audit and replay on generated logs: every decision is re-made, a tampered one is caught."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuloom.audit import audit, snapshot, state_at
+from gpuloom.events import (
+    GpuSpec,
+    JobFinished,
+    JobPlaced,
+    JobStarted,
+    NodeRegistered,
+    NodeSpec,
+    Recorded,
+)
+from gpuloom.placement import default_registry, placement_cycle
+from gpuloom.testing.builders import LogBuilder, make_job_spec
+
+POLICIES = ["bestfit", "spread", "dotprod", "pack", "random", "fgd", "loom"]
+
+
+def node(name: str, count: int, model: str, pool: str, lends: bool = False) -> NodeRegistered:
+    gpus = [
+        GpuSpec(index=i, uuid=f"{name}-{i}", model=model, memory_mib=40_960, pool=pool)  # type: ignore[arg-type]
+        for i in range(count)
+    ]
+    spec = NodeSpec(gpus=gpus, cpu_milli=64_000, memory_mib=256_000, lends_remote_vgpu=lends)
+    return NodeRegistered(node=name, spec=spec)
+
+
+JOB_SHAPES = st.sampled_from(
+    [
+        {"gpus": 1},
+        {"gpus": 2},
+        {"gpus": 4, "cpu_milli": 8000},
+        {"gpus": 1, "gpu_milli": 250},
+        {"gpus": 1, "gpu_milli": 500, "gpu_model": ["T4"]},
+        {"gpus": 2, "gpu_milli": 300, "locality": "local-first"},
+        {"gpus": 1, "pool": "physical", "gpu_model": ["A100"]},
+        {"gpus": 0, "cpu_milli": 2000},
+    ]
+)
+
+
+def run_log(policy_name: str, shapes: list[dict[str, object]], finish_every: int) -> LogBuilder:
+    """A log as the services would write it: submit, admit, queue, placement cycles, runs."""
+    policy = default_registry().get(policy_name)
+    log = LogBuilder()
+    log.append(node("a", 4, "A100", "physical"))
+    log.append(node("b", 2, "T4", "vgpu", lends=True))
+    log.append(node("c", 2, "A100", "vgpu"))
+    running: list[tuple[str, str]] = []
+    for number, fields in enumerate(shapes):
+        job_id = f"j{number}"
+        extra = {k: v for k, v in fields.items() if k not in ("gpus", "gpu_model")}
+        spec = make_job_spec(
+            int(fields["gpus"]),  # type: ignore[call-overload]
+            gpu_model=list(fields.get("gpu_model", [])),  # type: ignore[call-overload]
+            **extra,
+        )
+        log.submit(job_id, spec)
+        log.admit(job_id)
+        log.queue(job_id, priority=number % 3)
+        for decision in placement_cycle(log.state(), policy):
+            [placed] = log.record_decisions([decision])
+            event = placed.event
+            assert isinstance(event, JobPlaced)
+            log.append(JobStarted(job_id=event.job_id, attempt=event.attempt, node=event.node))
+            running.append((event.job_id, event.node))
+        if finish_every and number % finish_every == 0 and running:
+            job, where = running.pop(0)
+            attempt = log.state().jobs[job].attempt
+            log.append(JobFinished(job_id=job, attempt=attempt, node=where, outcome="succeeded"))
+    return log
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(POLICIES),
+    shapes=st.lists(JOB_SHAPES, min_size=1, max_size=14),
+    finish_every=st.integers(0, 3),
+)
+def test_audit_reproduces_every_decision_of_a_generated_log(
+    policy: str, shapes: list[dict[str, object]], finish_every: int
+) -> None:
+    log = run_log(policy, shapes, finish_every)
+    state = log.state()
+    assert state.voided == 0, state.recent_voided
+    decisions = sum(1 for r in log.records if isinstance(r.event, JobPlaced))
+    report = audit(log.records)
+    assert report.ok, report.mismatches
+    assert report.verified == decisions
+
+
+def tampered(records: list[Recorded], index: int, **changes: object) -> list[Recorded]:
+    original = records[index]
+    assert isinstance(original.event, JobPlaced)
+    event = original.event.model_copy(update=changes)
+    return [
+        *records[:index],
+        Recorded(original.seq, original.envelope, event),
+        *records[index + 1 :],
+    ]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_audit_catches_an_edited_decision(policy: str) -> None:
+    shapes: list[dict[str, object]] = [{"gpus": 1}, {"gpus": 1, "gpu_milli": 250}, {"gpus": 2}]
+    log = run_log(policy, shapes, 0)
+    placed = [i for i, r in enumerate(log.records) if isinstance(r.event, JobPlaced)]
+    assert audit(log.records).ok
+    first = log.records[placed[0]].event
+    assert isinstance(first, JobPlaced)
+    moved = [
+        tampered(log.records, placed[0], cycle_position=first.cycle_position + 1),
+        tampered(log.records, placed[0], attempt=first.attempt + 1),
+        tampered(
+            log.records,
+            placed[0],
+            policy=first.policy.model_copy(update={"version": first.policy.version + 1}),
+        ),
+        tampered(log.records, placed[0], replicas=[]),
+    ]
+    if first.gpu_indexes:
+        other = [i for i in range(4) if i not in first.gpu_indexes][:1] or [9]
+        moved.append(tampered(log.records, placed[0], gpu_indexes=other))
+    for records in moved:
+        report = audit(records)
+        assert not report.ok
+        assert f"job {first.job_id}" in report.mismatches[0]
+
+
+def test_audit_from_a_sequence_checks_only_later_decisions() -> None:
+    log = run_log("bestfit", [{"gpus": 1}] * 5, 0)
+    placed = [r.seq for r in log.records if isinstance(r.event, JobPlaced)]
+    report = audit(log.records, from_seq=placed[2])
+    assert report.verified == len(placed) - 2
+
+
+def test_replay_shows_the_cluster_as_it_was() -> None:
+    log = run_log("bestfit", [{"gpus": 1, "gpu_milli": 250}, {"gpus": 2}], 0)
+    placed = [r for r in log.records if isinstance(r.event, JobPlaced)]
+    before = snapshot(state_at(log.records, seq=placed[0].seq - 1))
+    after = snapshot(state_at(log.records, seq=placed[0].seq))
+    held_before = [g for n in before.nodes for g in n["gpus"] if g["holders"]]
+    held_after = [g for n in after.nodes for g in n["gpus"] if g["holders"]]
+    assert held_before == [] and len(held_after) == 1
+    assert held_after[0]["milli_allocated"] == 250 and held_after[0]["pool"] == "vgpu"
+    assert [q["id"] for q in before.queue] == ["j0"]
+    by_time = snapshot(state_at(log.records, at=placed[0].envelope.at))
+    assert by_time.seq == placed[0].seq
