@@ -81,8 +81,8 @@ class NodeIndex:
     For a grouped policy (score a function of the node's state and the request)
     the index keeps, per request shape it has seen, a heap of the feasible
     nodes by (score, rank). A decision pops stale entries and takes the top;
-    applying a decision re-scores only the nodes it changed, once per known
-    shape. The result is the same as scoring every node (tested), at a cost that
+    a heap re-scores only the nodes that changed since it was last asked (each
+    once, however often it changed), so a shape asked rarely costs little. The result is the same as scoring every node (tested), at a cost that
     does not grow with the number of nodes. `groups()` returns one node per
     distinct state, for callers that want to look at each state once.
     """
@@ -92,16 +92,16 @@ class NodeIndex:
         self._version: dict[str, int] = {}
         self._heaps: dict[tuple[object, ...], _ShapeHeap] = {}
         self._heap_shapes_limit = heap_shapes_limit
+        #: Names of nodes in the order they changed; each heap catches up from its mark.
+        self._changed: list[str] = []
         for node in nodes:
             self.nodes[node.name] = node
             self._version[node.name] = 0
 
     def update(self, node: NodeView) -> None:
-        """Re-file `node` after its view changed."""
-        version = self._version[node.name] + 1
-        self._version[node.name] = version
-        for heap in self._heaps.values():
-            heap.offer(node, version)
+        """Re-file `node` after its view changed (heaps re-score it when next asked)."""
+        self._version[node.name] += 1
+        self._changed.append(node.name)
 
     def groups(self) -> list[NodeView]:
         """The lowest-ranked node of every distinct state."""
@@ -125,7 +125,12 @@ class NodeIndex:
             heap = _ShapeHeap(request, policy, context)
             for node in self.nodes.values():
                 heap.offer(node, self._version[node.name])
+            heap.mark = len(self._changed)
             self._heaps[key] = heap
+        elif heap.mark < len(self._changed):
+            for name in dict.fromkeys(self._changed[heap.mark :]):  # each changed node once
+                heap.offer(self.nodes[name], self._version[name])
+            heap.mark = len(self._changed)
         return heap.top(self)
 
     def __len__(self) -> int:
@@ -140,6 +145,7 @@ class _ShapeHeap:
         self.policy = policy
         self.context = context
         self.entries: list[tuple[int, int, int, str]] = []  # (-score, rank, version, name)
+        self.mark = 0  # how much of the index's change list this heap has seen
 
     def offer(self, node: NodeView, version: int) -> None:
         if fits_locally(self.request, node):

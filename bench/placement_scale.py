@@ -1,0 +1,143 @@
+"""Placement at scale: the live placement path on 5,000 nodes x 8 GPUs, 50,000 pending jobs.
+
+The cluster and the jobs are folded from events, as the placement service folds
+them; the jobs are drawn (seeded) from the Alibaba openb pod list, so the mix of
+whole GPUs, fractions, CPU-only tasks, CPU/memory requests and GPU-model
+constraints is the real one. Nodes take their CPU, memory and GPU model from the
+openb node list (8 GPUs each, in the vGPU pool, so fractions can land anywhere).
+
+Printed, per policy: the first placement cycle (the service places up to
+10,000 jobs per cycle), then cycles as the service runs them (each folded into
+the state before the next) until nothing more fits, with decisions (placements)
+per second; then how fast `gpuloom audit` re-makes every decision, fold included.
+
+  python bench/placement_scale.py [--nodes 5000] [--jobs 50000] [--policies bestfit,fgd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuloom.audit import audit
+from gpuloom.events import (
+    GpuSpec,
+    JobAdmitted,
+    JobQueued,
+    JobSubmitted,
+    NodeRegistered,
+    NodeSpec,
+    Recorded,
+    make_envelope,
+)
+from gpuloom.placement import default_registry, placement_cycle
+from gpuloom.sim.trace import load_nodes, load_tasks
+from gpuloom.state import ClusterState, apply
+from gpuloom.testing.builders import make_job_spec
+
+TRACE = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.records: list[Recorded] = []
+
+    def append(self, event: object) -> Recorded:
+        seq = len(self.records) + 1
+        envelope = make_envelope(event, at=AT, by="bench", event_id=f"e{seq}")  # type: ignore[arg-type]
+        record = Recorded(seq, envelope, event)  # type: ignore[arg-type]
+        self.records.append(record)
+        return record
+
+
+def build(nodes: int, jobs: int, seed: int) -> Log:
+    rng = random.Random(seed)
+    trace_nodes = load_nodes(TRACE / "openb_node_list_gpu_node.csv")
+    tasks = load_tasks(TRACE / "openb_pod_list_default.csv")
+    log = Log()
+    for n in range(nodes):
+        like = trace_nodes[rng.randrange(len(trace_nodes))]
+        name = f"node-{n:05d}"
+        gpus = [
+            GpuSpec(index=i, uuid=f"{name}-{i}", model=like.model, memory_mib=32_768, pool="vgpu")
+            for i in range(8)
+        ]
+        spec = NodeSpec(
+            gpus=gpus, cpu_milli=max(like.cpu_milli, 96_000), memory_mib=like.memory_mib
+        )
+        log.append(NodeRegistered(node=name, spec=spec))
+    for j in range(jobs):
+        task = tasks[rng.randrange(len(tasks))]
+        extra: dict[str, object] = {"cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib}
+        if task.gpus and task.gpu_milli < 1000:
+            extra["gpu_milli"] = task.gpu_milli
+        spec = make_job_spec(task.gpus, gpu_model=list(task.models), priority=j % 5, **extra)
+        job_id = f"job-{j:06d}"
+        log.append(JobSubmitted(job_id=job_id, spec=spec))
+        log.append(JobAdmitted(job_id=job_id))
+        log.append(JobQueued(job_id=job_id, priority=j % 5))
+    return log
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--policies", default="bestfit,fgd")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    log = build(args.nodes, args.jobs, args.seed)
+    state = ClusterState()
+    for record in log.records:
+        apply(state, record)
+    print(
+        f"{args.nodes} nodes x 8 GPUs, {args.jobs} pending jobs from the openb mix: "
+        f"log of {len(log.records)} events built and folded in {time.perf_counter() - started:.1f} s"
+    )
+    registry = default_registry()
+    for name in args.policies.split(","):
+        policy = registry.get(name)
+        audited = Log()
+        audited.records = list(log.records)
+        cycle_state = ClusterState()
+        for record in log.records:
+            apply(cycle_state, record)
+        placed = cycles = 0
+        cycle_seconds = 0.0
+        first: tuple[float, int] | None = None
+        while True:
+            started = time.perf_counter()
+            decisions = placement_cycle(cycle_state, policy)
+            spent = time.perf_counter() - started
+            cycle_seconds += spent
+            if first is None:
+                first = (spent, len(decisions))
+            if not decisions:
+                break
+            cycles += 1
+            placed += len(decisions)
+            for decision in decisions:
+                apply(cycle_state, audited.append(decision.event))
+        assert first is not None
+        print(
+            f"{name:8s} first cycle: {first[1]} placed in {first[0]:.2f} s "
+            f"({first[1] / first[0]:,.0f} decisions/s); until the cluster is full: {placed} "
+            f"placed in {cycles} cycles, {cycle_seconds:.2f} s ({placed / cycle_seconds:,.0f} "
+            f"decisions/s, {len(cycle_state.queued)} jobs left queued)"
+        )
+        report = audit(audited.records)
+        assert report.ok, report.mismatches[:3]
+        print(
+            f"{name:8s} audit: {report.verified} decisions verified in {report.seconds:.2f} s "
+            f"({report.verified / report.seconds:,.0f} decisions/s, fold of "
+            f"{len(audited.records)} events included)"
+        )
+
+
+if __name__ == "__main__":
+    main()
