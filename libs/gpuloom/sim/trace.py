@@ -94,7 +94,7 @@ def load_tasks(path: Path) -> list[TraceTask]:
             gpus = int(row["num_gpu"])
             share = min(max(int(row["gpu_milli"] or 0), 1), WHOLE) if gpus else 0
             cpu = int(row["cpu_milli"]) or 100  # the simulator turns a 0 request into 100
-            models = tuple(sorted(m for m in (row["gpu_spec"] or "").split("|") if m))
+            models = tuple(sorted(m for m in (row.get("gpu_spec") or "").split("|") if m))
             tasks.append(TraceTask(row["name"], cpu, int(row["memory_mib"]), gpus, share, models))
     return tasks
 

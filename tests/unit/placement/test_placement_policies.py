@@ -310,7 +310,7 @@ def test_fgd_picks_the_gpu_with_the_smallest_delta_first_index_on_ties() -> None
     assert [g.index for g in FGD().pick(n, Request(gpus=2), ctx)] == [1, 2]
 
 
-def test_fgd_buckets_near_deltas_together_and_loom_separates_them() -> None:
+def test_fgd_buckets_near_deltas_together_and_rank_decides() -> None:
     # p(shape s=300) = 1/10, p(CPU-only) = 9/10; a 100 milli slice:
     #   "near" [400 free] -> 300, still fits the shape: Δ = 9·(-100)/10 = -90 milli
     #   "far"  [150 free] -> 50, was a fragment already: Δ = (-100 + 9·(-100))/10 = -100 milli
@@ -326,28 +326,40 @@ def test_fgd_buckets_near_deltas_together_and_loom_separates_them() -> None:
     assert FGD().best_choice(far, request, ctx)[0] == -1000
     assert FGD().score(near, request, ctx) == FGD().score(far, request, ctx) == 52
     assert hosts_of(place_on(request, cluster(), FGD(), ctx)) == ["near"]  # tie -> rank
-    # loom: -Δ·10¹² - GPU milli left·10⁶ - CPU milli left (no CPU declared: 0)
-    assert Loom().score(near, request, ctx) == 900 * 10**12 - 300 * 10**6
-    assert Loom().score(far, request, ctx) == 1000 * 10**12 - 50 * 10**6
-    assert hosts_of(place_on(request, cluster(), Loom(), ctx)) == ["far"]
+    # loom: the same bucket, doubled, +1 for a node holding work (both do here)
+    assert Loom().score(near, request, ctx) == Loom().score(far, request, ctx) == 52 * 2 + 1
+    assert hosts_of(place_on(request, cluster(), Loom(), ctx)) == ["near"]
 
 
-def test_loom_breaks_equal_deltas_by_least_gpu_left() -> None:
+def test_loom_prefers_a_used_node_inside_a_bucket() -> None:
     ctx = Context(workload=weights((ONE_WHOLE, 1)))
-    nodes = [node("roomy", 0, gpus(1000, 1000, 1000)), node("tight", 1, gpus(1000, 1000))]
+    # both give Δ = 0 for one whole GPU; FGD takes the lower rank, loom the used node
+    def fresh() -> list[NodeView]:
+        return [node("idle", 0, gpus(1000, 1000, 1000)), node("used", 1, gpus(1000, 1000, 0))]
+
+    nodes = fresh()
     request = Request(gpus=1)
     assert Loom().best_choice(nodes[0], request, ctx)[0] == 0
     assert Loom().best_choice(nodes[1], request, ctx)[0] == 0
-    assert hosts_of(place_on(request, nodes, Loom(), ctx)) == ["tight"]
+    assert Loom().score(nodes[0], request, ctx) == 50 * 2
+    assert Loom().score(nodes[1], request, ctx) == 50 * 2 + 1
+    assert hosts_of(place_on(request, fresh(), FGD(), ctx)) == ["idle"]
+    assert hosts_of(place_on(request, fresh(), Loom(), ctx)) == ["used"]
 
 
-def test_loom_breaks_equal_delta_and_gpu_by_least_cpu_left() -> None:
-    ctx = Context(workload=weights((ONE_WHOLE, 1)))  # needs no CPU: Δ does not see it
-    nodes = [
-        node("roomy", 0, gpus(1000, 1000), cpu=64000),
-        node("tight", 1, gpus(1000, 1000), cpu=8000),
-    ]
-    assert hosts_of(place_on(Request(gpus=1, cpu_milli=1000), nodes, Loom(), ctx)) == ["tight"]
+def test_loom_still_follows_the_gradient_across_buckets() -> None:
+    ctx = Context(workload=weights((ONE_WHOLE, 1)))
+    # a 500 slice: on the used node's half-free GPU it removes a fragment (Δ = -500), on
+    # the idle node it makes one (+500): the gradient wins over "used"
+    nodes = [node("used", 0, gpus(1000, 500)), node("idle", 1, gpus(1000, 1000))]
+    request = Request(gpus=1, gpu_milli=500)
+    assert hosts_of(place_on(request, nodes, Loom(), ctx)) == ["used"]
+    nodes = [node("idle", 0, gpus(1000, 1000)), node("used", 1, gpus(1000, 600))]
+    # on "used" the 600 piece becomes 100 (a fragment, +100 net vs the 600 that was one)...
+    delta_used = Loom().best_choice(nodes[1], request, ctx)[0]
+    delta_idle = Loom().best_choice(nodes[0], request, ctx)[0]
+    assert delta_used < delta_idle
+    assert hosts_of(place_on(request, nodes, Loom(), ctx)) == ["used"]
 
 
 @pytest.mark.parametrize("policy", [FGD(), Loom()], ids=["fgd", "loom"])
@@ -368,7 +380,8 @@ def test_shipped_policies_are_named_and_grouped_except_random() -> None:
         "loom",
     ]
     assert [p.grouped for p in policies] == [True, True, True, True, False, True, True]
-    assert all(p.params == {} for p in policies)
+    assert all(p.params == {} for p in policies if p.name != "loom")
+    assert policies[-1].params == {"temperature_milli": 1000, "prefer_used_nodes": True}
 
 
 def memory_twins() -> list[NodeView]:
