@@ -96,10 +96,14 @@ class Agent:
             job = state.jobs[action.job_id]
             result = self.runner.ensure(action)
             if isinstance(result, Started):
-                return [started(job, action.node, result.pid)]
+                return [started(job, action.node, result.pid, action.replica)]
             if isinstance(result, NotStarted):
                 end = result.ended
-                return [finished(job, action.node, end.outcome, end.exit_code, end.reason)]
+                return [
+                    finished(
+                        job, action.node, end.outcome, end.exit_code, end.reason, action.replica
+                    )
+                ]
             return []
         if isinstance(action, Stop):
             self.runner.stop(action.key, "cancelled", "cancelled by user")
@@ -136,10 +140,13 @@ class Agent:
             if not is_current(state, key, exited.node):
                 del self.outbox[key]
                 continue
-            if job.phase == "placed" and exited.pid is not None:
-                decisions.append(started(job, exited.node, exited.pid))
+            replica = key[2]
+            if replica not in job.started_replicas and exited.pid is not None:
+                decisions.append(started(job, exited.node, exited.pid, replica))
             end = exited.ended
-            decisions.append(finished(job, exited.node, end.outcome, end.exit_code, end.reason))
+            decisions.append(
+                finished(job, exited.node, end.outcome, end.exit_code, end.reason, replica)
+            )
             keys.append(key)
             if len(decisions) >= OUTBOX_BATCH:
                 break

@@ -30,6 +30,8 @@ def job_environment(
     gpu_indexes: Sequence[int],
     gpu_uuids: Sequence[str],
     slices: Sequence[SliceRef] = (),
+    replica: int = 0,
+    hosts: Sequence[str] = (),
 ) -> dict[str, str]:
     """`base`, then the job's own `spec.env`, then the variables gpuloom controls.
 
@@ -51,6 +53,10 @@ def job_environment(
         }
     )
     env.update(sharing_environment(node, slices))
+    if len(hosts) > 1:  # a gang: each replica learns its rank and where the others run
+        env["GPULOOM_REPLICA"] = str(replica)
+        env["GPULOOM_REPLICAS"] = str(len(hosts))
+        env["GPULOOM_REPLICA_HOSTS"] = ",".join(hosts)
     return env
 
 

@@ -34,7 +34,8 @@ from gpuloom.decide import Decision
 from gpuloom.events import JobFinished, JobSpec, JobStarted, Outcome, SliceRef
 from gpuloom.state import ON_NODE_PHASES, ClusterState, JobState
 
-JobKey = tuple[str, int]
+#: (job id, attempt, replica): one local process.
+JobKey = tuple[str, int, int]
 
 
 class Status(StrEnum):
@@ -74,10 +75,13 @@ class Ensure:
     started_at: datetime | None
     #: Every GPU slice of the replica (local and remote), for the sharing variables.
     slices: tuple[SliceRef, ...] = ()
+    replica: int = 0
+    #: Hosts of every replica of the gang, in replica order (for rendezvous).
+    hosts: tuple[str, ...] = ()
 
     @property
     def key(self) -> JobKey:
-        return (self.job_id, self.attempt)
+        return (self.job_id, self.attempt, self.replica)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,24 +115,31 @@ class Report:
 Action = Ensure | Stop | Drop | Forget | Report
 
 
-def started_msg_id(job_id: str, attempt: int) -> str:
-    return f"{job_id}:started:{attempt}"
+def started_msg_id(job_id: str, attempt: int, replica: int = 0) -> str:
+    suffix = f":r{replica}" if replica else ""
+    return f"{job_id}:started:{attempt}{suffix}"
 
 
-def finished_msg_id(job_id: str, attempt: int) -> str:
-    return f"{job_id}:finished:{attempt}"
+def finished_msg_id(job_id: str, attempt: int, replica: int = 0) -> str:
+    suffix = f":r{replica}" if replica else ""
+    return f"{job_id}:finished:{attempt}{suffix}"
 
 
-def started(job: JobState, node: str, pid: int | None) -> Decision:
+def started(job: JobState, node: str, pid: int | None, replica: int = 0) -> Decision:
     return Decision(
-        JobStarted(job_id=job.job_id, attempt=job.attempt, node=node, pid=pid),
-        started_msg_id(job.job_id, job.attempt),
+        JobStarted(job_id=job.job_id, attempt=job.attempt, node=node, pid=pid, replica=replica),
+        started_msg_id(job.job_id, job.attempt, replica),
         job.last_event_id,
     )
 
 
 def finished(
-    job: JobState, node: str, outcome: Outcome, exit_code: int | None, reason: str | None
+    job: JobState,
+    node: str,
+    outcome: Outcome,
+    exit_code: int | None,
+    reason: str | None,
+    replica: int = 0,
 ) -> Decision:
     return Decision(
         JobFinished(
@@ -138,20 +149,29 @@ def finished(
             outcome=outcome,
             exit_code=exit_code,
             reason=reason,
+            replica=replica,
         ),
-        finished_msg_id(job.job_id, job.attempt),
+        finished_msg_id(job.job_id, job.attempt, replica),
         job.last_event_id,
     )
 
 
+def hosted_replicas(job: JobState, node: str) -> list[int]:
+    """Replicas of the job's current placement hosted on `node` (replica 0 for old events)."""
+    if not job.replicas:
+        return [0] if job.node == node else []
+    return [r for r, replica in enumerate(job.replicas) if replica.host == node]
+
+
 def is_current(state: ClusterState, key: JobKey, node: str) -> bool:
-    """Whether the log has attempt `key` placed or running on `node` right now."""
+    """Whether the log has replica `key` placed or running on `node`, not yet finished."""
     job = state.jobs.get(key[0])
     return (
         job is not None
         and job.attempt == key[1]
-        and job.node == node
         and job.phase in ON_NODE_PHASES
+        and key[2] in hosted_replicas(job, node)
+        and key[2] not in job.finished_replicas
     )
 
 
@@ -162,32 +182,43 @@ def run_started_at(job: JobState) -> datetime | None:
     return None
 
 
-def _ensure(job: JobState, node: str) -> Ensure:
+def _ensure(job: JobState, node: str, replica: int) -> Ensure:
+    if job.replicas:
+        slices = tuple(job.replicas[replica].slices)
+        local = [s for s in slices if s.node == node]
+        indexes, uuids = tuple(s.index for s in local), tuple(s.uuid for s in local)
+    else:
+        slices, indexes, uuids = (), job.gpu_indexes, job.gpu_uuids
     return Ensure(
         job_id=job.job_id,
         attempt=job.attempt,
         node=node,
         phase=job.phase,
         spec=job.spec,
-        gpu_indexes=job.gpu_indexes,
-        gpu_uuids=job.gpu_uuids,
+        gpu_indexes=indexes,
+        gpu_uuids=uuids,
         started_at=run_started_at(job),
-        slices=tuple(job.replicas[0].slices) if job.replicas else (),
+        slices=slices,
+        replica=replica,
+        hosts=tuple(r.host for r in job.replicas),
     )
 
 
-def _for_job(job: JobState, node: str, local: Local | None) -> list[Action]:
+def _for_replica(job: JobState, node: str, replica: int, local: Local | None) -> list[Action]:
+    not_started = replica not in job.started_replicas
     if local is None:
-        if job.phase == "placed" and job.cancel_requested:
-            return [Report(finished(job, node, "cancelled", None, "cancelled before start"))]
-        return [_ensure(job, node)]
+        if not_started and job.cancel_requested:
+            return [
+                Report(finished(job, node, "cancelled", None, "cancelled before start", replica))
+            ]
+        return [_ensure(job, node, replica)]
     if local.status is Status.ORPHAN:
-        return [_ensure(job, node)]
+        return [_ensure(job, node, replica)]
     if local.status is Status.RUNNING:
         if job.cancel_requested:
-            return [Stop((job.job_id, job.attempt))]
-        if job.phase == "placed":
-            return [Report(started(job, node, local.pid))]
+            return [Stop((job.job_id, job.attempt, replica))]
+        if not_started:
+            return [Report(started(job, node, local.pid, replica))]
     return []
 
 
@@ -199,9 +230,13 @@ def reconcile(
     for node in sorted(nodes):
         for job_id in sorted(state.on_node.get(node, ())):
             job = state.jobs[job_id]
-            if job.node != node or job.phase not in ON_NODE_PHASES:
+            if job.phase not in ON_NODE_PHASES:
                 continue
-            actions.extend(_for_job(job, node, local.get((job_id, job.attempt))))
+            for replica in hosted_replicas(job, node):
+                if replica in job.finished_replicas:
+                    continue
+                key = (job_id, job.attempt, replica)
+                actions.extend(_for_replica(job, node, replica, local.get(key)))
     for key in sorted(local):
         proc = local[key]
         if is_current(state, key, proc.node):

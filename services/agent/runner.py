@@ -27,7 +27,7 @@ from pathlib import Path
 from gpuloom.events import Outcome
 from services.agent.jobenv import base_environment, command_problem, job_environment
 from services.agent.reconcile import Ensure, JobKey, Local, Status
-from services.agent.shim import Ended, RunDir, ended, spawn_shim
+from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,10 @@ class Runner:
                 continue
             for job_dir in sorted(node_dir.iterdir()):
                 for attempt_dir in sorted(job_dir.iterdir()) if job_dir.is_dir() else ():
-                    if not attempt_dir.name.isdigit():
+                    parsed = parse_run_leaf(attempt_dir.name)
+                    if parsed is None:
                         continue
-                    key = (job_dir.name, int(attempt_dir.name))
+                    key = (job_dir.name, *parsed)
                     run = RunDir(self.root, node, *key)
                     pid = run.read_pid()
                     if key in self._procs or pid is None or run.read_exit() is not None:
@@ -165,6 +166,8 @@ class Runner:
             gpu_indexes=action.gpu_indexes,
             gpu_uuids=action.gpu_uuids,
             slices=action.slices,
+            replica=action.replica,
+            hosts=action.hosts,
         )
         problem = command_problem(action.spec.command[0], env.get("PATH"), run.path)
         if problem is not None:
@@ -196,7 +199,7 @@ class Runner:
                 deadline = time.monotonic() + limit - elapsed
             own = held.own if held is not None else False
             self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
-            log.info("adopted job %s attempt %d (shim pid %d)", key[0], key[1], pid)
+            log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         self._end(key, action.node, run, pid, ended(run.read_exit(), run.read_reason()))
         return Resumed(None)
@@ -218,7 +221,7 @@ class Runner:
         if proc.status is Status.EXITED:
             del self._procs[key]
             return
-        log.info("dropping job %s attempt %d: no longer on node %s", *key, proc.node)
+        log.info("dropping job %s attempt %d replica %d: no longer on node %s", *key, proc.node)
         if proc.status is not Status.STOPPING:
             self._terminate(proc)
         proc.status = Status.DROPPING
@@ -288,7 +291,7 @@ class Runner:
 
     def _escalate(self, key: JobKey, proc: _Proc) -> None:
         if proc.status is Status.RUNNING:
-            log.info("job %s attempt %d exceeded its time limit", *key)
+            log.info("job %s attempt %d replica %d exceeded its time limit", *key)
             self.stop(key, "timed_out", f"time limit of {proc.time_limit_s} s exceeded")
         elif proc.stage == 0:
             self._terminate(proc)
@@ -305,5 +308,5 @@ class Runner:
             del self._procs[key]
             return
         self._procs[key] = _Proc(node, run, pid or 0, own=False, status=Status.EXITED)
-        log.info("job %s attempt %d ended: %s (%s)", *key, end.outcome, end.reason or "")
+        log.info("job %s attempt %d replica %d ended: %s (%s)", *key, end.outcome, end.reason or "")
         self.on_exit(Exited(key, node, pid, end))

@@ -86,11 +86,21 @@ class Ended:
     reason: str | None
 
 
+def parse_run_leaf(name: str) -> tuple[int, int] | None:
+    """(attempt, replica) of a run folder's name (`3`, `3.r1`), None for anything else."""
+    attempt, _, replica = name.partition(".r")
+    if not attempt.isdigit() or (replica and not replica.isdigit()):
+        return None
+    return int(attempt), int(replica or 0)
+
+
 class RunDir:
     """The run folder of one attempt of one job on one node."""
 
-    def __init__(self, root: Path, node: str, job_id: str, attempt: int) -> None:
-        self.path = root / node / job_id / str(attempt)
+    def __init__(self, root: Path, node: str, job_id: str, attempt: int, replica: int = 0) -> None:
+        # replica 0 keeps the plain attempt folder (what `gpuloom logs` reads)
+        leaf = str(attempt) if replica == 0 else f"{attempt}.r{replica}"
+        self.path = root / node / job_id / leaf
 
     def file(self, name: str) -> Path:
         return self.path / name

@@ -215,3 +215,22 @@ def test_gpuloom_audit_verifies_the_log_and_catches_a_forged_decision(pools: Clu
     replay = runner.invoke(app, ["replay", "--nats", pools.nats_url, "--at", str(at_seq), "--json"])
     assert replay.exit_code == 0, replay.output
     assert f'"seq": {at_seq}' in replay.output
+
+
+def test_a_gang_is_placed_whole_and_every_replica_runs(pools: Cluster) -> None:
+    gang = pools.submit(gpus=2, replicas=3, gpu_model=["A100-80GB"], command=SHOW_ENV)
+    too_big = pools.submit(gpus=2, replicas=4, gpu_model=["A100-80GB"], command=["true"])
+    done = pools.wait_final([gang], timeout=60)
+    job = done[gang]
+    assert job["state"] == "succeeded", job
+    hosts = sorted(replica["host"] for replica in job["placement"])
+    assert hosts == ["node-a", "node-a", "node-c"], "3 x 2 A100s: node-a twice, node-c once"
+    env = job_env(pools, gang)  # replica 0's output
+    assert env["GPULOOM_REPLICA"] == "0" and env["GPULOOM_REPLICAS"] == "3"
+    assert env["GPULOOM_REPLICA_HOSTS"].split(",") == [r["host"] for r in job["placement"]]
+    events = pools.http.get(f"/v1/jobs/{gang}/events").json()["events"]
+    replicas_started = sorted(e["data"]["replica"] for e in events if e["type"] == "JobStarted")
+    replicas_finished = sorted(e["data"]["replica"] for e in events if e["type"] == "JobFinished")
+    assert replicas_started == replicas_finished == [0, 1, 2]
+    # 4 x 2 A100s exist (node-a 4, node-c 2 = 3 pairs) only as 3: a gang of 4 never fits
+    assert pools.wait_final([too_big], timeout=30)[too_big]["state"] == "rejected"

@@ -21,10 +21,6 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return "no node is registered"
-    if spec.replicas > 1:
-        return (
-            f"gangs ({spec.replicas} replicas) cannot run yet: node agents run one replica per job"
-        )
     if spec.gpus == 0:
         idle = _idle_views(nodes)
         if any(host_fits(request_of(spec), view) for view in idle):

@@ -29,7 +29,7 @@ def test_a_placed_job_without_a_process_is_ensured(fake_log: FakeLog) -> None:
     [action] = reconcile(fake_log.state, ["node-a"], {})
 
     assert isinstance(action, Ensure)
-    assert (action.key, action.node, action.phase) == (("j1", 1), "node-a", "placed")
+    assert (action.key, action.node, action.phase) == (("j1", 1, 0), "node-a", "placed")
     assert action.gpu_indexes == (1,) and action.gpu_uuids == ("GPU-node-a-1",)
     assert action.spec.time_limit_s == 30 and action.started_at is None
 
@@ -39,14 +39,14 @@ def test_a_placed_job_with_a_process_is_reported_started_until_the_log_says_so(
 ) -> None:
     fake_log.run("j1", SLEEP)
 
-    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1): local(pid=77)})
+    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(pid=77)})
 
     assert isinstance(action, Report)
     assert action.decision.msg_id == "j1:started:1"
     assert action.decision.event == JobStarted(job_id="j1", attempt=1, node="node-a", pid=77)
     assert action.decision.causation_id == fake_log.state.jobs["j1"].last_event_id
     fake_log.started("j1")
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1): local(pid=77)}) == []
+    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(pid=77)}) == []
 
 
 def test_a_running_job_without_a_process_is_ensured_with_its_start_time(fake_log: FakeLog) -> None:
@@ -85,8 +85,8 @@ def test_a_cancelled_job_with_a_process_is_stopped_once(fake_log: FakeLog) -> No
     fake_log.started("j1")
     fake_log.cancel("j1")
 
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1): local()}) == [Stop(("j1", 1))]
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1): local(Status.STOPPING)}) == []
+    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local()}) == [Stop(("j1", 1, 0))]
+    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.STOPPING)}) == []
 
 
 def test_processes_of_jobs_requeued_after_node_loss_are_dropped(fake_log: FakeLog) -> None:
@@ -96,15 +96,15 @@ def test_processes_of_jobs_requeued_after_node_loss_are_dropped(fake_log: FakeLo
     fake_log.run("j4", SLEEP)
     fake_log.lose("node-a")
     procs = {
-        ("j1", 1): local(Status.RUNNING),
-        ("j2", 1): local(Status.EXITED),
-        ("j3", 1): local(Status.DROPPING),
-        ("j4", 1): local(Status.ORPHAN),
+        ("j1", 1, 0): local(Status.RUNNING),
+        ("j2", 1, 0): local(Status.EXITED),
+        ("j3", 1, 0): local(Status.DROPPING),
+        ("j4", 1, 0): local(Status.ORPHAN),
     }
 
     actions = reconcile(fake_log.state, ["node-a"], procs)
 
-    assert actions == [Drop(("j1", 1)), Forget(("j2", 1)), Drop(("j4", 1))]
+    assert actions == [Drop(("j1", 1, 0)), Forget(("j2", 1, 0)), Drop(("j4", 1, 0))]
 
 
 def test_a_superseded_attempt_is_dropped_and_the_current_one_ensured(fake_log: FakeLog) -> None:
@@ -113,11 +113,11 @@ def test_a_superseded_attempt_is_dropped_and_the_current_one_ensured(fake_log: F
     fake_log.recover("node-a")
     fake_log.place("j1", "node-a")
 
-    actions = reconcile(fake_log.state, ["node-a"], {("j1", 1): local()})
+    actions = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local()})
 
     ensure, drop = actions
-    assert isinstance(ensure, Ensure) and ensure.key == ("j1", 2)
-    assert drop == Drop(("j1", 1))
+    assert isinstance(ensure, Ensure) and ensure.key == ("j1", 2, 0)
+    assert drop == Drop(("j1", 1, 0))
 
 
 def test_jobs_of_other_nodes_are_not_ours(fake_log: FakeLog) -> None:
@@ -125,24 +125,24 @@ def test_jobs_of_other_nodes_are_not_ours(fake_log: FakeLog) -> None:
     fake_log.run("j1", SLEEP, node="node-b")
 
     assert reconcile(fake_log.state, ["node-a"], {}) == []
-    stray = {("j1", 1): local(node="node-a")}
-    assert reconcile(fake_log.state, ["node-a"], stray) == [Drop(("j1", 1))]
+    stray = {("j1", 1, 0): local(node="node-a")}
+    assert reconcile(fake_log.state, ["node-a"], stray) == [Drop(("j1", 1, 0))]
 
 
 def test_an_orphan_found_at_start_up_is_ensured_again(fake_log: FakeLog) -> None:
     fake_log.run("j1", SLEEP)
     fake_log.started("j1")
 
-    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1): local(Status.ORPHAN)})
+    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.ORPHAN)})
 
-    assert isinstance(action, Ensure) and action.key == ("j1", 1)
+    assert isinstance(action, Ensure) and action.key == ("j1", 1, 0)
 
 
 def test_finished_jobs_and_exited_processes_need_nothing_more(fake_log: FakeLog) -> None:
     fake_log.run("j1", SLEEP)
     fake_log.started("j1")
 
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1): local(Status.EXITED)}) == []
+    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.EXITED)}) == []
 
 
 def test_actions_come_in_node_then_job_order(fake_log: FakeLog) -> None:

@@ -71,7 +71,7 @@ class Harness:
         while time.monotonic() < deadline:
             self.runner.poll()
             for exited in self.exits:
-                if exited.key == (job_id, attempt):
+                if exited.key == (job_id, attempt, 0):
                     return exited
             await asyncio.sleep(0.02)
         raise AssertionError(f"{job_id} did not end within {timeout} s")
@@ -112,11 +112,11 @@ async def test_exit_zero_succeeds_and_output_is_captured(harness: Harness) -> No
 
     exited = await harness.ended("ok")
 
-    assert exited == Exited(("ok", 1), "node-a", pid, Ended("succeeded", 0, None))
+    assert exited == Exited(("ok", 1, 0), "node-a", pid, Ended("succeeded", 0, None))
     assert harness.output("ok") == "to-out\n"
     assert harness.output("ok", "stderr") == "to-err\n"
     assert harness.output("ok", "pid").strip() == str(pid)
-    assert harness.runner.views()[("ok", 1)].status is Status.EXITED
+    assert harness.runner.views()[("ok", 1, 0)].status is Status.EXITED
 
 
 async def test_a_non_zero_exit_fails_with_its_code(harness: Harness) -> None:
@@ -175,7 +175,7 @@ async def test_cancel_sends_sigterm_then_sigkill_to_a_job_that_ignores_it(
         await asyncio.sleep(0.02)
     began = time.monotonic()
 
-    harness.runner.stop(("stubborn", 1), "cancelled", "cancelled by user")
+    harness.runner.stop(("stubborn", 1, 0), "cancelled", "cancelled by user")
     exited = await harness.ended("stubborn")
 
     assert exited.ended == Ended("cancelled", 137, "cancelled by user")
@@ -188,7 +188,7 @@ async def test_cancel_of_a_well_behaved_job_ends_it_at_once(harness: Harness) ->
     harness.start(ensure("polite", ["sleep", "30"]))
     began = time.monotonic()
 
-    harness.runner.stop(("polite", 1), "cancelled", "cancelled by user")
+    harness.runner.stop(("polite", 1, 0), "cancelled", "cancelled by user")
 
     assert (await harness.ended("polite")).ended == Ended("cancelled", 143, "cancelled by user")
     assert time.monotonic() - began < GRACE_S
@@ -197,14 +197,14 @@ async def test_cancel_of_a_well_behaved_job_ends_it_at_once(harness: Harness) ->
 async def test_a_dropped_job_is_killed_without_a_report(harness: Harness) -> None:
     pid = harness.start(ensure("gone", ["sleep", "30"]))
 
-    harness.runner.drop(("gone", 1))
+    harness.runner.drop(("gone", 1, 0))
     for _ in range(50):
         harness.runner.poll()
-        if ("gone", 1) not in harness.runner.views():
+        if ("gone", 1, 0) not in harness.runner.views():
             break
         await asyncio.sleep(0.02)
 
-    assert ("gone", 1) not in harness.runner.views()
+    assert ("gone", 1, 0) not in harness.runner.views()
     assert harness.exits == []
     assert group_is_gone(pid)
 
@@ -240,12 +240,12 @@ async def test_a_new_runner_adopts_a_still_running_shim(run_root: Path) -> None:
 
     second = Harness(run_root)
     assert second.runner.scan(["node-a"]) == 1
-    assert second.runner.views()[("long", 1)].status is Status.ORPHAN
+    assert second.runner.views()[("long", 1, 0)].status is Status.ORPHAN
     assert second.runner.ensure(ensure("long", ["x"], phase="running")) == Resumed(pid)
-    assert second.runner.views()[("long", 1)].status is Status.RUNNING
+    assert second.runner.views()[("long", 1, 0)].status is Status.RUNNING
 
     exited = await second.ended("long")
-    assert exited == Exited(("long", 1), "node-a", pid, Ended("failed", 4, "exit code 4"))
+    assert exited == Exited(("long", 1, 0), "node-a", pid, Ended("failed", 4, "exit code 4"))
     assert second.output("long") == "done\n"
 
 
@@ -278,7 +278,7 @@ async def test_a_new_runner_reports_an_end_recorded_while_no_agent_watched(
     assert second.runner.scan(["node-a"]) == 0
     assert second.runner.ensure(ensure("quick", ["true"], phase="running")) == Resumed(None)
 
-    assert second.exits == [Exited(("quick", 1), "node-a", pid, Ended("succeeded", 0, None))]
+    assert second.exits == [Exited(("quick", 1, 0), "node-a", pid, Ended("succeeded", 0, None))]
 
 
 def test_a_run_folder_without_a_live_shim_or_an_exit_is_lost(harness: Harness) -> None:

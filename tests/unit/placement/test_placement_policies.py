@@ -333,6 +333,7 @@ def test_fgd_buckets_near_deltas_together_and_rank_decides() -> None:
 
 def test_loom_prefers_a_used_node_inside_a_bucket() -> None:
     ctx = Context(workload=weights((ONE_WHOLE, 1)))
+
     # both give Δ = 0 for one whole GPU; FGD takes the lower rank, loom the used node
     def fresh() -> list[NodeView]:
         return [node("idle", 0, gpus(1000, 1000, 1000)), node("used", 1, gpus(1000, 1000, 0))]
