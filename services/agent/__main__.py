@@ -24,6 +24,7 @@ from nats.aio.subscription import Subscription
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
@@ -31,6 +32,7 @@ from gpuloom.runtime.service import run_service
 from services.agent import logs
 from services.agent.agent import Agent
 from services.agent.discovery import DiscoveryError, discover_local_node
+from services.agent.gpuwatch import nvml_probe
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
 
 log = logging.getLogger("services.agent")
@@ -69,7 +71,9 @@ async def serve(
     names = [n.name for n in nodes]
     root = settings.run_dir()
     root.mkdir(parents=True, exist_ok=True)
-    agent = Agent(names, root, grace_s=settings.cancel_grace_s)
+    simulated = all(node.spec.simulated for node in nodes)
+    probe = None if simulated else nvml_probe()
+    agent = Agent(names, root, grace_s=settings.cancel_grace_s, probe=probe)
     runner = agent.runner
     orphans = runner.scan(names)
     for node in nodes:
@@ -118,6 +122,12 @@ def entrypoint(argv: list[str] | None = None) -> None:
         nodes = (
             load_inventory(args.inventory) if args.inventory else [discover_local_node(args.node)]
         )
+        if not args.inventory and nvml_probe() is not None:
+            # NVML answers: the memory watch enforces every slice's GPU memory
+            nodes = [
+                ServedNode(n.name, NodeSpec(**{**n.spec.model_dump(), "isolation": "enforced"}))
+                for n in nodes
+            ]
     except (InventoryError, DiscoveryError) as exc:
         print(f"agent: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from gpuloom.decide import Decision
 from gpuloom.state import ClusterState
+from services.agent.gpuwatch import GpuMemoryProbe
 from services.agent.reconcile import (
     Action,
     Drop,
@@ -66,9 +67,12 @@ class Agent:
         grace_s: float = 5.0,
         poll_s: float = 0.1,
         environ: Mapping[str, str] | None = None,
+        probe: GpuMemoryProbe | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
-        self.runner = Runner(root, self.on_exit, grace_s=grace_s, poll_s=poll_s, environ=environ)
+        self.runner = Runner(
+            root, self.on_exit, grace_s=grace_s, poll_s=poll_s, environ=environ, probe=probe
+        )
         self.outbox: dict[JobKey, Exited] = {}
         self._wake = asyncio.Event()
 

@@ -21,10 +21,11 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuloom.events import Outcome
+from services.agent.gpuwatch import GpuMemoryProbe, Limit, over_limit, process_groups
 from services.agent.jobenv import base_environment, command_problem, job_environment
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
@@ -84,6 +85,17 @@ class _Proc:
     stage: int = 0
     #: time.monotonic() of the last liveness check of an adopted shim.
     alive_checked: float = 0.0
+    #: GPU memory (MiB) the job's slices allow, by local GPU uuid (fractions only).
+    memory_limits: dict[str, int] = field(default_factory=dict)
+
+
+def memory_limits(action: Ensure) -> dict[str, int]:
+    """GPU memory each local fraction allows, by GPU uuid (whole GPUs are not limited)."""
+    return {
+        piece.uuid: piece.memory_mib
+        for piece in action.slices
+        if piece.node == action.node and piece.milli < 1000
+    }
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -103,8 +115,11 @@ class Runner:
         grace_s: float = 5.0,
         poll_s: float = 0.1,
         environ: Mapping[str, str] | None = None,
+        probe: GpuMemoryProbe | None = None,
     ) -> None:
         self.root = root.resolve()
+        self.probe = probe
+        self._memory_checked = 0.0
         self.on_exit = on_exit
         self.grace_s = grace_s
         self.poll_s = poll_s
@@ -183,6 +198,7 @@ class Runner:
             status=Status.RUNNING,
             time_limit_s=limit,
             deadline=None if limit is None else time.monotonic() + limit,
+            memory_limits=memory_limits(action),
         )
         return Started(pid)
 
@@ -199,6 +215,7 @@ class Runner:
                 deadline = time.monotonic() + limit - elapsed
             own = held.own if held is not None else False
             self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
+            self._procs[key].memory_limits = memory_limits(action)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         self._end(key, action.node, run, pid, ended(run.read_exit(), run.read_reason()))
@@ -250,9 +267,31 @@ class Runner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_s)
 
+    def watch_memory(self, now: float) -> None:
+        """Stop jobs over their GPU memory slice (where a probe, i.e. NVML, is present)."""
+        if self.probe is None or now - self._memory_checked < LIVENESS_EVERY_S:
+            return
+        self._memory_checked = now
+        limits = {
+            key: Limit(proc.pid, proc.memory_limits)
+            for key, proc in self._procs.items()
+            if proc.status is Status.RUNNING and proc.memory_limits
+        }
+        if not limits:
+            return
+        try:
+            usage = self.probe.usage()
+        except Exception as exc:  # NVML hiccup: try again next time
+            log.warning("GPU memory watch could not read usage: %s", exc)
+            return
+        for key, reason in over_limit(usage, limits, process_groups(list(usage))).items():
+            log.info("job %s attempt %d replica %d: %s", *key, reason)
+            self.stop(key, "failed", reason)
+
     def poll(self) -> None:
-        """Notice ended processes, enforce time limits, escalate stops."""
+        """Notice ended processes, enforce time limits and GPU memory, escalate stops."""
         now = time.monotonic()
+        self.watch_memory(now)
         for key, proc in list(self._procs.items()):
             if proc.status is Status.EXITED:
                 continue
