@@ -190,8 +190,14 @@ class GpuloomClient:
         time_limit_s: int | None = None,
         env: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
+        resources: Mapping[str, Any] | None = None,
     ) -> SubmitAnswer:
-        """`POST /v1/jobs`. The same `idempotency_key` sent twice yields one job."""
+        """`POST /v1/jobs`. The same `idempotency_key` sent twice yields one job.
+
+        `resources` carries the optional request fields (gpu_milli, gpu_memory_mib,
+        cpu_milli, memory_mib, pool, locality, node_selector, replicas); None values
+        are left out so the gateway's defaults apply.
+        """
         body: dict[str, Any] = {
             "name": name,
             "user": user,
@@ -206,6 +212,7 @@ class GpuloomClient:
             body["time_limit_s"] = time_limit_s
         if env:
             body["env"] = dict(env)
+        body.update({k: v for k, v in (resources or {}).items() if v is not None})
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return cast(SubmitAnswer, self._request("POST", "/v1/jobs", json=body, headers=headers))
 

@@ -131,6 +131,25 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Submitting twice with one key makes one job.")
     ] = None,
+    gpu_milli: Annotated[
+        int | None,
+        typer.Option(min=1, max=999, help="A fraction of each GPU, in milli-GPU (vGPU pool)."),
+    ] = None,
+    gpu_memory: Annotated[
+        int | None, typer.Option("--gpu-memory", min=1, help="GPU memory per slice, MiB.")
+    ] = None,
+    cpu: Annotated[
+        int | None, typer.Option("--cpu-milli", min=0, help="Host CPU, milli-cores.")
+    ] = None,
+    memory: Annotated[int | None, typer.Option("--memory", min=0, help="Host memory, MiB.")] = None,
+    pool: Annotated[str | None, typer.Option(help="physical, vgpu or any.")] = None,
+    locality: Annotated[
+        str | None, typer.Option(help="local-only, local-first or any (remote vGPU).")
+    ] = None,
+    selector: Annotated[
+        list[str] | None, typer.Option("--selector", help="LABEL=VALUE the host must have.")
+    ] = None,
+    replicas: Annotated[int | None, typer.Option(min=1, help="Gang size.")] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait for the end; exit 0 only if it succeeded.")
     ] = False,
@@ -152,6 +171,16 @@ def submit(
             time_limit_s=time_limit,
             env=job_env,
             idempotency_key=idempotency_key,
+            resources={
+                "gpu_milli": gpu_milli,
+                "gpu_memory_mib": gpu_memory,
+                "cpu_milli": cpu,
+                "memory_mib": memory,
+                "pool": pool,
+                "locality": locality,
+                "node_selector": parse_env(selector) if selector else None,
+                "replicas": replicas,
+            },
         )
         typer.echo(answer["id"])
         if not wait:

@@ -223,3 +223,29 @@ def test_a_bad_gateway_port_is_a_usage_error(cli: Invoke, monkeypatch: pytest.Mo
 
     assert result.exit_code == 2
     assert "GPULOOM_GATEWAY_PORT='http' is not a TCP port" in result.stderr
+
+
+def test_submit_sends_the_resource_request(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(
+        [
+            "submit", "--name", "slice", "--gpus", "2", "--gpu-milli", "250",
+            "--gpu-memory", "4096", "--cpu-milli", "8000", "--memory", "16384",
+            "--pool", "vgpu", "--locality", "local-first", "--selector", "zone=b",
+            "--replicas", "3", "--", "python", "train.py",
+        ]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    sent = fake.last_json()
+    assert {
+        k: sent[k] for k in sent if k not in ("name", "user", "account", "command", "priority")
+    } == {
+        "gpus": 2,
+        "gpu_milli": 250,
+        "gpu_memory_mib": 4096,
+        "cpu_milli": 8000,
+        "memory_mib": 16384,
+        "pool": "vgpu",
+        "locality": "local-first",
+        "node_selector": {"zone": "b"},
+        "replicas": 3,
+    }
