@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 from gpuloom.bus import EventBus
-from gpuloom.config import Settings
+from gpuloom.config import Settings, load_settings
 from gpuloom.placement import default_registry, placement_cycle
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service
@@ -26,6 +27,12 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
 
 
 def entrypoint(argv: list[str] | None = None) -> None:
+    name = load_settings().placement_policy
+    try:
+        default_registry().get(name)
+    except KeyError as exc:  # a configuration error: say so plainly, exit 2
+        print(f"placement: GPULOOM_PLACEMENT_POLICY: {exc.args[0]}", file=sys.stderr)
+        raise SystemExit(2) from None
     run_service("placement", main)
 
 

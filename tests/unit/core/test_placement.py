@@ -144,3 +144,21 @@ def test_a_cycle_honours_its_limit_and_needs_a_ready_node() -> None:
     empty.lose("gone")
     empty.run_to_queue("j1", gpus=0)
     assert placement_cycle(empty.state(), BestFit()) == []
+
+
+def test_the_placement_service_refuses_an_unknown_policy_name() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GPULOOM_PLACEMENT_POLICY": "tetris"}
+    result = subprocess.run(
+        [sys.executable, "-m", "services.placement"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "unknown placement policy 'tetris' (known: bestfit, dotprod, fgd" in result.stderr
