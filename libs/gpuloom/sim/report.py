@@ -127,7 +127,8 @@ def plot(summaries: list[Summary], path: Path) -> None:
         axes.plot([x for x, _ in points], [u for _, u in points], label=summary.policy)
     axes.set_xlabel("arrived workload, % of GPU capacity")
     axes.set_ylabel("unallocated GPU %")
-    axes.set_title(f"{summaries[0].trace}: mean over seeds {summaries[0].seeds[0]}..")
+    seeds = summaries[0].seeds
+    axes.set_title(f"{summaries[0].trace}: mean over seeds {seeds[0]}-{seeds[-1]}")
     axes.set_ylim(0, 30)
     axes.grid(alpha=0.3)
     axes.legend()
