@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gpuloom.decide import Decision
 from gpuloom.events import JobAdmitted, JobRejected, JobSpec
-from gpuloom.placement.cycle import request_of
+from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.policies import BestFit
-from gpuloom.placement.resources import GpuView, NodeView, host_fits
-from gpuloom.state import ClusterState, NodeState
+from gpuloom.placement.resources import host_fits
+from gpuloom.state import ClusterState
 
 
 def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
@@ -22,7 +22,7 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     if not nodes:
         return "no node is registered"
     if spec.gpus == 0:
-        idle = _idle_views(nodes)
+        idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):
             return None
         return "no node has the CPU, memory and labels the job asks for"
@@ -37,7 +37,7 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     pool = "vgpu" if spec.gpu_milli is not None else spec.pool
     if pool != "any" and not any(gpu.pool == pool for gpu in gpus):
         return f"no GPU is in the {pool} pool"
-    views = _idle_views(nodes)
+    views = node_views(state, idle=True, include_lost=True)
     if place(request_of(spec), NodeIndex(views), BestFit(), Context()) is not None:
         return None
     what = f"{' or '.join(wanted)} GPUs" if wanted else "GPUs"
@@ -61,34 +61,6 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
         remote = "" if spec.locality == "local-only" else " and remote vGPU cannot make up the rest"
         return f"{needs} but the largest node has {largest}{remote}"
     return f"{needs} but no node has them with the CPU, memory and labels the job asks for"
-
-
-def _idle_views(nodes: list[NodeState]) -> list[NodeView]:
-    """Every registered node as if nothing ran on it."""
-    views = []
-    for rank, node in enumerate(nodes):
-        spec = node.spec
-        views.append(
-            NodeView(
-                name=node.name,
-                rank=rank,
-                gpus=[
-                    GpuView(
-                        g.index,
-                        g.uuid,
-                        g.model,
-                        "vgpu" if g.pool == "vgpu" else "physical",
-                        g.memory_mib,
-                    )
-                    for _, g in sorted(node.gpus.items())
-                ],
-                cpu_free_milli=spec.cpu_milli or None,
-                memory_free_mib=spec.memory_mib or None,
-                labels=dict(spec.labels),
-                lends_remote_vgpu=spec.lends_remote_vgpu,
-            )
-        )
-    return views
 
 
 def decide_admission(state: ClusterState) -> list[Decision]:

@@ -23,12 +23,18 @@ from gpuloom.state import ClusterState
 WORKLOAD_WINDOW = 1000
 
 
-def node_views(state: ClusterState) -> list[NodeView]:
-    """Ready nodes with what is free on them, ranked by name (the tie-break)."""
+def node_views(
+    state: ClusterState, *, idle: bool = False, include_lost: bool = False
+) -> list[NodeView]:
+    """Ready nodes with what is free on them, ranked by name (the tie-break).
+
+    `idle` shows every node as if nothing ran on it and `include_lost` adds lost
+    nodes (they may come back): what admission asks about, "could this ever run".
+    """
     views = []
     for rank, name in enumerate(sorted(state.nodes)):
         node = state.nodes[name]
-        if node.phase != "ready":
+        if node.phase != "ready" and not include_lost:
             continue
         gpus = [
             GpuView(
@@ -37,19 +43,20 @@ def node_views(state: ClusterState) -> list[NodeView]:
                 gpu.model,
                 "vgpu" if gpu.pool == "vgpu" else "physical",
                 gpu.memory_mib,
-                1000 - gpu.milli_used,
-                gpu.memory_mib - gpu.memory_used,
+                1000 if idle else 1000 - gpu.milli_used,
+                gpu.memory_mib if idle else gpu.memory_mib - gpu.memory_used,
             )
             for _, gpu in sorted(node.gpus.items())
         ]
         spec = node.spec
+        cpu_used, memory_used = (0, 0) if idle else (node.cpu_used, node.memory_used)
         views.append(
             NodeView(
                 name=name,
                 rank=rank,
                 gpus=gpus,
-                cpu_free_milli=spec.cpu_milli - node.cpu_used if spec.cpu_milli else None,
-                memory_free_mib=spec.memory_mib - node.memory_used if spec.memory_mib else None,
+                cpu_free_milli=spec.cpu_milli - cpu_used if spec.cpu_milli else None,
+                memory_free_mib=spec.memory_mib - memory_used if spec.memory_mib else None,
                 labels=dict(spec.labels),
                 lends_remote_vgpu=spec.lends_remote_vgpu,
             )
