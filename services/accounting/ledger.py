@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from gpuloom.bus import EventBus
 from gpuloom.events import MalformedEvent, UsageCharged, decode
 from gpuloom.events.subjects import EVENT_PREFIX
-from gpuloom.store.models import UsageChargeRow
+from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
 from gpuloom.store.upsert import insert_ignore, load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,22 @@ def _row(seq: int, event: UsageCharged, at: Any) -> dict[str, Any]:
     }
 
 
+def _model_rows(seq: int, event: UsageCharged, at: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_id": event.job_id,
+            "attempt": event.attempt,
+            "gpu_model": model,
+            "user": event.user,
+            "account": event.account,
+            "gpu_milli_seconds": milli_seconds,
+            "charged_at": at,
+            "seq": seq,
+        }
+        for model, milli_seconds in sorted(event.by_model.items())
+    ]
+
+
 async def run_ledger(bus: EventBus, sessions: async_sessionmaker[Any], stop: asyncio.Event) -> None:
     async with sessions() as session:
         checkpoint = await load_checkpoint(session, CHECKPOINT)
@@ -99,6 +115,7 @@ async def _consume(
         except (NatsTimeoutError, TimeoutError):
             continue
         rows = []
+        model_rows = []
         last = checkpoint
         for msg in messages:
             seq = int(msg.metadata.sequence.stream)
@@ -110,9 +127,14 @@ async def _consume(
                 continue
             if isinstance(recorded.event, UsageCharged):
                 rows.append(_row(seq, recorded.event, recorded.envelope.at))
+                model_rows.extend(_model_rows(seq, recorded.event, recorded.envelope.at))
         async with sessions.begin() as session:
             if rows:
                 await insert_ignore(session, UsageChargeRow, rows, ["job_id", "attempt"])
+            if model_rows:
+                await insert_ignore(
+                    session, UsageModelChargeRow, model_rows, ["job_id", "attempt", "gpu_model"]
+                )
             await save_checkpoint(session, CHECKPOINT, last)
         checkpoint = last
         for msg in messages:

@@ -1,4 +1,4 @@
-"""/v1/nodes, /v1/usage, /v1/schemas/events, /healthz."""
+"""/v1/nodes, /v1/audit, /v1/schemas/events, /healthz."""
 
 from __future__ import annotations
 
@@ -6,22 +6,19 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from gpuloom.events import GpuPoolChanged, json_schemas
-from gpuloom.store.models import NodeRow, UsageChargeRow
+from gpuloom.store.models import NodeRow
 from services.gateway.deps import GatewayDep, SessionDep
 from services.gateway.publish import publish
 from services.gateway.schemas import (
-    AccountUsage,
     AuditView,
     Health,
     Node,
     NodeList,
     PoolChangeAccepted,
     Problem,
-    Usage,
-    UserUsage,
 )
 
 router = APIRouter()
@@ -92,29 +89,6 @@ async def last_audit(gateway: GatewayDep) -> AuditView:
         mismatch_count=event.mismatch_count,
         mismatches=event.mismatches,
         seconds=event.seconds,
-    )
-
-
-@router.get("/v1/usage", response_model=Usage, tags=["usage"])
-async def usage(session: SessionDep) -> Usage:
-    """GPU-seconds charged per account and per user (from the accounting ledger)."""
-    gpu_ms = func.sum(UsageChargeRow.gpu_milli_seconds)
-    jobs = func.count(func.distinct(UsageChargeRow.job_id))
-    accounts = await session.execute(
-        select(UsageChargeRow.account, gpu_ms, jobs)
-        .group_by(UsageChargeRow.account)
-        .order_by(UsageChargeRow.account)
-    )
-    users = await session.execute(
-        select(UsageChargeRow.user, UsageChargeRow.account, gpu_ms, jobs)
-        .group_by(UsageChargeRow.user, UsageChargeRow.account)
-        .order_by(UsageChargeRow.user, UsageChargeRow.account)
-    )
-    return Usage(
-        accounts=[AccountUsage(account=a, gpu_seconds=ms / 1000, jobs=n) for a, ms, n in accounts],
-        users=[
-            UserUsage(user=u, account=a, gpu_seconds=ms / 1000, jobs=n) for u, a, ms, n in users
-        ],
     )
 
 

@@ -125,9 +125,40 @@ class UserUsage(BaseModel):
     jobs: int
 
 
+class ModelUsage(BaseModel):
+    gpu_model: str
+    gpu_seconds: float
+    jobs: int
+
+
 class Usage(BaseModel):
+    """GPU time charged in [since, until): per account, per user and per GPU model.
+
+    A fraction counts by its share: 0.25 GPU for an hour is 900 GPU-seconds.
+    """
+
+    since: datetime | None = None
+    until: datetime | None = None
     accounts: list[AccountUsage]
     users: list[UserUsage]
+    gpu_models: list[ModelUsage] = []
+
+
+class UsageRecord(BaseModel):
+    """One charged run of a job (as `sacct` shows)."""
+
+    job_id: str
+    attempt: int
+    user: str
+    account: str
+    gpus: int
+    seconds: float
+    gpu_seconds: float
+    charged_at: datetime
+
+
+class UsageRecords(BaseModel):
+    records: list[UsageRecord]
 
 
 class Health(BaseModel):

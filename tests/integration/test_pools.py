@@ -234,3 +234,41 @@ def test_a_gang_is_placed_whole_and_every_replica_runs(pools: Cluster) -> None:
     assert replicas_started == replicas_finished == [0, 1, 2]
     # 4 x 2 A100s exist (node-a 4, node-c 2 = 3 pairs) only as 3: a gang of 4 never fits
     assert pools.wait_final([too_big], timeout=30)[too_big]["state"] == "rejected"
+
+
+def test_usage_reports_equal_a_recomputation_from_the_log(pools: Cluster) -> None:
+    from gpuloom.events import UsageCharged
+
+    quarter = pools.submit(gpus=1, gpu_milli=250, gpu_model=["H100-80GB"], command=["sleep", "1"])
+    pools.wait_final([quarter])
+    deadline = time.monotonic() + 20
+    while True:
+        charges = [r.event for r in pools.read_log() if isinstance(r.event, UsageCharged)]
+        report = pools.http.get("/v1/usage").json()
+        charged_jobs = {c.job_id for c in charges}
+        if quarter in charged_jobs and sum(a["jobs"] for a in report["accounts"]) == len(
+            charged_jobs
+        ):
+            break
+        assert time.monotonic() < deadline, "the ledger never caught up with the log"
+        time.sleep(0.3)
+    by_account: dict[str, int] = {}
+    by_model: dict[str, int] = {}
+    for charge in charges:
+        by_account[charge.account] = by_account.get(charge.account, 0) + charge.gpu_milli_seconds
+        for model, milli_seconds in charge.by_model.items():
+            by_model[model] = by_model.get(model, 0) + milli_seconds
+    assert {a["account"]: round(a["gpu_seconds"] * 1000) for a in report["accounts"]} == by_account
+    assert {
+        m["gpu_model"]: round(m["gpu_seconds"] * 1000) for m in report["gpu_models"]
+    } == by_model
+    # a fraction is charged by its share: 0.25 GPU for its run time
+    [mine] = [c for c in charges if c.job_id == quarter]
+    assert mine.gpu_milli_seconds == round(250 * mine.seconds)
+    records = pools.http.get("/v1/usage/jobs", params={"account": "research"}).json()["records"]
+    assert quarter in {r["job_id"] for r in records}
+    csv_text = pools.http.get("/v1/usage", params={"group_by": "gpu_model", "format": "csv"}).text
+    assert csv_text.splitlines()[0] == "gpu_model,gpu_seconds,gpu_hours,jobs"
+    assert any(line.startswith("H100-80GB,") for line in csv_text.splitlines())
+    before_all = pools.http.get("/v1/usage", params={"until": "2000-01-01T00:00:00Z"}).json()
+    assert before_all["accounts"] == [] and before_all["gpu_models"] == []

@@ -255,13 +255,38 @@ class GpuloomClient:
         """`GET /v1/nodes`."""
         return cast(NodeList, self._request("GET", "/v1/nodes"))
 
-    def usage(self) -> Usage:
-        """`GET /v1/usage`: GPU time per account and per user."""
-        return cast(Usage, self._request("GET", "/v1/usage"))
+    def usage(self, since: str | None = None, until: str | None = None) -> Usage:
+        """`GET /v1/usage`: GPU time per account, per user and per GPU model."""
+        return cast(Usage, self._request("GET", "/v1/usage", params=_window(since, until)))
+
+    def usage_records(
+        self, since: str | None = None, until: str | None = None, **filters: str
+    ) -> dict[str, Any]:
+        """`GET /v1/usage/jobs`: one record per charged run (like sacct)."""
+        params = {**_window(since, until), **{k: v for k, v in filters.items() if v}}
+        return cast(dict[str, Any], self._request("GET", "/v1/usage/jobs", params=params))
+
+    def usage_csv(
+        self, what: str, group_by: str, since: str | None = None, until: str | None = None
+    ) -> str:
+        """The usage report (`what` = "usage") or the records (`"jobs"`) as CSV text."""
+        path = "/v1/usage" if what == "usage" else "/v1/usage/jobs"
+        params = {**_window(since, until), "group_by": group_by, "format": "csv"}
+        try:
+            response = self._http.get(path, params=params)
+        except (httpx.TransportError, httpx.InvalidURL) as exc:
+            raise GatewayUnreachableError(self.base_url, str(exc) or type(exc).__name__) from exc
+        if response.is_error:
+            raise error_from_response(response)
+        return response.text
 
     def health(self) -> Health:
         """`GET /healthz`."""
         return cast(Health, self._request("GET", "/healthz"))
+
+
+def _window(since: str | None, until: str | None) -> dict[str, str]:
+    return {k: v for k, v in (("since", since), ("until", until)) if v}
 
 
 def _segment(value: str) -> str:

@@ -262,10 +262,34 @@ def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 @app.command()
-def usage(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """GPU time used, per account and per user."""
+def usage(
+    ctx: typer.Context,
+    since: Annotated[str | None, typer.Option(help="Charges at or after (ISO time).")] = None,
+    until: Annotated[str | None, typer.Option(help="Charges before (ISO time).")] = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="One record per charged run.")] = False,
+    account: Annotated[str | None, typer.Option(help="With --jobs: only this account.")] = None,
+    user: Annotated[str | None, typer.Option(help="With --jobs: only this user.")] = None,
+    group_by: Annotated[
+        str, typer.Option(help="With --csv: account, user or gpu_model.")
+    ] = "account",
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """GPU time used (a 0.25 GPU for an hour is 0.25 GPU-hours), per account, user, model."""
     with gateway(ctx) as client:
-        answer = client.usage()
+        if as_csv:
+            typer.echo(
+                client.usage_csv("jobs" if jobs else "usage", group_by, since, until), nl=False
+            )
+            return
+        if jobs:
+            records = client.usage_records(since, until, account=account or "", user=user or "")
+            if as_json:
+                print_json(records)
+            else:
+                emit(render.usage_records_table(records["records"]))
+            return
+        answer = client.usage(since, until)
     if as_json:
         print_json(answer)
         return

@@ -185,8 +185,8 @@ def _hours(gpu_seconds: float) -> str:
     return f"{gpu_seconds / 3600:.2f}"
 
 
-def usage_tables(usage: Usage) -> tuple[Table, Table]:
-    """Per account and per user, most GPU time first, then by name (a total order)."""
+def usage_tables(usage: Usage) -> tuple[Table, ...]:
+    """Per account, per user and per GPU model, most GPU time first, then by name."""
     accounts = new_table(title="usage per account")
     accounts.add_column("ACCOUNT")
     accounts.add_column("JOBS", justify="right")
@@ -213,4 +213,46 @@ def usage_tables(usage: Usage) -> tuple[Table, Table]:
             _hours(row["gpu_seconds"]),
             f"{row['gpu_seconds']:.1f}",
         )
-    return accounts, users
+    models = new_table(title="usage per GPU model")
+    models.add_column("GPU MODEL")
+    models.add_column("JOBS", justify="right")
+    models.add_column("GPU-HOURS", justify="right")
+    models.add_column("GPU-SECONDS", justify="right")
+    for model in sorted(
+        usage.get("gpu_models", []), key=lambda r: (-r["gpu_seconds"], r["gpu_model"])
+    ):
+        models.add_row(
+            model["gpu_model"],
+            str(model["jobs"]),
+            _hours(model["gpu_seconds"]),
+            f"{model['gpu_seconds']:.1f}",
+        )
+    return accounts, users, models
+
+
+def usage_records_table(records: list[dict[str, Any]]) -> Table:
+    """One row per charged run, oldest first (like sacct)."""
+    table = new_table(title=f"{len(records)} charged runs")
+    for column in [
+        "JOB",
+        "ATTEMPT",
+        "USER",
+        "ACCOUNT",
+        "GPUS",
+        "SECONDS",
+        "GPU-SECONDS",
+        "CHARGED",
+    ]:
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            r["job_id"],
+            str(r["attempt"]),
+            r["user"],
+            r["account"],
+            str(r["gpus"]),
+            f"{r['seconds']:.1f}",
+            f"{r['gpu_seconds']:.1f}",
+            str(r["charged_at"])[:19].replace("T", " "),
+        )
+    return table

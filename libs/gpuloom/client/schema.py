@@ -7,7 +7,7 @@ the types only document and check the fields that code reads.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 #: States after which a job never changes again.
 FINAL_STATES: frozenset[str] = frozenset(
@@ -111,9 +111,16 @@ class UserUsage(TypedDict):
     jobs: int
 
 
+class ModelUsage(TypedDict):
+    gpu_model: str
+    gpu_seconds: float
+    jobs: int
+
+
 class Usage(TypedDict):
     accounts: list[AccountUsage]
     users: list[UserUsage]
+    gpu_models: NotRequired[list[ModelUsage]]
 
 
 class Health(TypedDict):

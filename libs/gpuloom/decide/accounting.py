@@ -23,6 +23,7 @@ def decide_charges(state: ClusterState) -> list[Decision]:
                 gpus=run.gpus,
                 seconds=seconds,
                 gpu_milli_seconds=round((run.gpu_milli or run.gpus * 1000) * seconds),
+                by_model={m: round(milli * seconds) for m, milli in run.milli_by_model.items()},
             )
             decisions.append(Decision(event, f"{job_id}:charged:{run.attempt}", job.last_event_id))
     return decisions

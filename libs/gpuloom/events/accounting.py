@@ -12,8 +12,9 @@ from gpuloom.events.base import JobEvent
 class UsageCharged(JobEvent):
     """GPU time of one run (attempt) of a job, charged to its user and account.
 
-    `gpu_milli_seconds` is the exact integer charge (1000 per GPU per second);
-    `seconds` the wall time of the run, from the log's own timestamps.
+    `gpu_milli_seconds` is the exact integer charge (1000 per GPU per second, so a
+    0.25 slice for an hour is 0.25 GPU-hours); `seconds` the wall time of the run,
+    from the log's own timestamps; `by_model` the charge split by GPU model.
     """
 
     TYPE: ClassVar[str] = "UsageCharged"
@@ -23,3 +24,4 @@ class UsageCharged(JobEvent):
     gpus: int = Field(ge=0)
     seconds: float = Field(ge=0)
     gpu_milli_seconds: int = Field(ge=0)
+    by_model: dict[str, int] = Field(default_factory=dict)

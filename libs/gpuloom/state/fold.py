@@ -360,12 +360,23 @@ def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None
                 gpus=job.spec.gpus * job.spec.replicas,
                 started_at=recorded.envelope.at,
                 gpu_milli=sum(p.milli for r in job.replicas for p in r.slices),
+                milli_by_model=_milli_by_model(state, job),
             )
         )
         if job.started_at is None:
             job.started_at = recorded.envelope.at
         _set_phase(state, job, "running")
     _touch(job, recorded)
+
+
+def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
+    by_model: dict[str, int] = {}
+    for replica in job.replicas:
+        for piece in replica.slices:
+            gpu = state.nodes[piece.node].gpus.get(piece.index)
+            model = gpu.model if gpu is not None else "unknown"
+            by_model[model] = by_model.get(model, 0) + piece.milli
+    return dict(sorted(by_model.items()))
 
 
 #: When replicas end differently, the job ends as the first of these any replica had.

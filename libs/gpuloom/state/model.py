@@ -105,6 +105,8 @@ class Run:
     ended_at: datetime | None = None
     #: Milli-GPU held by all replicas of the attempt (1000 per whole GPU): what is charged.
     gpu_milli: int = 0
+    #: The same, by GPU model.
+    milli_by_model: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

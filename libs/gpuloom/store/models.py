@@ -118,3 +118,19 @@ class UsageChargeRow(Base):
     gpu_milli_seconds: Mapped[int] = mapped_column(BigInteger)
     charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
     seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class UsageModelChargeRow(Base):
+    """The ledger split by GPU model: one row per charged run and model."""
+
+    __tablename__ = "usage_model_charges"
+    __table_args__ = (Index("ix_usage_model_charges_model", "gpu_model"),)
+
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    user: Mapped[str] = mapped_column(String(100))
+    account: Mapped[str] = mapped_column(String(100))
+    gpu_milli_seconds: Mapped[int] = mapped_column(BigInteger)
+    charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    seq: Mapped[int] = mapped_column(BigInteger)

@@ -249,3 +249,11 @@ def test_submit_sends_the_resource_request(cli: Invoke, fake: FakeGateway) -> No
         "node_selector": {"zone": "b"},
         "replicas": 3,
     }
+
+
+def test_usage_passes_the_window_and_prints_csv(cli: Invoke, fake: FakeGateway) -> None:
+    result = cli(["usage", "--since", "2026-01-01T00:00:00", "--json"])
+    assert result.exit_code == 0, result.output
+    request = fake.requests[-1]
+    assert request.url.path == "/v1/usage"
+    assert request.url.params["since"] == "2026-01-01T00:00:00"

@@ -33,6 +33,7 @@ def test_an_ended_run_is_charged_gpus_times_1000_times_seconds() -> None:
         gpus=3,
         seconds=90.5,
         gpu_milli_seconds=271_500,
+        by_model={"A100-80GB": 271_500},
     )
     assert decision.msg_id == "j1:charged:1"
     assert decision.causation_id == state.jobs["j1"].last_event_id

@@ -49,7 +49,14 @@ def test_a_job_lives_from_submission_to_charge() -> None:
     apply(state, started)
     assert job.phase == "running" and job.started_at == started.envelope.at
     assert job.runs == [
-        Run(attempt=1, node="n1", gpus=2, started_at=started.envelope.at, gpu_milli=2000)
+        Run(
+            attempt=1,
+            node="n1",
+            gpus=2,
+            started_at=started.envelope.at,
+            gpu_milli=2000,
+            milli_by_model={"A100-80GB": 2000},
+        )
     ]
 
     finished = log.finish("j1", "n1", after=3600)

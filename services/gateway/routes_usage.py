@@ -1,0 +1,157 @@
+"""/v1/usage (like `sreport`) and /v1/usage/jobs (like `sacct`), as JSON or CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar, cast
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+from sqlalchemy import func, select
+
+from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
+from services.gateway.deps import SessionDep
+from services.gateway.schemas import (
+    AccountUsage,
+    ModelUsage,
+    Usage,
+    UsageRecord,
+    UsageRecords,
+    UserUsage,
+)
+
+router = APIRouter(tags=["usage"])
+
+Since = Annotated[datetime | None, Query(description="charges at or after (ISO 8601)")]
+Until = Annotated[datetime | None, Query(description="charges before (ISO 8601)")]
+Format = Annotated[Literal["json", "csv"], Query(description="json, or csv for spreadsheets")]
+
+
+Q = TypeVar("Q")
+
+
+def _window(query: Q, column: Any, since: datetime | None, until: datetime | None) -> Q:
+    """`query` restricted to charges in [since, until)."""
+    restricted: Any = query
+    if since is not None:
+        restricted = restricted.where(column >= since)
+    if until is not None:
+        restricted = restricted.where(column < until)
+    return cast(Q, restricted)
+
+
+def _csv(header: list[str], rows: list[list[object]], name: str) -> Response:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return Response(
+        buffer.getvalue(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
+    )
+
+
+@router.get("/v1/usage", response_model=Usage)
+async def usage(
+    session: SessionDep,
+    since: Since = None,
+    until: Until = None,
+    group_by: Annotated[
+        Literal["account", "user", "gpu_model"], Query(description="the rows of the CSV")
+    ] = "account",
+    format: Format = "json",
+) -> Any:
+    """GPU time charged per account, per user and per GPU model (from the accounting ledger)."""
+    charges, by_model = UsageChargeRow, UsageModelChargeRow
+    gpu_ms = func.sum(charges.gpu_milli_seconds)
+    jobs = func.count(func.distinct(charges.job_id))
+    accounts = await session.execute(
+        _window(select(charges.account, gpu_ms, jobs), charges.charged_at, since, until)
+        .group_by(charges.account)
+        .order_by(charges.account)
+    )
+    users = await session.execute(
+        _window(
+            select(charges.user, charges.account, gpu_ms, jobs), charges.charged_at, since, until
+        )
+        .group_by(charges.user, charges.account)
+        .order_by(charges.user, charges.account)
+    )
+    models = await session.execute(
+        _window(
+            select(
+                by_model.gpu_model,
+                func.sum(by_model.gpu_milli_seconds),
+                func.count(func.distinct(by_model.job_id)),
+            ),
+            by_model.charged_at,
+            since,
+            until,
+        )
+        .group_by(by_model.gpu_model)
+        .order_by(by_model.gpu_model)
+    )
+    report = Usage(
+        since=since,
+        until=until,
+        accounts=[AccountUsage(account=a, gpu_seconds=ms / 1000, jobs=n) for a, ms, n in accounts],
+        users=[
+            UserUsage(user=u, account=a, gpu_seconds=ms / 1000, jobs=n) for u, a, ms, n in users
+        ],
+        gpu_models=[ModelUsage(gpu_model=m, gpu_seconds=ms / 1000, jobs=n) for m, ms, n in models],
+    )
+    if format == "json":
+        return report
+    if group_by == "account":
+        rows = [[r.account, r.gpu_seconds, r.gpu_seconds / 3600, r.jobs] for r in report.accounts]
+        return _csv(["account", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-account")
+    if group_by == "user":
+        rows = [
+            [r.user, r.account, r.gpu_seconds, r.gpu_seconds / 3600, r.jobs] for r in report.users
+        ]
+        return _csv(["user", "account", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-user")
+    rows = [[r.gpu_model, r.gpu_seconds, r.gpu_seconds / 3600, r.jobs] for r in report.gpu_models]
+    return _csv(["gpu_model", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-gpu-model")
+
+
+@router.get("/v1/usage/jobs", response_model=UsageRecords)
+async def usage_records(
+    session: SessionDep,
+    since: Since = None,
+    until: Until = None,
+    user: str | None = None,
+    account: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    format: Format = "json",
+) -> Any:
+    """One record per charged run of a job, oldest first."""
+    query = _window(select(UsageChargeRow), UsageChargeRow.charged_at, since, until)
+    if user:
+        query = query.where(UsageChargeRow.user == user)
+    if account:
+        query = query.where(UsageChargeRow.account == account)
+    rows = await session.scalars(query.order_by(UsageChargeRow.seq).limit(limit))
+    records = [
+        UsageRecord(
+            job_id=r.job_id,
+            attempt=r.attempt,
+            user=r.user,
+            account=r.account,
+            gpus=r.gpus,
+            seconds=r.seconds,
+            gpu_seconds=r.gpu_milli_seconds / 1000,
+            charged_at=r.charged_at,
+        )
+        for r in rows
+    ]
+    if format == "json":
+        return UsageRecords(records=records)
+    header = list(UsageRecord.model_fields)
+    return _csv(
+        header,
+        [[getattr(r, name) for name in header] for r in records],
+        "usage-records",
+    )
