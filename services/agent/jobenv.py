@@ -32,6 +32,7 @@ def job_environment(
     slices: Sequence[SliceRef] = (),
     replica: int = 0,
     hosts: Sequence[str] = (),
+    array: tuple[str, int | None] | None = None,
 ) -> dict[str, str]:
     """`base`, then the job's own `spec.env`, then the variables gpuloom controls.
 
@@ -57,6 +58,9 @@ def job_environment(
         env["GPULOOM_REPLICA"] = str(replica)
         env["GPULOOM_REPLICAS"] = str(len(hosts))
         env["GPULOOM_REPLICA_HOSTS"] = ",".join(hosts)
+    if array is not None:  # a task of a job array
+        env["GPULOOM_ARRAY_ID"] = array[0]
+        env["GPULOOM_ARRAY_INDEX"] = str(array[1])
     return env
 
 

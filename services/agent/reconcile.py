@@ -78,6 +78,9 @@ class Ensure:
     replica: int = 0
     #: Hosts of every replica of the gang, in replica order (for rendezvous).
     hosts: tuple[str, ...] = ()
+    #: For a task of a job array: the array's id and the task's index.
+    array_id: str | None = None
+    array_index: int | None = None
 
     @property
     def key(self) -> JobKey:
@@ -201,6 +204,8 @@ def _ensure(job: JobState, node: str, replica: int) -> Ensure:
         slices=slices,
         replica=replica,
         hosts=tuple(r.host for r in job.replicas),
+        array_id=job.array_id,
+        array_index=job.array_index,
     )
 
 

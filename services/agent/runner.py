@@ -183,6 +183,7 @@ class Runner:
             slices=action.slices,
             replica=action.replica,
             hosts=action.hosts,
+            array=(action.array_id, action.array_index) if action.array_id is not None else None,
         )
         problem = command_problem(action.spec.command[0], env.get("PATH"), run.path)
         if problem is not None:

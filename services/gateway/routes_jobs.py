@@ -14,7 +14,7 @@ from gpuloom.events.codec import new_event_id
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES
 from gpuloom.store.models import JobRow
-from services.gateway.deps import GatewayDep, SessionDep, unavailable
+from services.gateway.deps import Gateway, GatewayDep, SessionDep, unavailable
 from services.gateway.publish import publish
 from services.gateway.schemas import (
     CancelAccepted,
@@ -57,6 +57,8 @@ async def submit_job(
     A retry with the same `Idempotency-Key` returns the job the first request
     created, never a second one.
     """
+    if spec.array is not None:
+        return await _submit_array(gateway, spec, idempotency_key)
     if idempotency_key is not None:
         async with gateway.sessions() as session:
             existing = await session.scalar(
@@ -69,6 +71,35 @@ async def submit_job(
     recorded = await publish(gateway, event, msg_id)
     assert isinstance(recorded.event, JobSubmitted)
     return Submitted(id=recorded.event.job_id, state="submitted")
+
+
+async def _submit_array(gateway: Gateway, spec: JobSpec, key: str | None) -> Submitted:
+    """One JobSubmitted per task, `<array id>-<index>`; a retried key returns the same tasks."""
+    size = spec.array or 1
+    keys = [f"{key}:{i}" for i in range(size)] if key else [None] * size
+    if key is not None:
+        async with gateway.sessions() as session:
+            first = await session.scalar(select(JobRow).where(JobRow.idempotency_key == keys[0]))
+        if first is not None:
+            array_id = first.id.rsplit("-", 1)[0]
+            return Submitted(
+                id=array_id, state="submitted", tasks=[f"{array_id}-{i}" for i in range(size)]
+            )
+    array_id = new_event_id()
+    task_spec = spec.model_copy(update={"array": None})
+    tasks = []
+    for index in range(size):
+        event = JobSubmitted(
+            job_id=f"{array_id}-{index}",
+            spec=task_spec,
+            idempotency_key=keys[index],
+            array_id=array_id,
+            array_index=index,
+        )
+        recorded = await publish(gateway, event, f"submit:{keys[index]}" if key else None)
+        assert isinstance(recorded.event, JobSubmitted)
+        tasks.append(recorded.event.job_id)
+    return Submitted(id=array_id, state="submitted", tasks=tasks)
 
 
 @router.get("", response_model=JobList)

@@ -11,6 +11,8 @@ from pydantic import BaseModel
 class Submitted(BaseModel):
     id: str
     state: str
+    #: For a job array: the ids of its tasks, by index (`<array id>-<index>`).
+    tasks: list[str] | None = None
 
 
 class CancelAccepted(BaseModel):

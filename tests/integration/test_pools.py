@@ -272,3 +272,44 @@ def test_usage_reports_equal_a_recomputation_from_the_log(pools: Cluster) -> Non
     assert any(line.startswith("H100-80GB,") for line in csv_text.splitlines())
     before_all = pools.http.get("/v1/usage", params={"until": "2000-01-01T00:00:00Z"}).json()
     assert before_all["accounts"] == [] and before_all["gpu_models"] == []
+
+
+def test_dependencies_run_in_order_and_arrays_expand(pools: Cluster) -> None:
+    first = pools.submit(gpus=1, pool="physical", command=["sleep", "1"])
+    second = pools.submit(gpus=1, pool="physical", command=["true"], depends_on=[{"job": first}])
+    doomed = pools.submit(gpus=0, command=["false"])
+    never = pools.submit(gpus=0, command=["true"], depends_on=[{"job": doomed}])
+    after_any = pools.submit(
+        gpus=0, command=["true"], depends_on=[{"job": doomed, "when": "finished"}]
+    )
+    ghost = pools.submit(gpus=0, command=["true"], depends_on=[{"job": "no-such-job"}])
+    waiting = pools.job(second)
+    if waiting["state"] in ("admitted", "queued"):
+        assert waiting["reason"].startswith("Dependency: waiting for")
+    done = pools.wait_final([first, second, doomed, never, after_any, ghost], timeout=60)
+    assert done[first]["state"] == done[second]["state"] == "succeeded"
+    assert done[second]["started_at"] >= done[first]["finished_at"]
+    assert done[never]["state"] == "cancelled"
+    assert done[never]["reason"].startswith("DependencyNeverSatisfied")
+    assert done[after_any]["state"] == "succeeded"
+    assert done[ghost]["state"] == "rejected" and "unknown job no-such-job" in done[ghost]["reason"]
+
+    body = {
+        "name": "sweep",
+        "user": "alice",
+        "account": "research",
+        "gpus": 0,
+        "array": 3,
+        "command": ["sh", "-c", "echo index=$GPULOOM_ARRAY_INDEX of=$GPULOOM_ARRAY_ID"],
+    }
+    answer = pools.http.post("/v1/jobs", json=body, headers={"Idempotency-Key": "sweep-1"})
+    assert answer.status_code == 202, answer.text
+    array = answer.json()
+    assert array["tasks"] == [f"{array['id']}-{i}" for i in range(3)]
+    again = pools.http.post("/v1/jobs", json=body, headers={"Idempotency-Key": "sweep-1"}).json()
+    assert again["tasks"] == array["tasks"], "a retried array submission makes no new tasks"
+    finished = pools.wait_final(array["tasks"], timeout=60)
+    assert all(job["state"] == "succeeded" for job in finished.values())
+    for index, task in enumerate(array["tasks"]):
+        stdout = pools.http.get(f"/v1/jobs/{task}/logs").json()["stdout"].strip()
+        assert stdout == f"index={index} of={array['id']}"

@@ -21,6 +21,12 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return "no node is registered"
+    for dependency in spec.depends_on:
+        other = state.jobs.get(dependency.job)
+        if other is None:
+            return f"depends on unknown job {dependency.job}"
+        if dependency.when == "succeeded" and other.is_final and other.phase != "succeeded":
+            return f"dependency {dependency.job} ended {other.phase}, not succeeded"
     if spec.gpus == 0:
         idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):
@@ -66,12 +72,12 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
 def decide_admission(state: ClusterState) -> list[Decision]:
     """Answer every submitted job without a pending cancel, in submission order."""
     decisions: list[Decision] = []
-    reasons: dict[tuple[int, tuple[str, ...]], str | None] = {}  # same shape, same answer
+    reasons: dict[object, str | None] = {}  # the same request, the same answer
     for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].submit_seq):
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue  # the queue cancels it
-        shape = (job.spec.gpus, tuple(job.spec.gpu_model))
+        shape = (request_of(job.spec), tuple((d.job, d.when) for d in job.spec.depends_on))
         if shape not in reasons:
             reasons[shape] = rejection_reason(state, job.spec)
         reason = reasons[shape]

@@ -18,7 +18,7 @@ from gpuloom.events.inventory import (
     NodeRegistered,
     NodeSpec,
 )
-from gpuloom.events.jobs import JobSpec
+from gpuloom.events.jobs import Dependency, JobSpec
 from gpuloom.events.placement import JobPlaced, PolicyRef, ReplicaAssignment, SliceRef
 from gpuloom.events.queue import JobCancelled, JobQueued
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
@@ -28,6 +28,7 @@ __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
     "AuditCompleted",
+    "Dependency",
     "Envelope",
     "Event",
     "GpuPoolChanged",

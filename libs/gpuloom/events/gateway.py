@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import Field
+
 from gpuloom.events.base import JobEvent
 from gpuloom.events.jobs import JobSpec
 
@@ -14,6 +16,9 @@ class JobSubmitted(JobEvent):
     TYPE: ClassVar[str] = "JobSubmitted"
     spec: JobSpec
     idempotency_key: str | None = None
+    #: For a task of a job array: the array's id and this task's index (0-based).
+    array_id: str | None = None
+    array_index: int | None = Field(default=None, ge=0)
 
 
 class JobCancelRequested(JobEvent):

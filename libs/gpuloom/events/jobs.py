@@ -7,6 +7,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+class Dependency(BaseModel):
+    """Run only after job `job` ended `succeeded` (or ended at all, with `finished`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str = Field(min_length=1, max_length=64)
+    when: Literal["succeeded", "finished"] = "succeeded"
+
+
 class JobSpec(BaseModel):
     """What a user submitted. Validated at the gateway; carried verbatim in JobSubmitted."""
 
@@ -29,6 +38,10 @@ class JobSpec(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     #: Replicas placed as a gang: all in one decision, or none.
     replicas: int = Field(default=1, ge=1, le=1024)
+    #: Jobs that must end first; the job waits (reason `Dependency`) until they do.
+    depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
+    #: A job array: the gateway submits `array` tasks, each with GPULOOM_ARRAY_INDEX.
+    array: int | None = Field(default=None, ge=1, le=10_000)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     time_limit_s: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)

@@ -56,6 +56,7 @@ class Projector:
         touched_jobs: list[str] = []
         if isinstance(event, JobEvent):
             touched_jobs.append(event.job_id)
+            touched_jobs.extend(sorted(self.state.dependents.get(event.job_id, ())))
             before = self.state.jobs.get(event.job_id)
             if before is not None:
                 touched_nodes.extend(sorted(before.nodes_held()))
@@ -73,7 +74,9 @@ class Projector:
 
     async def _flush(self) -> None:
         jobs = [
-            job_row(self.state.jobs[j]) for j in sorted(self._dirty_jobs) if j in self.state.jobs
+            job_row(self.state.jobs[j], self.state)
+            for j in sorted(self._dirty_jobs)
+            if j in self.state.jobs
         ]
         nodes = [
             node_row(self.state.nodes[n], self.state)

@@ -165,9 +165,13 @@ def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> 
         submit_seq=recorded.seq,
         idempotency_key=key,
         priority=event.spec.priority,
+        array_id=event.array_id,
+        array_index=event.array_index,
     )
     state.jobs[event.job_id] = job
     state.submitted.add(event.job_id)
+    for dependency in event.spec.depends_on:
+        state.dependents.setdefault(dependency.job, set()).add(event.job_id)
     if key is not None:
         state.idempotency_keys[key] = event.job_id
     _touch(job, recorded)

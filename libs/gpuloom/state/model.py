@@ -119,6 +119,8 @@ class JobState:
     idempotency_key: str | None = None
     reason: str | None = None
     priority: int = 0
+    array_id: str | None = None
+    array_index: int | None = None
     #: Number of placements so far; the current placement is `attempt`.
     attempt: int = 0
     node: str | None = None
@@ -185,6 +187,8 @@ class ClusterState:
     #: Pending jobs with a cancel request (queue's work list).
     cancel_pending: set[str] = field(default_factory=set)
     idempotency_keys: dict[str, str] = field(default_factory=dict)
+    #: Job id -> the jobs that depend on it (depends_on), to refresh their reason.
+    dependents: dict[str, set[str]] = field(default_factory=dict)
     usage_by_account: dict[str, int] = field(default_factory=dict)
     usage_by_user: dict[str, int] = field(default_factory=dict)
     #: The latest AuditCompleted (GET /v1/audit).

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuloom.decide.queueing import dependency_status
 from gpuloom.state import ClusterState, JobState, NodeState
 
 
-def job_row(job: JobState) -> dict[str, Any]:
+def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
+    """The row of `job`; with `state`, a job waiting on dependencies says so in `reason`."""
     spec = job.spec
+    reason = job.reason
+    if state is not None and spec.depends_on and job.phase in ("submitted", "admitted", "queued"):
+        status, why = dependency_status(state, job)
+        if status == "waiting":
+            reason = why
     return {
         "id": job.job_id,
         "name": spec.name,
         "user": spec.user,
         "account": spec.account,
         "state": job.phase,
-        "reason": job.reason,
+        "reason": reason,
         "node": job.node,
         "gpus": list(job.gpu_indexes),
         "gpus_requested": spec.gpus,
