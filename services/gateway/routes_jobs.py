@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Query
 from nats.errors import Error as NatsError
 from sqlalchemy import func, select
 
+from gpuloom.decide.explain import explain
 from gpuloom.events import JobCancelRequested, JobSpec, JobSubmitted, decode
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
@@ -20,6 +21,7 @@ from services.gateway.schemas import (
     CancelAccepted,
     Job,
     JobEvents,
+    JobExplanation,
     JobList,
     JobLogs,
     LoggedEvent,
@@ -143,6 +145,27 @@ async def cancel_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> C
         raise HTTPException(status_code=409, detail=f"job {job_id} already {row.state}")
     await publish(gateway, JobCancelRequested(job_id=job_id), f"{job_id}:cancel-request")
     return CancelAccepted(id=job_id, state=row.state, cancel_requested=True)
+
+
+@router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
+async def explain_job(job_id: str, gateway: GatewayDep) -> JobExplanation:
+    """Why the job is pending: reason code, queue position, per-node verdicts, estimate."""
+    await gateway.catch_up()
+    if gateway.projector is None:
+        raise unavailable("the gateway has not read the log yet")
+    found = explain(gateway.projector.state, job_id)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+    return JobExplanation(
+        id=found.job_id,
+        state=found.state,
+        reason=found.reason,
+        detail=found.detail,
+        position=found.position,
+        ahead=found.ahead,
+        nodes=found.nodes,
+        estimated_start=found.estimated_start,
+    )
 
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})

@@ -193,3 +193,20 @@ class AuditView(BaseModel):
     mismatch_count: int = 0
     mismatches: list[str] = []
     seconds: float | None = None
+
+
+class JobExplanation(BaseModel):
+    """Why a job is where it is (`gpuloom explain`)."""
+
+    id: str
+    state: str
+    #: Dependency, Resources, Priority or Held for a pending job; None otherwise.
+    reason: str | None
+    detail: str | None = None
+    #: 1-based place in the queue of jobs placement may place.
+    position: int | None = None
+    ahead: list[str] = []
+    #: Per node: "fits", or the first rule that keeps the job off it.
+    nodes: dict[str, str] = {}
+    #: When it could start if the running jobs end at their time limits.
+    estimated_start: datetime | None = None

@@ -313,3 +313,23 @@ def test_dependencies_run_in_order_and_arrays_expand(pools: Cluster) -> None:
     for index, task in enumerate(array["tasks"]):
         stdout = pools.http.get(f"/v1/jobs/{task}/logs").json()["stdout"].strip()
         assert stdout == f"index={index} of={array['id']}"
+
+
+def test_explain_says_why_a_job_is_pending(pools: Cluster) -> None:
+    blockers = [
+        pools.submit(gpus=2, gpu_model=["H100-80GB"], command=["sleep", "20"], time_limit_s=60)
+    ]
+    pools.wait_state(blockers, "running", timeout=30)
+    waiting = pools.submit(gpus=1, gpu_model=["H100-80GB"], command=["true"])
+    deadline = time.monotonic() + 20
+    while (answer := pools.http.get(f"/v1/jobs/{waiting}/explain").json())["state"] != "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert answer["reason"] == "Resources"
+    assert answer["nodes"]["node-a"].startswith("model: no H100-80GB")
+    assert answer["nodes"]["node-b"].startswith("busy")
+    assert answer["estimated_start"] is not None
+    assert pools.http.get("/v1/jobs/no-such-job/explain").status_code == 404
+    for job_id in [*blockers, waiting]:
+        pools.http.delete(f"/v1/jobs/{job_id}")
+    pools.wait_final([*blockers, waiting], timeout=30)

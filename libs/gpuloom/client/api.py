@@ -230,6 +230,10 @@ class GpuloomClient:
         params = {key: value for key, value in given.items() if value is not None}
         return cast(JobList, self._request("GET", "/v1/jobs", params=params))
 
+    def explain(self, job_id: str) -> dict[str, Any]:
+        """`GET /v1/jobs/{id}/explain`: why the job is pending."""
+        return cast(dict[str, Any], self._request("GET", f"/v1/jobs/{_segment(job_id)}/explain"))
+
     def get_job(self, job_id: str) -> Job:
         """`GET /v1/jobs/{id}`; 404 raises `ApiError`."""
         return cast(Job, self._request("GET", f"/v1/jobs/{_segment(job_id)}"))

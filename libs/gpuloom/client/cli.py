@@ -226,6 +226,17 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
 
 
 @app.command()
+def explain(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
+    """Why a job is pending: reason, queue position, jobs ahead, each node's verdict."""
+    with gateway(ctx) as client:
+        answer = client.explain(job_id)
+    if as_json:
+        print_json(answer)
+        return
+    emit(render.explanation(answer))
+
+
+@app.command()
 def cancel(ctx: typer.Context, job_id: JobId) -> None:
     """Ask for a job to be cancelled."""
     with gateway(ctx) as client:

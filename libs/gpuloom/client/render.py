@@ -256,3 +256,21 @@ def usage_records_table(records: list[dict[str, Any]]) -> Table:
             str(r["charged_at"])[:19].replace("T", " "),
         )
     return table
+
+
+def explanation(answer: dict[str, Any]) -> Table:
+    """`gpuloom explain`: the verdict first, then each node's."""
+    table = new_table(title=f"job {answer['id']}: {answer['state']}")
+    table.add_column("WHAT")
+    table.add_column("WHY")
+    table.add_row(
+        "reason", f"{answer.get('reason') or '-'}: {answer.get('detail') or ''}".strip(": ")
+    )
+    if answer.get("position") is not None:
+        ahead = ", ".join(answer.get("ahead", [])) or "-"
+        table.add_row("position", f"{answer['position']} (ahead: {ahead})")
+    if answer.get("estimated_start"):
+        table.add_row("estimated start", str(answer["estimated_start"])[:19].replace("T", " "))
+    for node, verdict in sorted(answer.get("nodes", {}).items()):
+        table.add_row(f"node {node}", verdict)
+    return table

@@ -1,0 +1,137 @@
+"""Why is my job pending? A pure reading of the folded state.
+
+For a pending job: a reason code, its position in the queue and the jobs ahead
+of it, for every node the first rule that keeps the job off it, and an
+estimate of when it could start, from the time limits of the jobs running now.
+
+Reason codes: `Dependency` (a job it depends on has not ended), `Resources`
+(no node has room now), `Priority` (a node has room, jobs ahead come first or the
+next placement cycle has not run yet), `Held` (a cancel is pending). The
+quota and reservation codes of issue #5 come with quotas and backfill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuloom.decide.queueing import dependency_status, queue_order
+from gpuloom.placement.cycle import node_views, request_of
+from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
+from gpuloom.state import ClusterState, JobState
+
+AHEAD_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: str
+    state: str
+    reason: str | None
+    detail: str | None = None
+    position: int | None = None
+    ahead: list[str] = field(default_factory=list)
+    nodes: dict[str, str] = field(default_factory=dict)
+    estimated_start: datetime | None = None
+
+
+def node_verdict(request: Request, node: NodeView, idle: NodeView, ready: bool) -> str:
+    """The first rule that keeps one replica of `request` off `node`, or "fits"."""
+    if not ready:
+        return "lost: the node does not heartbeat"
+    if any(node.labels.get(k) != v for k, v in request.node_selector):
+        return "labels: the node does not match the node selector"
+    if request.gpus:
+        if request.models and not any(g.model in request.models for g in idle.gpus):
+            return f"model: no {' or '.join(request.models)} GPU"
+        if not any(gpu_serves(request, g) for g in idle.gpus):
+            pool = "vgpu" if request.fractional else request.pool
+            return f"pool: no GPU of the {pool} pool can serve it"
+        if sum(1 for g in idle.gpus if gpu_serves(request, g)) < request.gpus:
+            where = " (local-only)" if request.locality == "local-only" else ""
+            return f"capacity: fewer than {request.gpus} such GPUs on the node{where}"
+    if not host_fits(request, idle):
+        return "capacity: not enough CPU or memory on the node, even idle"
+    if not host_fits(request, node):
+        return "busy: its CPU or memory is in use"
+    if request.gpus and sum(1 for g in node.gpus if gpu_serves(request, g)) < request.gpus:
+        return "busy: its GPUs are in use"
+    return "fits"
+
+
+def _estimated_start(state: ClusterState, job: JobState, request: Request) -> datetime | None:
+    """When the first node could host the job if running jobs end at their time limits."""
+    best: datetime | None = None
+    views = {v.name: v for v in node_views(state)}
+    for name, view in sorted(views.items()):
+        running = sorted(
+            (
+                state.jobs[j]
+                for j in state.on_node.get(name, ())
+                if state.jobs[j].phase == "running"
+            ),
+            key=lambda j: j.job_id,
+        )
+        ends: list[tuple[datetime, JobState]] = []
+        for other in running:
+            if other.spec.time_limit_s is None or other.started_at is None:
+                ends = []
+                break
+            ends.append((other.started_at + timedelta(seconds=other.spec.time_limit_s), other))
+        for end, other in sorted(ends, key=lambda pair: (pair[0], pair[1].job_id)):
+            for gpu in view.gpus:
+                holder = state.nodes[name].gpus[gpu.index].holders.get(other.job_id)
+                if holder:
+                    gpu.milli_free += holder[0]
+                    gpu.memory_free_mib += holder[1]
+            cpu, memory = state.nodes[name].hosted.get(other.job_id, (0, 0))
+            if view.cpu_free_milli is not None:
+                view.cpu_free_milli += cpu
+            if view.memory_free_mib is not None:
+                view.memory_free_mib += memory
+            if host_fits(request, view) and (
+                sum(1 for g in view.gpus if gpu_serves(request, g)) >= request.gpus
+            ):
+                best = end if best is None else min(best, end)
+                break
+    return best
+
+
+def explain(state: ClusterState, job_id: str) -> Explanation | None:
+    job = state.jobs.get(job_id)
+    if job is None:
+        return None
+    if job.phase not in ("submitted", "admitted", "queued"):
+        return Explanation(job_id, job.phase, None, job.reason)
+    if job.cancel_requested:
+        return Explanation(job_id, job.phase, "Held", "a cancel request is being carried out")
+    if job.spec.depends_on:
+        status, why = dependency_status(state, job)
+        if status != "met":
+            return Explanation(job_id, job.phase, "Dependency", why)
+    if job.phase != "queued":
+        return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
+    order = [j.job_id for j in queue_order(state)]
+    position = order.index(job_id) + 1 if job_id in order else None
+    ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]
+    request = request_of(job.spec)
+    current = {v.name: v for v in node_views(state, include_lost=True)}
+    idle = {v.name: v for v in node_views(state, idle=True, include_lost=True)}
+    verdicts = {
+        name: node_verdict(request, current[name], idle[name], state.nodes[name].phase == "ready")
+        for name in sorted(current)
+    }
+    if any(v == "fits" for v in verdicts.values()):
+        reason, detail = "Priority", f"{len(ahead)} job(s) ahead in the queue"
+    else:
+        reason, detail = "Resources", "no node has room for it now"
+    return Explanation(
+        job_id,
+        job.phase,
+        reason,
+        detail,
+        position,
+        ahead,
+        verdicts,
+        _estimated_start(state, job, request) if reason == "Resources" else None,
+    )

@@ -1,0 +1,60 @@
+"""Why is my job pending: reason codes, position, node verdicts, estimated start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpuloom.decide.explain import explain
+from gpuloom.events import Dependency
+from gpuloom.testing.builders import LogBuilder
+
+
+def busy_cluster() -> LogBuilder:
+    log = LogBuilder()
+    log.register("n1", 2)
+    log.register("n2", 2, model="H100-80GB")
+    log.run_to_queue("runner", gpus=2, time_limit_s=600)
+    log.place("runner", "n1", [0, 1])
+    log.start("runner", "n1")
+    return log
+
+
+def test_a_job_that_no_node_has_room_for_waits_on_resources_with_an_estimate() -> None:
+    log = busy_cluster()
+    log.run_to_queue("big", gpus=2, gpu_model=["A100-80GB"])
+    found = explain(log.state(), "big")
+    assert found is not None
+    assert (found.reason, found.position, found.ahead) == ("Resources", 1, [])
+    assert found.nodes == {
+        "n1": "busy: its GPUs are in use",
+        "n2": "model: no A100-80GB GPU",
+    }
+    started = log.state().jobs["runner"].started_at
+    assert started is not None
+    assert found.estimated_start == started + timedelta(seconds=600)
+
+
+def test_a_job_with_room_behind_others_waits_on_priority() -> None:
+    log = busy_cluster()
+    log.run_to_queue("first", gpus=1, gpu_model=["H100-80GB"], priority=5)
+    log.run_to_queue("second", gpus=1, gpu_model=["H100-80GB"])
+    found = explain(log.state(), "second")
+    assert found is not None
+    assert (found.reason, found.position, found.ahead) == ("Priority", 2, ["first"])
+    assert found.nodes["n2"] == "fits"
+    assert found.estimated_start is None
+
+
+def test_dependency_lost_node_and_running_jobs() -> None:
+    log = busy_cluster()
+    log.run_to_queue("later", gpus=1, depends_on=[Dependency(job="runner")])
+    found = explain(log.state(), "later")
+    assert found is not None and found.reason == "Dependency"
+    assert found.detail == "Dependency: waiting for runner to succeed"
+    log.lose("n2")
+    log.run_to_queue("h100", gpus=1, gpu_model=["H100-80GB"])
+    found = explain(log.state(), "h100")
+    assert found is not None and found.nodes["n2"] == "lost: the node does not heartbeat"
+    running = explain(log.state(), "runner")
+    assert running is not None and (running.state, running.reason) == ("running", None)
+    assert explain(log.state(), "nobody") is None
