@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     node_lost_timeout_s: float = 10.0
 
     placement_policy: str = "bestfit"
+    #: Multifactor priority: the most points age, fair share and size may add (0: off).
+    priority_weight_age: int = Field(default=0, ge=0)
+    priority_weight_fair_share: int = Field(default=0, ge=0)
+    priority_weight_size: int = Field(default=0, ge=0)
+    priority_max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     cancel_grace_s: float = 5.0
     #: Where agents keep each job's run folder (logs, pid, exit status).
     agent_run_dir: Path | None = None

@@ -8,7 +8,9 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from gpuloom.decide.queueing import dependency_status, pending_in_order, priority_weights
 from gpuloom.events import GpuPoolChanged, json_schemas
+from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.store.models import NodeRow
 from services.gateway.deps import GatewayDep, SessionDep
 from services.gateway.publish import publish
@@ -19,6 +21,8 @@ from services.gateway.schemas import (
     NodeList,
     PoolChangeAccepted,
     Problem,
+    Queue,
+    QueuedJob,
 )
 
 router = APIRouter()
@@ -70,6 +74,46 @@ async def change_pool(
     if voided is not None:
         raise HTTPException(status_code=409, detail=voided)
     return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=recorded.seq)
+
+
+@router.get("/v1/queue", response_model=Queue, tags=["queue"])
+async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
+    """Pending jobs in queue order with each priority factor (like Slurm's sprio)."""
+    await gateway.catch_up()
+    if gateway.projector is None:
+        return Queue(weights={}, jobs=[])
+    state = gateway.projector.state
+    weights = priority_weights(state)
+    jobs = []
+    for position, (job, factors) in enumerate(pending_in_order(state)[:limit], 1):
+        reason = None
+        if job.cancel_requested:
+            reason = "Held: a cancel request is being carried out"
+        elif job.spec.depends_on:
+            reason = dependency_status(state, job)[1]
+        jobs.append(
+            QueuedJob(
+                position=position,
+                id=job.job_id,
+                user=job.spec.user,
+                account=job.spec.account,
+                priority=factors.priority,
+                age=factors.age / FACTOR_SCALE,
+                fair_share=factors.fair_share / FACTOR_SCALE,
+                size=factors.size / FACTOR_SCALE,
+                points=factors.total / FACTOR_SCALE,
+                reason=reason,
+            )
+        )
+    return Queue(
+        weights={
+            "age": weights.age,
+            "fair_share": weights.fair_share,
+            "size": weights.size,
+            "max_age_s": weights.max_age_s,
+        },
+        jobs=jobs,
+    )
 
 
 @router.get("/v1/audit", response_model=AuditView, tags=["audit"])

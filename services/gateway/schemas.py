@@ -210,3 +210,26 @@ class JobExplanation(BaseModel):
     nodes: dict[str, str] = {}
     #: When it could start if the running jobs end at their time limits.
     estimated_start: datetime | None = None
+
+
+class QueuedJob(BaseModel):
+    """One pending job with its priority factors (as `sprio` shows them)."""
+
+    position: int
+    id: str
+    user: str
+    account: str
+    priority: int
+    #: Factors in [0, 1].
+    age: float
+    fair_share: float
+    size: float
+    #: Priority points: priority + the weighted factors.
+    points: float
+    #: Why it waits, when it is not just its turn (Dependency, Held).
+    reason: str | None = None
+
+
+class Queue(BaseModel):
+    weights: dict[str, float]
+    jobs: list[QueuedJob]

@@ -6,13 +6,31 @@ import asyncio
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.decide import Decision
 from gpuloom.decide.queueing import decide_queue
+from gpuloom.events import QueuePolicySet
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service
+from gpuloom.state import ClusterState
+
+
+def configured_policy(settings: Settings) -> QueuePolicySet:
+    return QueuePolicySet(
+        weight_age=settings.priority_weight_age,
+        weight_fair_share=settings.priority_weight_fair_share,
+        weight_size=settings.priority_weight_size,
+        max_age_s=settings.priority_max_age_s,
+        fair_share_half_life_s=settings.fair_share_half_life_s,
+    )
 
 
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
-    await Reactor(bus, "queue", pure(decide_queue)).run(stop)
+    policy = configured_policy(settings)
+
+    def decide(state: ClusterState) -> list[Decision]:
+        return decide_queue(state, policy)
+
+    await Reactor(bus, "queue", pure(decide)).run(stop)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -333,3 +333,25 @@ def test_explain_says_why_a_job_is_pending(pools: Cluster) -> None:
     for job_id in [*blockers, waiting]:
         pools.http.delete(f"/v1/jobs/{job_id}")
     pools.wait_final([*blockers, waiting], timeout=30)
+
+
+def test_the_queue_lists_pending_jobs_in_order_with_their_factors(pools: Cluster) -> None:
+    blocker = pools.submit(gpus=2, gpu_model=["H100-80GB"], command=["sleep", "20"])
+    pools.wait_state([blocker], "running", timeout=30)
+    low = pools.submit(gpus=1, gpu_model=["H100-80GB"], command=["true"], priority=1)
+    high = pools.submit(gpus=1, gpu_model=["H100-80GB"], command=["true"], priority=9)
+    deadline = time.monotonic() + 20
+    while True:
+        queue = pools.http.get("/v1/queue").json()
+        ids = [job["id"] for job in queue["jobs"]]
+        if low in ids and high in ids:
+            break
+        assert time.monotonic() < deadline, queue
+        time.sleep(0.2)
+    assert ids.index(high) < ids.index(low)
+    first = queue["jobs"][ids.index(high)]
+    assert first["priority"] == 9 and first["points"] == 9.0  # default weights: plain priority
+    assert queue["weights"]["age"] == 0
+    for job_id in [blocker, low, high]:
+        pools.http.delete(f"/v1/jobs/{job_id}")
+    pools.wait_final([blocker, low, high], timeout=30)

@@ -230,6 +230,10 @@ class GpuloomClient:
         params = {key: value for key, value in given.items() if value is not None}
         return cast(JobList, self._request("GET", "/v1/jobs", params=params))
 
+    def queue(self) -> dict[str, Any]:
+        """`GET /v1/queue`: pending jobs in order with their priority factors."""
+        return cast(dict[str, Any], self._request("GET", "/v1/queue"))
+
     def explain(self, job_id: str) -> dict[str, Any]:
         """`GET /v1/jobs/{id}/explain`: why the job is pending."""
         return cast(dict[str, Any], self._request("GET", f"/v1/jobs/{_segment(job_id)}/explain"))

@@ -225,6 +225,17 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     emit(render.job_details(job), "", render.events_table(events["events"]))
 
 
+@app.command("queue")
+def queue_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Pending jobs in queue order with each priority factor (like sprio)."""
+    with gateway(ctx) as client:
+        answer = client.queue()
+    if as_json:
+        print_json(answer)
+        return
+    emit(render.queue_table(answer))
+
+
 @app.command()
 def explain(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     """Why a job is pending: reason, queue position, jobs ahead, each node's verdict."""

@@ -274,3 +274,40 @@ def explanation(answer: dict[str, Any]) -> Table:
     for node, verdict in sorted(answer.get("nodes", {}).items()):
         table.add_row(f"node {node}", verdict)
     return table
+
+
+def queue_table(answer: dict[str, Any]) -> Table:
+    """`gpuloom queue`: position, job, priority, each factor and the total points."""
+    weights = answer.get("weights", {})
+    title = (
+        f"queue (weights: age {weights.get('age', 0):g}, fair share "
+        f"{weights.get('fair_share', 0):g}, size {weights.get('size', 0):g})"
+    )
+    table = new_table(title=title)
+    for column in [
+        "#",
+        "JOB",
+        "USER",
+        "ACCOUNT",
+        "PRIO",
+        "AGE",
+        "FAIRSHARE",
+        "SIZE",
+        "POINTS",
+        "WAITS ON",
+    ]:
+        table.add_column(column)
+    for job in answer.get("jobs", []):
+        table.add_row(
+            str(job["position"]),
+            job["id"],
+            job["user"],
+            job["account"],
+            str(job["priority"]),
+            f"{job['age']:.3f}",
+            f"{job['fair_share']:.3f}",
+            f"{job['size']:.3f}",
+            f"{job['points']:.2f}",
+            job.get("reason") or "-",
+        )
+    return table

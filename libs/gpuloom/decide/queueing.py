@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Literal
 
 from gpuloom.decide import Decision
-from gpuloom.events import JobCancelled, JobQueued
+from gpuloom.events import JobCancelled, JobQueued, QueuePolicySet
+from gpuloom.queueing import (
+    PriorityFactors,
+    PriorityWeights,
+    fair_share_factors,
+    multifactor_priority,
+)
 from gpuloom.state import ClusterState, JobState
 
 DependencyStatus = Literal["met", "waiting", "never"]
@@ -39,22 +45,72 @@ def queue_key(job: JobState) -> tuple[int, int, str]:
     return (-job.priority, job.submit_seq, job.job_id)
 
 
-def queue_order(state: ClusterState) -> list[JobState]:
-    """Queued jobs that placement may place (dependencies met), in queue order."""
-    jobs = [state.jobs[j] for j in state.queued]
-    return sorted(
-        (
-            job
-            for job in jobs
-            if not job.cancel_requested
-            and (not job.spec.depends_on or dependency_status(state, job)[0] == "met")
-        ),
-        key=queue_key,
+def priority_weights(state: ClusterState) -> PriorityWeights:
+    """The weights of the log's QueuePolicySet (all 0, plain priority, before any)."""
+    policy = state.queue_policy or QueuePolicySet()
+    return PriorityWeights(
+        age=policy.weight_age,
+        fair_share=policy.weight_fair_share,
+        size=policy.weight_size,
+        max_age_s=policy.max_age_s,
     )
 
 
-def decide_queue(state: ClusterState) -> list[Decision]:
+def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactors]]:
+    """Queued jobs with their priority factors, best first; dependencies not checked.
+
+    Time is the log's clock (the latest `at` folded), fair share is per account
+    with equal shares (decayed usage against the accounts that have jobs), size
+    is GPU demand against every registered GPU.
+    """
+    weights = priority_weights(state)
+    jobs = [state.jobs[j] for j in state.queued]
+    now = state.clock
+    accounts = sorted({job.spec.account for job in state.jobs.values()})
+    factors = fair_share_factors(
+        state.decayed_usage, dict.fromkeys(accounts, 1), now.timestamp() if now else 0.0
+    )
+    capacity = 1000 * sum(len(node.gpus) for node in state.nodes.values())
+    ranked = []
+    for job in jobs:
+        spec = job.spec
+        ranked.append(
+            (
+                job,
+                multifactor_priority(
+                    weights,
+                    priority=job.priority,
+                    waited_s=(now - job.submitted_at).total_seconds() if now else 0.0,
+                    fair_share=factors.get(spec.account, 1.0),
+                    gpu_milli_demand=spec.gpus * spec.share_milli * spec.replicas,
+                    cluster_gpu_milli=capacity,
+                ),
+            )
+        )
+    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].submit_seq, pair[0].job_id))
+    return ranked
+
+
+def queue_order(state: ClusterState) -> list[JobState]:
+    """Queued jobs that placement may place (dependencies met), in queue order."""
+    if priority_weights(state).plain:
+        ordered = sorted((state.jobs[j] for j in state.queued), key=queue_key)
+    else:
+        ordered = [job for job, _ in pending_in_order(state)]
+    return [
+        job
+        for job in ordered
+        if not job.cancel_requested
+        and (not job.spec.depends_on or dependency_status(state, job)[0] == "met")
+    ]
+
+
+def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> list[Decision]:
+    """Queue admitted jobs, cancel what must be, and record `policy` when it changed."""
     decisions: list[Decision] = []
+    current = state.queue_policy or QueuePolicySet()
+    if policy is not None and policy != current:
+        decisions.append(Decision(policy, f"queue-policy:{state.seq}"))
     for job_id in sorted(state.cancel_pending, key=lambda j: state.jobs[j].submit_seq):
         job = state.jobs[job_id]
         if job.phase in ("submitted", "admitted", "queued"):

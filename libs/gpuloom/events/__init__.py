@@ -20,7 +20,7 @@ from gpuloom.events.inventory import (
 )
 from gpuloom.events.jobs import Dependency, JobSpec
 from gpuloom.events.placement import JobPlaced, PolicyRef, ReplicaAssignment, SliceRef
-from gpuloom.events.queue import JobCancelled, JobQueued
+from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
 
@@ -52,6 +52,7 @@ __all__ = [
     "NodeSpec",
     "Outcome",
     "PolicyRef",
+    "QueuePolicySet",
     "Recorded",
     "ReplicaAssignment",
     "SliceRef",

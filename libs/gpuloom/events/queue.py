@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpuloom.events.base import JobEvent
+from pydantic import Field
+
+from gpuloom.events.base import Event, JobEvent
 
 
 class JobQueued(JobEvent):
@@ -23,3 +25,22 @@ class JobCancelled(JobEvent):
 
     TYPE: ClassVar[str] = "JobCancelled"
     reason: str = "cancelled by user"
+
+
+class QueuePolicySet(Event):
+    """The queue's priority weights and fair-share half-life, as configured.
+
+    Written by the queue service when its configuration differs from the log's,
+    so that every service orders the queue alike and audits replay it.
+    """
+
+    TYPE: ClassVar[str] = "QueuePolicySet"
+    AGGREGATE: ClassVar[str] = "queue"
+    weight_age: int = Field(default=0, ge=0)
+    weight_fair_share: int = Field(default=0, ge=0)
+    weight_size: int = Field(default=0, ge=0)
+    max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+
+    def aggregate_id(self) -> str:
+        return "policy"

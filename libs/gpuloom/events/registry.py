@@ -10,7 +10,7 @@ from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
 from gpuloom.events.inventory import GpuPoolChanged, NodeLost, NodeRecovered, NodeRegistered
 from gpuloom.events.placement import JobPlaced
-from gpuloom.events.queue import JobCancelled, JobQueued
+from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 
 ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobSubmitted,
@@ -28,6 +28,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     NodeRecovered,
     GpuPoolChanged,
     AuditCompleted,
+    QueuePolicySet,
 )
 
 

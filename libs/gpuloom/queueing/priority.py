@@ -1,12 +1,14 @@
-"""Multifactor priority (as Slurm's priority/multifactor): a weighted sum of factors.
+"""Multifactor priority (as Slurm's priority/multifactor), in priority points.
 
-priority = w_class * class + w_age * age + w_fairshare * fairshare + w_size * size
+    points = priority + w_age * age + w_fair_share * fair_share + w_size * size
 
-Every factor is in [0, 1]: the job's priority class scaled to its range, its age
-in the queue against `max_age_s`, its account's fair-share factor, and its size
-(GPU demand against the cluster's GPUs). The result is an integer (the factors
-rounded to 1e-6 before weighting), so the queue order is exact and total with the
-tie-breaks of `queue_key`.
+`priority` is the job's own priority (its class, an integer); each other factor
+is in [0, 1]: its age in the queue against `max_age_s`, its account's fair-share
+factor, and its size (GPU demand against the cluster's GPUs). A weight is the
+most points its factor can add: with `age = 100`, a week-old job gains up to 100
+priority points. All weights 0 (the default) is plain priority, then submission
+order. Totals are integers in micro-points (factors fixed to 1e-6), so the order
+is exact and total with the tie-breaks of the queue.
 """
 
 from __future__ import annotations
@@ -18,25 +20,27 @@ FACTOR_SCALE = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class PriorityWeights:
-    priority_class: int = 10_000
-    age: int = 1_000
-    fair_share: int = 5_000
-    size: int = 500
+    age: int = 0
+    fair_share: int = 0
+    size: int = 0
     #: Age at which the age factor reaches 1.
     max_age_s: float = 7 * 24 * 3600.0
-    #: The range of the user-facing `priority` field mapped to [0, 1].
-    class_min: int = -1_000_000
-    class_max: int = 1_000_000
+
+    @property
+    def plain(self) -> bool:
+        """Only the job's own priority counts."""
+        return self.age == 0 and self.fair_share == 0 and self.size == 0
 
 
 @dataclass(frozen=True, slots=True)
 class PriorityFactors:
-    """Each factor in [0, 1] (scaled by FACTOR_SCALE) and the weighted total."""
+    """The job's priority, each factor in [0, 1] (scaled by FACTOR_SCALE), the total."""
 
-    priority_class: int
+    priority: int
     age: int
     fair_share: int
     size: int
+    #: Micro-points: priority * FACTOR_SCALE + the weighted factors.
     total: int
 
 
@@ -53,17 +57,13 @@ def multifactor_priority(
     gpu_milli_demand: int,
     cluster_gpu_milli: int,
 ) -> PriorityFactors:
-    span = weights.class_max - weights.class_min
-    factors = (
-        _scaled((priority - weights.class_min) / span if span else 0.0),
-        _scaled(waited_s / weights.max_age_s if weights.max_age_s > 0 else 1.0),
-        _scaled(fair_share),
-        _scaled(gpu_milli_demand / cluster_gpu_milli if cluster_gpu_milli > 0 else 0.0),
-    )
+    age = _scaled(waited_s / weights.max_age_s if weights.max_age_s > 0 else 1.0)
+    share = _scaled(fair_share)
+    size = _scaled(gpu_milli_demand / cluster_gpu_milli if cluster_gpu_milli > 0 else 0.0)
     total = (
-        weights.priority_class * factors[0]
-        + weights.age * factors[1]
-        + weights.fair_share * factors[2]
-        + weights.size * factors[3]
+        priority * FACTOR_SCALE
+        + weights.age * age
+        + weights.fair_share * share
+        + weights.size * size
     )
-    return PriorityFactors(*factors, total=total)
+    return PriorityFactors(priority, age, share, size, total)

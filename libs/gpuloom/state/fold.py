@@ -32,11 +32,13 @@ from gpuloom.events import (
     NodeRecovered,
     NodeRegistered,
     NodeSpec,
+    QueuePolicySet,
     Recorded,
     ReplicaAssignment,
     SliceRef,
     UsageCharged,
 )
+from gpuloom.queueing.fairshare import DecayedUsage
 from gpuloom.state.model import (
     VOIDED_KEPT,
     ClusterState,
@@ -77,6 +79,9 @@ def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
         del state.recent_voided[:-VOIDED_KEPT]
     else:
         state.applied += 1
+        at = recorded.envelope.at
+        if state.clock is None or at > state.clock:
+            state.clock = at  # the log's time: the latest applied event
     return state
 
 
@@ -418,6 +423,9 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
     if all(run.attempt in job.charged_attempts for run in job.runs if run.ended_at is not None):
         state.uncharged.discard(job.job_id)
     account, user = job.spec.account, job.spec.user
+    half_life = (state.queue_policy or QueuePolicySet()).fair_share_half_life_s
+    usage = state.decayed_usage.setdefault(account, DecayedUsage(half_life))
+    usage.add(event.gpu_milli_seconds, max(usage.at, recorded.envelope.at.timestamp()))
     state.usage_by_account[account] = (
         state.usage_by_account.get(account, 0) + event.gpu_milli_seconds
     )
@@ -517,6 +525,12 @@ def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) ->
     node.lost_at = None
 
 
+def _queue_policy(state: ClusterState, event: QueuePolicySet, recorded: Recorded) -> None:
+    state.queue_policy = event
+    for usage in state.decayed_usage.values():
+        usage.half_life_s = event.fair_share_half_life_s
+
+
 def _audited(state: ClusterState, event: AuditCompleted, recorded: Recorded) -> None:
     if event.to_seq >= recorded.seq:
         raise Invalid(f"an audit cannot cover seq {event.to_seq}, at or after its own")
@@ -541,4 +555,5 @@ _HANDLERS: dict[type[Event], Handler] = {
     NodeRecovered: _recovered,  # type: ignore[dict-item]
     GpuPoolChanged: _pool_changed,  # type: ignore[dict-item]
     AuditCompleted: _audited,  # type: ignore[dict-item]
+    QueuePolicySet: _queue_policy,  # type: ignore[dict-item]
 }

@@ -15,6 +15,8 @@ from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import ReplicaAssignment
+from gpuloom.events.queue import QueuePolicySet
+from gpuloom.queueing.fairshare import DecayedUsage
 
 JobPhase = Literal[
     "submitted",
@@ -193,6 +195,12 @@ class ClusterState:
     usage_by_user: dict[str, int] = field(default_factory=dict)
     #: The latest AuditCompleted (GET /v1/audit).
     last_audit: AuditCompleted | None = None
+    #: The queue's priority weights and half-life (QueuePolicySet); None: the defaults.
+    queue_policy: QueuePolicySet | None = None
+    #: The log's own time: the latest `at` folded (ageing and decay never read a clock).
+    clock: datetime | None = None
+    #: Per account, GPU-milli-seconds charged, decayed with the policy's half-life.
+    decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
     applied: int = 0
     voided: int = 0
     recent_voided: list[Voided] = field(default_factory=list)

@@ -85,36 +85,48 @@ def test_more_usage_per_share_never_means_a_higher_factor(
                 assert factors[a] >= factors[b]
 
 
-def test_multifactor_priority_weights_each_factor() -> None:
-    weights = PriorityWeights(priority_class=100, age=10, fair_share=50, size=5, max_age_s=100.0)
+def test_multifactor_priority_weights_each_factor_in_points() -> None:
+    weights = PriorityWeights(age=10, fair_share=50, size=5, max_age_s=100.0)
     low = multifactor_priority(
         weights,
-        priority=0,
+        priority=3,
         waited_s=0,
         fair_share=0.5,
         gpu_milli_demand=1000,
         cluster_gpu_milli=8000,
     )
-    assert (low.priority_class, low.age, low.fair_share, low.size) == (500_000, 0, 500_000, 125_000)
-    assert low.total == 100 * 500_000 + 50 * 500_000 + 5 * 125_000
+    assert (low.priority, low.age, low.fair_share, low.size) == (3, 0, 500_000, 125_000)
+    assert low.total == 3 * 1_000_000 + 50 * 500_000 + 5 * 125_000
     older = multifactor_priority(
         weights,
-        priority=0,
+        priority=3,
         waited_s=50,
         fair_share=0.5,
         gpu_milli_demand=1000,
         cluster_gpu_milli=8000,
     )
-    assert older.total - low.total == 10 * 500_000
+    assert older.total - low.total == 10 * 500_000  # half the max age: half of 10 points
     capped = multifactor_priority(
         weights,
-        priority=0,
+        priority=3,
         waited_s=1e9,
         fair_share=0.5,
         gpu_milli_demand=1000,
         cluster_gpu_milli=8000,
     )
     assert capped.age == 1_000_000
+
+
+def test_default_weights_are_plain_priority() -> None:
+    weights = PriorityWeights()
+    assert weights.plain
+    a = multifactor_priority(
+        weights, priority=1, waited_s=0, fair_share=0.0, gpu_milli_demand=0, cluster_gpu_milli=1
+    )
+    b = multifactor_priority(
+        weights, priority=0, waited_s=1e9, fair_share=1.0, gpu_milli_demand=1, cluster_gpu_milli=1
+    )
+    assert a.total > b.total
 
 
 @given(
@@ -126,7 +138,7 @@ def test_multifactor_priority_weights_each_factor() -> None:
 def test_priority_is_monotone_in_every_factor(
     priority: int, waited: float, share: float, demand: int
 ) -> None:
-    weights = PriorityWeights()
+    weights = PriorityWeights(age=100, fair_share=500, size=50)
 
     def total(**changes: float) -> int:
         args = {
@@ -139,7 +151,7 @@ def test_priority_is_monotone_in_every_factor(
         return multifactor_priority(weights, cluster_gpu_milli=64_000, **args).total  # type: ignore[arg-type]
 
     base = total()
-    assert total(priority=min(priority + 1000, 1_000_000)) >= base
+    assert total(priority=priority + 1) > base
     assert total(waited_s=waited + 3600) >= base
     assert total(fair_share=min(1.0, share + 0.1)) >= base
     assert total(gpu_milli_demand=min(64_000, demand + 1000)) >= base
