@@ -18,7 +18,7 @@ from gpuloom.config import Settings
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.service import connect_bus
 from gpuloom.store.session import make_engine, make_sessionmaker
-from services.gateway import routes_cluster, routes_jobs, routes_usage
+from services.gateway import routes_accounts, routes_cluster, routes_jobs, routes_usage
 from services.gateway.deps import Gateway
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_jobs.router)
     app.include_router(routes_cluster.router)
     app.include_router(routes_usage.router)
+    app.include_router(routes_accounts.router)
     app.mount("/metrics", make_asgi_app())
     return app
 

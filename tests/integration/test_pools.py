@@ -355,3 +355,20 @@ def test_the_queue_lists_pending_jobs_in_order_with_their_factors(pools: Cluster
     for job_id in [blocker, low, high]:
         pools.http.delete(f"/v1/jobs/{job_id}")
     pools.wait_final([blocker, low, high], timeout=30)
+
+
+def test_admins_create_accounts_and_set_shares(pools: Cluster) -> None:
+    created = pools.http.post("/v1/accounts", json={"name": "org"})
+    assert created.status_code == 201, created.text
+    team = pools.http.post("/v1/accounts", json={"name": "team-a", "parent": "org", "shares": 3})
+    assert team.status_code == 201, team.text
+    assert pools.http.post("/v1/accounts", json={"name": "org"}).status_code == 409
+    orphan = pools.http.post("/v1/accounts", json={"name": "x", "parent": "nowhere"})
+    assert orphan.status_code == 404
+    assert pools.http.post("/v1/accounts", json={"name": "bad name"}).status_code == 422
+    shares = pools.http.put("/v1/accounts/team-a/shares", json={"shares": 5})
+    assert shares.status_code == 200 and shares.json()["shares"] == 5
+    assert pools.http.put("/v1/accounts/ghost/shares", json={"shares": 1}).status_code == 404
+    listed = {a["name"]: a for a in pools.http.get("/v1/accounts").json()["accounts"]}
+    assert listed["team-a"] == {"name": "team-a", "parent": "org", "shares": 5, "description": ""}
+    assert listed["org"]["parent"] is None

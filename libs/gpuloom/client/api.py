@@ -230,6 +230,22 @@ class GpuloomClient:
         params = {key: value for key, value in given.items() if value is not None}
         return cast(JobList, self._request("GET", "/v1/jobs", params=params))
 
+    def accounts(self) -> dict[str, Any]:
+        """`GET /v1/accounts`."""
+        return cast(dict[str, Any], self._request("GET", "/v1/accounts"))
+
+    def create_account(
+        self, name: str, parent: str | None, shares: int, description: str = ""
+    ) -> dict[str, Any]:
+        """`POST /v1/accounts`."""
+        body = {"name": name, "parent": parent, "shares": shares, "description": description}
+        return cast(dict[str, Any], self._request("POST", "/v1/accounts", json=body))
+
+    def set_shares(self, name: str, shares: int) -> dict[str, Any]:
+        """`PUT /v1/accounts/{name}/shares`."""
+        path = f"/v1/accounts/{_segment(name)}/shares"
+        return cast(dict[str, Any], self._request("PUT", path, json={"shares": shares}))
+
     def queue(self) -> dict[str, Any]:
         """`GET /v1/queue`: pending jobs in order with their priority factors."""
         return cast(dict[str, Any], self._request("GET", "/v1/queue"))

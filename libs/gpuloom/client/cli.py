@@ -225,6 +225,32 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     emit(render.job_details(job), "", render.events_table(events["events"]))
 
 
+@app.command()
+def accounts(
+    ctx: typer.Context,
+    create: Annotated[str | None, typer.Option(help="Create this account.")] = None,
+    parent: Annotated[str | None, typer.Option(help="With --create: its parent.")] = None,
+    shares: Annotated[
+        int | None, typer.Option(min=0, help="With --create, or with --account: its shares.")
+    ] = None,
+    account: Annotated[str | None, typer.Option(help="Set --shares of this account.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List accounts, create one (--create NAME [--parent P] [--shares N]), or set shares."""
+    with gateway(ctx) as client:
+        if create is not None:
+            client.create_account(create, parent, 1 if shares is None else shares)
+        elif account is not None:
+            if shares is None:
+                fail("--account needs --shares", 2)
+            client.set_shares(account, shares)
+        answer = client.accounts()
+    if as_json:
+        print_json(answer)
+        return
+    emit(render.accounts_table(answer["accounts"]))
+
+
 @app.command("queue")
 def queue_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Pending jobs in queue order with each priority factor (like sprio)."""

@@ -311,3 +311,17 @@ def queue_table(answer: dict[str, Any]) -> Table:
             job.get("reason") or "-",
         )
     return table
+
+
+def accounts_table(accounts: list[dict[str, Any]]) -> Table:
+    table = new_table(title="accounts")
+    for column in ["ACCOUNT", "PARENT", "SHARES", "DESCRIPTION"]:
+        table.add_column(column)
+    for account in accounts:
+        table.add_row(
+            account["name"],
+            account.get("parent") or "-",
+            str(account["shares"]),
+            account["description"],
+        )
+    return table

@@ -4,6 +4,7 @@ Import event classes from here; never copy one into a service.
 """
 
 from gpuloom.events.accounting import UsageCharged
+from gpuloom.events.accounts import AccountCreated, SharesSet
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
@@ -27,6 +28,7 @@ from gpuloom.events.subjects import subject_for
 __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
+    "AccountCreated",
     "AuditCompleted",
     "Dependency",
     "Envelope",
@@ -55,6 +57,7 @@ __all__ = [
     "QueuePolicySet",
     "Recorded",
     "ReplicaAssignment",
+    "SharesSet",
     "SliceRef",
     "UsageCharged",
     "decode",

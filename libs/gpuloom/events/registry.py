@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuloom.events.accounting import UsageCharged
+from gpuloom.events.accounts import AccountCreated, SharesSet
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
@@ -29,6 +30,8 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     GpuPoolChanged,
     AuditCompleted,
     QueuePolicySet,
+    AccountCreated,
+    SharesSet,
 )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from gpuloom.events import (
+    AccountCreated,
     AuditCompleted,
     Event,
     GpuPoolChanged,
@@ -35,12 +36,14 @@ from gpuloom.events import (
     QueuePolicySet,
     Recorded,
     ReplicaAssignment,
+    SharesSet,
     SliceRef,
     UsageCharged,
 )
 from gpuloom.queueing.fairshare import DecayedUsage
 from gpuloom.state.model import (
     VOIDED_KEPT,
+    AccountState,
     ClusterState,
     GpuState,
     JobPhase,
@@ -525,6 +528,23 @@ def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) ->
     node.lost_at = None
 
 
+def _account_created(state: ClusterState, event: AccountCreated, recorded: Recorded) -> None:
+    if event.account in state.accounts:
+        raise Invalid(f"account {event.account} already exists")
+    if event.parent is not None and event.parent not in state.accounts:
+        raise Invalid(f"parent account {event.parent} does not exist")
+    state.accounts[event.account] = AccountState(
+        event.account, event.parent, description=event.description
+    )
+
+
+def _shares_set(state: ClusterState, event: SharesSet, recorded: Recorded) -> None:
+    account = state.accounts.get(event.account)
+    if account is None:
+        raise Invalid(f"account {event.account} does not exist")
+    account.shares = event.shares
+
+
 def _queue_policy(state: ClusterState, event: QueuePolicySet, recorded: Recorded) -> None:
     state.queue_policy = event
     for usage in state.decayed_usage.values():
@@ -556,4 +576,6 @@ _HANDLERS: dict[type[Event], Handler] = {
     GpuPoolChanged: _pool_changed,  # type: ignore[dict-item]
     AuditCompleted: _audited,  # type: ignore[dict-item]
     QueuePolicySet: _queue_policy,  # type: ignore[dict-item]
+    AccountCreated: _account_created,  # type: ignore[dict-item]
+    SharesSet: _shares_set,  # type: ignore[dict-item]
 }

@@ -173,6 +173,14 @@ VOIDED_KEPT = 100
 
 
 @dataclass
+class AccountState:
+    name: str
+    parent: str | None
+    shares: int = 1
+    description: str = ""
+
+
+@dataclass
 class ClusterState:
     seq: int = 0
     nodes: dict[str, NodeState] = field(default_factory=dict)
@@ -199,6 +207,8 @@ class ClusterState:
     queue_policy: QueuePolicySet | None = None
     #: The log's own time: the latest `at` folded (ageing and decay never read a clock).
     clock: datetime | None = None
+    #: Accounts created by admins (jobs may name others: they count with 1 share).
+    accounts: dict[str, AccountState] = field(default_factory=dict)
     #: Per account, GPU-milli-seconds charged, decayed with the policy's half-life.
     decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
     applied: int = 0

@@ -10,6 +10,7 @@ import pytest
 from gpuloom.events import (
     ALL_EVENT_CLASSES,
     EVENT_TYPES,
+    AccountCreated,
     AuditCompleted,
     Event,
     GpuPoolChanged,
@@ -28,6 +29,7 @@ from gpuloom.events import (
     NodeRegistered,
     PolicyRef,
     QueuePolicySet,
+    SharesSet,
     UsageCharged,
     decode,
     encode,
@@ -78,6 +80,8 @@ EXAMPLES: dict[type[Event], Event] = {
     NodeRecovered: NodeRecovered(node="n1"),
     GpuPoolChanged: GpuPoolChanged(node="n1", index=0, pool="vgpu"),
     QueuePolicySet: QueuePolicySet(weight_age=10, fair_share_half_life_s=3600.0),
+    AccountCreated: AccountCreated(account="ml-team", parent="org", description="ML"),
+    SharesSet: SharesSet(account="ml-team", shares=3),
     AuditCompleted: AuditCompleted(
         audit_id="a1", from_seq=1, to_seq=9, verified=3, mismatch_count=0, seconds=0.5
     ),
@@ -262,7 +266,9 @@ def test_json_schemas_cover_every_type_with_version_and_aggregate() -> None:
         assert isinstance(entry, dict)
         assert entry["v"] == cls.VERSION
         assert entry["aggregate"] == cls.AGGREGATE
-        id_field = {"job": "job_id", "node": "node", "audit": "audit_id"}.get(cls.AGGREGATE)
+        id_field = {"job": "job_id", "node": "node", "audit": "audit_id", "account": "account"}.get(
+            cls.AGGREGATE
+        )
         if id_field is not None:  # the queue policy is one aggregate, "policy"
             assert id_field in entry["schema"]["properties"]
 

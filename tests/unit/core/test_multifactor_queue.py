@@ -70,3 +70,36 @@ def test_the_queue_records_its_configured_policy_once() -> None:
     log.record_decisions([decision])
     assert decide_queue(log.state(), wanted) == []
     assert decide_queue(log.state(), None) == []
+
+
+def test_accounts_and_shares_fold_and_weigh_fair_share() -> None:
+    from gpuloom.events import AccountCreated, SharesSet
+
+    log = LogBuilder()
+    log.register("n1", 4)
+    log.append(AccountCreated(account="org"))
+    log.append(AccountCreated(account="big", parent="org"))
+    log.append(SharesSet(account="big", shares=3))
+    orphan = log.append(AccountCreated(account="lost", parent="nowhere"))
+    unknown = log.append(SharesSet(account="ghost", shares=2))
+    state = log.state()
+    assert {n: (a.parent, a.shares) for n, a in state.accounts.items()} == {
+        "org": (None, 1),
+        "big": ("org", 3),
+    }
+    voided = {v.seq: v.reason for v in state.recent_voided}
+    assert voided == {
+        orphan.seq: "parent account nowhere does not exist",
+        unknown.seq: "account ghost does not exist",
+    }
+    # equal usage: the account with 3 shares keeps the higher fair-share factor
+    log.append(QueuePolicySet(weight_fair_share=100))
+    for name, account in (("b1", "big"), ("s1", "small")):
+        log.run_to_queue(name, gpus=1, account=account)
+        log.place(name, "n1", [0 if name == "b1" else 1])
+        log.start(name, "n1")
+        log.finish(name, "n1", outcome="succeeded", after=60)
+        log.charge(name, seconds=60.0, account=account)
+    log.run_to_queue("small-next", gpus=1, account="small")
+    log.run_to_queue("big-next", gpus=1, account="big")
+    assert jobs_in_order(log) == ["big-next", "small-next"]

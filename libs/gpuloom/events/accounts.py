@@ -1,0 +1,34 @@
+"""Events written by admins through the gateway: accounts and their fair-share shares."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from gpuloom.events.base import SUBJECT_TOKEN, Event
+
+
+class AccountEvent(Event):
+    """An event about one account."""
+
+    AGGREGATE: ClassVar[str] = "account"
+    account: str = Field(pattern=SUBJECT_TOKEN.pattern)
+
+    def aggregate_id(self) -> str:
+        return self.account
+
+
+class AccountCreated(AccountEvent):
+    """An account joined the hierarchy (organisation -> team -> ...), under `parent`."""
+
+    TYPE: ClassVar[str] = "AccountCreated"
+    parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
+    description: str = Field(default="", max_length=500)
+
+
+class SharesSet(AccountEvent):
+    """The account's fair-share shares: its entitlement relative to the others."""
+
+    TYPE: ClassVar[str] = "SharesSet"
+    shares: int = Field(ge=0, le=1_000_000)

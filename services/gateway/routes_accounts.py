@@ -1,0 +1,91 @@
+"""/v1/accounts: the account hierarchy and fair-share shares (admin)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, Field
+
+from gpuloom.events import AccountCreated, SharesSet
+from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.state import ClusterState
+from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.publish import publish
+
+router = APIRouter(prefix="/v1/accounts", tags=["accounts"])
+
+
+class NewAccount(BaseModel):
+    name: str = Field(pattern=SUBJECT_TOKEN.pattern)
+    parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
+    shares: int = Field(default=1, ge=0, le=1_000_000)
+    description: str = Field(default="", max_length=500)
+
+
+class Shares(BaseModel):
+    shares: int = Field(ge=0, le=1_000_000)
+
+
+class Account(BaseModel):
+    name: str
+    parent: str | None
+    shares: int
+    description: str
+
+
+class AccountList(BaseModel):
+    accounts: list[Account]
+
+
+def _state(gateway: Gateway) -> ClusterState:
+    if gateway.projector is None:
+        raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
+    return gateway.projector.state
+
+
+@router.get("", response_model=AccountList)
+async def list_accounts(gateway: GatewayDep) -> AccountList:
+    """Accounts created by admins, with their parent and shares."""
+    await gateway.catch_up()
+    state = _state(gateway)
+    return AccountList(
+        accounts=[
+            Account(name=a.name, parent=a.parent, shares=a.shares, description=a.description)
+            for _, a in sorted(state.accounts.items())
+        ]
+    )
+
+
+@router.post("", status_code=201, response_model=Account)
+async def create_account(body: NewAccount, gateway: GatewayDep) -> Account:
+    """Create an account under `parent` (events AccountCreated, SharesSet)."""
+    await gateway.catch_up()
+    state = _state(gateway)
+    if body.name in state.accounts:
+        raise HTTPException(status_code=409, detail=f"account {body.name} already exists")
+    if body.parent is not None and body.parent not in state.accounts:
+        raise HTTPException(status_code=404, detail=f"parent account {body.parent} not found")
+    created = await publish(
+        gateway,
+        AccountCreated(account=body.name, parent=body.parent, description=body.description),
+    )
+    reason = await gateway.voided_reason(created.seq)
+    if reason is not None:  # created meanwhile by another request
+        raise HTTPException(status_code=409, detail=reason)
+    if body.shares != 1:
+        await publish(gateway, SharesSet(account=body.name, shares=body.shares))
+    return Account(
+        name=body.name, parent=body.parent, shares=body.shares, description=body.description
+    )
+
+
+@router.put("/{name}/shares", response_model=Account, responses={404: {}})
+async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
+    """Set the account's fair-share shares (event SharesSet)."""
+    await gateway.catch_up()
+    account = _state(gateway).accounts.get(name)
+    if account is None:
+        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    await publish(gateway, SharesSet(account=name, shares=body.shares))
+    return Account(
+        name=name, parent=account.parent, shares=body.shares, description=account.description
+    )
