@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field
 
-from gpuloom.events import AccountCreated, SharesSet
+from gpuloom.events import AccountCreated, QuotaSet, SharesSet
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.state import ClusterState
 from services.gateway.deps import Gateway, GatewayDep
@@ -25,11 +25,20 @@ class Shares(BaseModel):
     shares: int = Field(ge=0, le=1_000_000)
 
 
+class QuotaBody(BaseModel):
+    """Milli-GPU (1000 per whole GPU); `nominal` null removes the quota."""
+
+    nominal: int | None = Field(default=None, ge=0)
+    borrowing_limit: int | None = Field(default=None, ge=0)
+    cap: int | None = Field(default=None, ge=0)
+
+
 class Account(BaseModel):
     name: str
     parent: str | None
     shares: int
     description: str
+    quota: QuotaBody | None = None
 
 
 class AccountList(BaseModel):
@@ -49,7 +58,15 @@ async def list_accounts(gateway: GatewayDep) -> AccountList:
     state = _state(gateway)
     return AccountList(
         accounts=[
-            Account(name=a.name, parent=a.parent, shares=a.shares, description=a.description)
+            Account(
+                name=a.name,
+                parent=a.parent,
+                shares=a.shares,
+                description=a.description,
+                quota=QuotaBody(nominal=a.nominal, borrowing_limit=a.borrowing_limit, cap=a.cap)
+                if a.nominal is not None
+                else None,
+            )
             for _, a in sorted(state.accounts.items())
         ]
     )
@@ -88,4 +105,26 @@ async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
     await publish(gateway, SharesSet(account=name, shares=body.shares))
     return Account(
         name=name, parent=account.parent, shares=body.shares, description=account.description
+    )
+
+
+@router.put("/{name}/quota", response_model=Account, responses={404: {}})
+async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
+    """Set the account's GPU quota, borrowing limit and cap (event QuotaSet)."""
+    await gateway.catch_up()
+    account = _state(gateway).accounts.get(name)
+    if account is None:
+        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    await publish(
+        gateway,
+        QuotaSet(
+            account=name, nominal=body.nominal, borrowing_limit=body.borrowing_limit, cap=body.cap
+        ),
+    )
+    return Account(
+        name=name,
+        parent=account.parent,
+        shares=account.shares,
+        description=account.description,
+        quota=body if body.nominal is not None else None,
     )

@@ -370,5 +370,29 @@ def test_admins_create_accounts_and_set_shares(pools: Cluster) -> None:
     assert shares.status_code == 200 and shares.json()["shares"] == 5
     assert pools.http.put("/v1/accounts/ghost/shares", json={"shares": 1}).status_code == 404
     listed = {a["name"]: a for a in pools.http.get("/v1/accounts").json()["accounts"]}
-    assert listed["team-a"] == {"name": "team-a", "parent": "org", "shares": 5, "description": ""}
+    assert listed["team-a"] == {
+        "name": "team-a",
+        "parent": "org",
+        "shares": 5,
+        "description": "",
+        "quota": None,
+    }
     assert listed["org"]["parent"] is None
+
+
+def test_a_quota_holds_jobs_until_its_account_has_room(pools: Cluster) -> None:
+    pools.http.post("/v1/accounts", json={"name": "capped"})
+    quota = pools.http.put("/v1/accounts/capped/quota", json={"nominal": 1000})
+    assert quota.status_code == 200 and quota.json()["quota"]["nominal"] == 1000
+    first = pools.submit(gpus=1, account="capped", command=["sleep", "2"], gpu_model=["A100-80GB"])
+    second = pools.submit(gpus=1, account="capped", command=["true"], gpu_model=["A100-80GB"])
+    pools.wait_state([first], "running", timeout=30)
+    deadline = time.monotonic() + 10
+    while (answer := pools.http.get(f"/v1/jobs/{second}/explain").json())["state"] != "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert answer["reason"] == "QuotaExceeded", answer
+    done = pools.wait_final([first, second], timeout=60)
+    assert done[second]["state"] == "succeeded"
+    assert done[second]["started_at"] >= done[first]["finished_at"]
+    assert pools.http.put("/v1/accounts/ghost/quota", json={"nominal": 1}).status_code == 404

@@ -4,7 +4,8 @@ For a pending job: a reason code, its position in the queue and the jobs ahead
 of it, for every node the first rule that keeps the job off it, and an
 estimate of when it could start, from the time limits of the jobs running now.
 
-Reason codes: `Dependency` (a job it depends on has not ended), `Resources`
+Reason codes: `Dependency` (a job it depends on has not ended), `QuotaExceeded`
+(its account's quota, with what it may borrow, has no room), `Resources`
 (no node has room now), `Priority` (a node has room, jobs ahead come first or the
 next placement cycle has not run yet), `Held` (a cancel is pending). The
 quota and reservation codes of issue #5 come with quotas and backfill.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuloom.decide.queueing import dependency_status, queue_order
+from gpuloom.decide.queueing import dependency_status, gpu_demand, queue_order, quota_tracker
 from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
 from gpuloom.state import ClusterState, JobState
@@ -111,6 +112,9 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
             return Explanation(job_id, job.phase, "Dependency", why)
     if job.phase != "queued":
         return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
+    held = quota_tracker(state).why_not(job.spec.account, gpu_demand(job))
+    if held is not None:
+        return Explanation(job_id, job.phase, "QuotaExceeded", held)
     order = [j.job_id for j in queue_order(state)]
     position = order.index(job_id) + 1 if job_id in order else None
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]

@@ -12,6 +12,7 @@ from gpuloom.queueing import (
     fair_share_factors,
     multifactor_priority,
 )
+from gpuloom.queueing.quota import Quota, QuotaTracker
 from gpuloom.state import ClusterState, JobState
 
 DependencyStatus = Literal["met", "waiting", "never"]
@@ -91,6 +92,26 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
         )
     ranked.sort(key=lambda pair: (-pair[1].total, pair[0].submit_seq, pair[0].job_id))
     return ranked
+
+
+def gpu_demand(job: JobState) -> int:
+    """Milli-GPU the job holds when placed (all replicas)."""
+    return job.spec.gpus * job.spec.share_milli * job.spec.replicas
+
+
+def quota_tracker(state: ClusterState) -> QuotaTracker:
+    """Quotas of the log's accounts and what their placed and running jobs hold now."""
+    quotas = {
+        name: Quota(a.parent, a.nominal, a.borrowing_limit, a.cap)
+        for name, a in sorted(state.accounts.items())
+    }
+    held: dict[str, int] = {}
+    for job in state.jobs.values():
+        if job.phase in ("placed", "running"):
+            held[job.spec.account] = held.get(job.spec.account, 0) + sum(
+                piece.milli for replica in job.replicas for piece in replica.slices
+            )
+    return QuotaTracker(quotas, held)
 
 
 def queue_order(state: ClusterState) -> list[JobState]:

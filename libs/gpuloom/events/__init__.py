@@ -4,7 +4,7 @@ Import event classes from here; never copy one into a service.
 """
 
 from gpuloom.events.accounting import UsageCharged
-from gpuloom.events.accounts import AccountCreated, SharesSet
+from gpuloom.events.accounts import AccountCreated, QuotaSet, SharesSet
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
@@ -55,6 +55,7 @@ __all__ = [
     "Outcome",
     "PolicyRef",
     "QueuePolicySet",
+    "QuotaSet",
     "Recorded",
     "ReplicaAssignment",
     "SharesSet",

@@ -32,3 +32,17 @@ class SharesSet(AccountEvent):
 
     TYPE: ClassVar[str] = "SharesSet"
     shares: int = Field(ge=0, le=1_000_000)
+
+
+class QuotaSet(AccountEvent):
+    """The account's GPU quota in milli-GPU (1000 per whole GPU), as in Kueue.
+
+    `nominal`: what it is entitled to; `borrowing_limit`: how much more it may take
+    from the unused nominal quota of its siblings (same parent; None: as much as
+    they leave idle); `cap`: a hard ceiling. None for `nominal` removes the quota.
+    """
+
+    TYPE: ClassVar[str] = "QuotaSet"
+    nominal: int | None = Field(default=None, ge=0)
+    borrowing_limit: int | None = Field(default=None, ge=0)
+    cap: int | None = Field(default=None, ge=0)

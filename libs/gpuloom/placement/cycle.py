@@ -12,7 +12,7 @@ state, so nothing outside the log enters a decision.
 from __future__ import annotations
 
 from gpuloom.decide import Decision
-from gpuloom.decide.queueing import queue_order
+from gpuloom.decide.queueing import gpu_demand, queue_order, quota_tracker
 from gpuloom.events import JobPlaced, JobSpec, PolicyRef, ReplicaAssignment, SliceRef
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
 from gpuloom.placement.fragmentation import Shape, Workload
@@ -130,14 +130,19 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
     context = context_for(state, policy, 0)
     decisions: list[Decision] = []
+    quotas = quota_tracker(state)
     for job in queue_order(state):
         if len(decisions) >= limit:
             break
+        demand = gpu_demand(job)
+        if quotas.why_not(job.spec.account, demand) is not None:
+            continue  # held: QuotaExceeded (see `gpuloom explain`)
         position = len(decisions)
         decision_context = Context(context.seed, position, context.workload)
         placement = place(request_of(job.spec), index, policy, decision_context)
         if placement is None:
             continue
+        quotas.take(job.spec.account, demand)
         event = placed_event(job.job_id, job.attempt + 1, placement).model_copy(
             update={"basis_seq": state.seq, "cycle_position": position, "policy": ref}
         )

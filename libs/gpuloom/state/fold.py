@@ -34,6 +34,7 @@ from gpuloom.events import (
     NodeRegistered,
     NodeSpec,
     QueuePolicySet,
+    QuotaSet,
     Recorded,
     ReplicaAssignment,
     SharesSet,
@@ -545,6 +546,15 @@ def _shares_set(state: ClusterState, event: SharesSet, recorded: Recorded) -> No
     account.shares = event.shares
 
 
+def _quota_set(state: ClusterState, event: QuotaSet, recorded: Recorded) -> None:
+    account = state.accounts.get(event.account)
+    if account is None:
+        raise Invalid(f"account {event.account} does not exist")
+    account.nominal = event.nominal
+    account.borrowing_limit = event.borrowing_limit
+    account.cap = event.cap
+
+
 def _queue_policy(state: ClusterState, event: QueuePolicySet, recorded: Recorded) -> None:
     state.queue_policy = event
     for usage in state.decayed_usage.values():
@@ -578,4 +588,5 @@ _HANDLERS: dict[type[Event], Handler] = {
     QueuePolicySet: _queue_policy,  # type: ignore[dict-item]
     AccountCreated: _account_created,  # type: ignore[dict-item]
     SharesSet: _shares_set,  # type: ignore[dict-item]
+    QuotaSet: _quota_set,  # type: ignore[dict-item]
 }

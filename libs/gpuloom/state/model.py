@@ -178,6 +178,10 @@ class AccountState:
     parent: str | None
     shares: int = 1
     description: str = ""
+    #: Milli-GPU quota (QuotaSet); None: no quota.
+    nominal: int | None = None
+    borrowing_limit: int | None = None
+    cap: int | None = None
 
 
 @dataclass

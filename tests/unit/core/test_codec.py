@@ -29,6 +29,7 @@ from gpuloom.events import (
     NodeRegistered,
     PolicyRef,
     QueuePolicySet,
+    QuotaSet,
     SharesSet,
     UsageCharged,
     decode,
@@ -82,6 +83,7 @@ EXAMPLES: dict[type[Event], Event] = {
     QueuePolicySet: QueuePolicySet(weight_age=10, fair_share_half_life_s=3600.0),
     AccountCreated: AccountCreated(account="ml-team", parent="org", description="ML"),
     SharesSet: SharesSet(account="ml-team", shares=3),
+    QuotaSet: QuotaSet(account="ml-team", nominal=4000, borrowing_limit=2000, cap=8000),
     AuditCompleted: AuditCompleted(
         audit_id="a1", from_seq=1, to_seq=9, verified=3, mismatch_count=0, seconds=0.5
     ),
