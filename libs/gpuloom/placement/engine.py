@@ -5,12 +5,11 @@ gangs) and the total order of a decision: the highest integer score wins, ties
 go to the lowest node rank. A policy only scores a feasible node and picks the
 GPUs on the node it won.
 
-`NodeIndex` groups nodes by `NodeView.state_key`: nodes in the same state get
-the same score from a grouped policy, so the engine scores one node per group
-and takes the lowest rank of the best group. A cluster of thousands of nodes
-has far fewer distinct states, which is what makes a decision cheap both in
-the live service and in the trace simulator, and keeps it identical to scoring
-every node.
+`NodeIndex` keeps, per request shape, a heap of feasible nodes by (score, rank)
+for a grouped policy (one whose score depends only on `NodeView.state_key` and
+the request), and re-scores only the nodes a decision changed. That is what
+makes a decision cheap both in the live service and in the trace simulator,
+and it decides exactly as scoring every node would (property-tested).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from gpuloom.placement.resources import (
     Placement,
     ReplicaPlacement,
     Request,
-    Slice,
     fits_locally,
     give_back,
     give_back_host,
@@ -82,9 +80,9 @@ class NodeIndex:
     the index keeps, per request shape it has seen, a heap of the feasible
     nodes by (score, rank). A decision pops stale entries and takes the top;
     a heap re-scores only the nodes that changed since it was last asked (each
-    once, however often it changed), so a shape asked rarely costs little. The result is the same as scoring every node (tested), at a cost that
-    does not grow with the number of nodes. `groups()` returns one node per
-    distinct state, for callers that want to look at each state once.
+    once, however often it changed), so a shape asked rarely costs little.
+    The result is the same as scoring every node (tested), at a cost that
+    does not grow with the number of nodes.
     """
 
     def __init__(self, nodes: Iterable[NodeView], heap_shapes_limit: int = 512) -> None:
@@ -102,15 +100,6 @@ class NodeIndex:
         """Re-file `node` after its view changed (heaps re-score it when next asked)."""
         self._version[node.name] += 1
         self._changed.append(node.name)
-
-    def groups(self) -> list[NodeView]:
-        """The lowest-ranked node of every distinct state."""
-        leaders: dict[tuple[object, ...], NodeView] = {}
-        for node in self.nodes.values():
-            key = node.state_key()
-            if key not in leaders or node.rank < leaders[key].rank:
-                leaders[key] = node
-        return list(leaders.values())
 
     def best_local(self, request: Request, policy: Policy, context: Context) -> NodeView | None:
         """The node that hosts one replica entirely and scores best (ties: lowest rank)."""
@@ -275,7 +264,3 @@ def place(request: Request, index: NodeIndex, policy: Policy, context: Context) 
             return None
         replicas.append(replica)
     return Placement(tuple(replicas))
-
-
-def slices_of(placement: Placement) -> list[Slice]:
-    return [s for replica in placement.replicas for s in replica.slices]
