@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,10 @@ class Settings(BaseSettings):
     priority_weight_size: int = Field(default=0, ge=0)
     priority_max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: "easy": EASY backfill around the blocked head's reservation; "off": strict order.
+    backfill: Literal["easy", "off"] = "easy"
+    #: Blocked jobs may preempt lower preemptible classes and reclaim nominal quota.
+    preemption: bool = True
     cancel_grace_s: float = 5.0
     #: Where agents keep each job's run folder (logs, pid, exit status).
     agent_run_dir: Path | None = None

@@ -110,7 +110,7 @@ class Agent:
                 ]
             return []
         if isinstance(action, Stop):
-            self.runner.stop(action.key, "cancelled", "cancelled by user")
+            self.runner.stop(action.key, action.outcome, action.reason)
         elif isinstance(action, Drop):
             self.runner.drop(action.key)
             self.outbox.pop(action.key, None)

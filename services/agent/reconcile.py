@@ -11,10 +11,12 @@ deterministic msg id, and the shell makes every action idempotent.
 Rules, for each served node and each job on it (phase placed or running) at its
 current attempt:
 
-* no local process: placed with a cancel request -> report it cancelled before
-  start; otherwise -> `Ensure` (adopt, report from its run folder, or start it).
+* no local process: placed with a cancel request (or preempted) -> report it
+  cancelled (preempted) before start; otherwise -> `Ensure` (adopt, report from
+  its run folder, or start it).
 * an orphan (a live shim found at start-up) -> `Ensure` (adopt it).
-* running locally with a cancel request -> `Stop`; placed -> report `JobStarted`
+* running locally with a cancel request or preempted -> `Stop` (outcome
+  `cancelled` or `preempted`); placed -> report `JobStarted`
   (again, until the log shows it).
 * stopping, exited -> nothing: its watcher reports the end.
 
@@ -89,9 +91,11 @@ class Ensure:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Terminate the process and report it cancelled (SIGTERM, grace, SIGKILL)."""
+    """Terminate the process and report it as `outcome` (SIGTERM, grace, SIGKILL)."""
 
     key: JobKey
+    outcome: Outcome = "cancelled"
+    reason: str = "cancelled by user"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +220,18 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
             return [
                 Report(finished(job, node, "cancelled", None, "cancelled before start", replica))
             ]
+        if not_started and job.preempted_by is not None:
+            why = f"preempted by {job.preempted_by} before start"
+            return [Report(finished(job, node, "preempted", None, why, replica))]
         return [_ensure(job, node, replica)]
     if local.status is Status.ORPHAN:
         return [_ensure(job, node, replica)]
     if local.status is Status.RUNNING:
         if job.cancel_requested:
             return [Stop((job.job_id, job.attempt, replica))]
+        if job.preempted_by is not None:
+            why = f"preempted by {job.preempted_by}"
+            return [Stop((job.job_id, job.attempt, replica), "preempted", why)]
         if not_started:
             return [Report(started(job, node, local.pid, replica))]
     return []

@@ -198,6 +198,8 @@ def ended(status: int | None, reason: tuple[str, str] | None) -> Ended:
         return Ended("timed_out", status, reason[1])
     if reason is not None and reason[0] == "cancelled":
         return Ended("cancelled", status, reason[1])
+    if reason is not None and reason[0] == "preempted":
+        return Ended("preempted", status, reason[1])
     if reason is not None and reason[0] == "failed":  # e.g. GpuMemoryExceeded
         return Ended("failed", status, reason[1])
     if status is None:

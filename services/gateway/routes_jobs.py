@@ -13,7 +13,7 @@ from gpuloom.decide.explain import explain
 from gpuloom.events import JobCancelRequested, JobSpec, JobSubmitted, decode
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
-from gpuloom.state import FINAL_PHASES
+from gpuloom.state import FINAL_PHASES, PENDING_PHASES
 from gpuloom.store.models import JobRow
 from services.gateway.deps import Gateway, GatewayDep, SessionDep, unavailable
 from services.gateway.publish import publish
@@ -129,7 +129,17 @@ async def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})
 async def get_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> Job:
-    return to_job(await load_job(gateway, session, job_id))
+    """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`)."""
+    job = to_job(await load_job(gateway, session, job_id))
+    if job.state in PENDING_PHASES and gateway.projector is not None:
+        found = explain(gateway.projector.state, job_id)
+        if found is not None and found.reason is not None:
+            detail = found.detail or ""
+            reason = detail if detail.startswith(found.reason) else f"{found.reason}: {detail}"
+            if job.reason and job.reason not in reason:  # e.g. "requeued: node-b lost"
+                reason += f" ({job.reason})"
+            job = job.model_copy(update={"reason": reason})
+    return job
 
 
 @router.delete(

@@ -21,6 +21,8 @@ def configured_policy(settings: Settings) -> QueuePolicySet:
         weight_size=settings.priority_weight_size,
         max_age_s=settings.priority_max_age_s,
         fair_share_half_life_s=settings.fair_share_half_life_s,
+        backfill=settings.backfill,
+        preemption=settings.preemption,
     )
 
 

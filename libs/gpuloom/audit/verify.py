@@ -1,6 +1,7 @@
 """Audit: re-make every recorded placement decision and compare it with the log.
 
-Each JobPlaced records the sequence its state was folded to (`basis_seq`), its
+A placement cycle writes JobPlaced, JobPreempted and JobReserved events. Each
+records the sequence its state was folded to (`basis_seq`), its
 position in its cycle and its policy. Placement is a pure function of that
 state, so folding the log to `basis_seq` and running the cycle again with the
 named policy must give, at that position, exactly the recorded decision. A
@@ -17,23 +18,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuloom.events import JobPlaced, Recorded
+from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.registry import PolicyRegistry, default_registry
 from gpuloom.state import ClusterState, apply
 
-#: What a decision is compared on (everything the cycle decides).
-COMPARED = (
-    "job_id",
-    "attempt",
-    "node",
-    "gpu_indexes",
-    "gpu_uuids",
-    "replicas",
-    "basis_seq",
-    "cycle_position",
-    "policy",
-)
+#: The events a placement cycle writes; each is compared field by field.
+CycleEvent = JobPlaced | JobPreempted | JobReserved
+CYCLE_EVENTS = (JobPlaced, JobPreempted, JobReserved)
 
 
 @dataclass
@@ -49,11 +41,13 @@ class AuditReport:
         return not self.mismatches
 
 
-def _differences(recorded: JobPlaced, remade: JobPlaced | None) -> str | None:
+def _differences(recorded: CycleEvent, remade: CycleEvent | None) -> str | None:
     if remade is None:
         return "the policy makes no decision at this position"
+    if type(remade) is not type(recorded):
+        return f"recorded a {recorded.TYPE}, the cycle makes a {remade.TYPE} here"
     ours, theirs = recorded.model_dump(mode="json"), remade.model_dump(mode="json")
-    fields = [name for name in COMPARED if ours[name] != theirs[name]]
+    fields = [name for name in ours if ours[name] != theirs[name]]
     if not fields:
         return None
     parts = [f"{name}: recorded {ours[name]!r}, re-made {theirs[name]!r}" for name in fields[:3]]
@@ -65,12 +59,12 @@ def audit(
     registry: PolicyRegistry | None = None,
     from_seq: int = 0,
 ) -> AuditReport:
-    """Verify every JobPlaced at or after `from_seq` in `records` (the whole log, in order)."""
+    """Verify every cycle event (JobPlaced, JobPreempted, JobReserved) at or after `from_seq` in `records` (the whole log, in order)."""
     started = time.perf_counter()
     registry = registry or default_registry()
     by_basis: dict[int, list[Recorded]] = defaultdict(list)
     for record in records:
-        if isinstance(record.event, JobPlaced) and record.seq >= from_seq:
+        if isinstance(record.event, CYCLE_EVENTS) and record.seq >= from_seq:
             by_basis[record.event.basis_seq].append(record)
     report = AuditReport(from_seq, records[-1].seq if records else 0)
     state = ClusterState()
@@ -90,10 +84,10 @@ def audit(
 def _verify_cycle(
     state: ClusterState, decisions: list[Recorded], registry: PolicyRegistry, report: AuditReport
 ) -> None:
-    remade_by_policy: dict[tuple[str, int], list[JobPlaced]] = {}
+    remade_by_policy: dict[tuple[str, int], list[CycleEvent]] = {}
     for record in decisions:
         event = record.event
-        assert isinstance(event, JobPlaced)
+        assert isinstance(event, CYCLE_EVENTS)
         where = f"seq {record.seq} (job {event.job_id}, basis {event.basis_seq})"
         try:
             policy = registry.get(event.policy.name)
@@ -109,7 +103,7 @@ def _verify_cycle(
         key = (policy.name, policy.version)
         if key not in remade_by_policy:
             remade_by_policy[key] = [
-                d.event for d in placement_cycle(state, policy) if isinstance(d.event, JobPlaced)
+                d.event for d in placement_cycle(state, policy) if isinstance(d.event, CYCLE_EVENTS)
             ]
         remade = remade_by_policy[key]
         position = event.cycle_position

@@ -195,7 +195,7 @@ class GpuloomClient:
         """`POST /v1/jobs`. The same `idempotency_key` sent twice yields one job.
 
         `resources` carries the optional request fields (gpu_milli, gpu_memory_mib,
-        cpu_milli, memory_mib, pool, locality, node_selector, replicas); None values
+        cpu_milli, memory_mib, pool, locality, node_selector, replicas, preemptible); None values
         are left out so the gateway's defaults apply.
         """
         body: dict[str, Any] = {

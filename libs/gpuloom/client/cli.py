@@ -121,7 +121,15 @@ def submit(
     gpu_model: Annotated[
         list[str] | None, typer.Option("--gpu-model", help="Allowed GPU model (repeatable).")
     ] = None,
-    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    priority: Annotated[
+        int, typer.Option(help="Priority class: higher runs first and may preempt lower.")
+    ] = 0,
+    preemptible: Annotated[
+        bool,
+        typer.Option(
+            "--preemptible", help="A higher priority class may stop and requeue this job."
+        ),
+    ] = False,
     time_limit: Annotated[
         int | None, typer.Option("--time-limit", min=1, help="Time limit in seconds.")
     ] = None,
@@ -180,6 +188,7 @@ def submit(
                 "locality": locality,
                 "node_selector": parse_env(selector) if selector else None,
                 "replicas": replicas,
+                "preemptible": preemptible or None,
             },
         )
         typer.echo(answer["id"])

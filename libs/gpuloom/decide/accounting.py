@@ -14,7 +14,7 @@ def decide_charges(state: ClusterState) -> list[Decision]:
         for run in job.runs:
             if run.ended_at is None or run.attempt in job.charged_attempts:
                 continue
-            seconds = max(0.0, (run.ended_at - run.started_at).total_seconds())
+            seconds = run.seconds
             event = UsageCharged(
                 job_id=job_id,
                 attempt=run.attempt,
@@ -22,7 +22,7 @@ def decide_charges(state: ClusterState) -> list[Decision]:
                 account=job.spec.account,
                 gpus=run.gpus,
                 seconds=seconds,
-                gpu_milli_seconds=round((run.gpu_milli or run.gpus * 1000) * seconds),
+                gpu_milli_seconds=run.gpu_milli_seconds(),
                 by_model={m: round(milli * seconds) for m, milli in run.milli_by_model.items()},
             )
             decisions.append(Decision(event, f"{job_id}:charged:{run.attempt}", job.last_event_id))

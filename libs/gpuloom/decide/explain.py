@@ -6,9 +6,11 @@ estimate of when it could start, from the time limits of the jobs running now.
 
 Reason codes: `Dependency` (a job it depends on has not ended), `QuotaExceeded`
 (its account's quota, with what it may borrow, has no room), `Resources`
-(no node has room now), `Priority` (a node has room, jobs ahead come first or the
-next placement cycle has not run yet), `Held` (a cancel is pending). The
-quota and reservation codes of issue #5 come with quotas and backfill.
+(no node has room now; for the job holding the backfill reservation, when it
+is to start), `Reservation` (a node has room now, but the job would run past
+the start of the job ahead that holds the reservation, on what it reserved),
+`Priority` (a node has room, jobs ahead come first or the next placement cycle
+has not run yet), `Held` (a cancel is pending).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuloom.decide.queueing import dependency_status, gpu_demand, queue_order, quota_tracker
-from gpuloom.placement.cycle import node_views, request_of
+from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
 from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
 from gpuloom.state import ClusterState, JobState
 
@@ -125,17 +127,32 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
         name: node_verdict(request, current[name], idle[name], state.nodes[name].phase == "ready")
         for name in sorted(current)
     }
-    if any(v == "fits" for v in verdicts.values()):
-        reason, detail = "Priority", f"{len(ahead)} job(s) ahead in the queue"
+    reserved = current_reservation(state)
+    estimate: datetime | None = None
+    if reserved is not None and reserved.job_id == job_id:
+        reason, detail = "Resources", "no node has room for it now; it holds the reservation"
+        if reserved.start_at is not None:
+            estimate = from_ms(reserved.start_at)
+            detail += f" to start at {estimate.isoformat()}"
+        else:
+            detail += " until jobs without a time limit end"
+    elif any(v == "fits" for v in verdicts.values()):
+        if reserved is not None and reserved.job_id in order[: (position or 1) - 1]:
+            hosts = sorted({r.host for r in reserved.replicas})
+            reason = "Reservation"
+            detail = (
+                f"it would delay {reserved.job_id}, which is reserved "
+                + (
+                    f"to start at {from_ms(reserved.start_at).isoformat()}"
+                    if reserved.start_at is not None
+                    else "until jobs without a time limit end"
+                )
+                + f" on {', '.join(hosts)}; a time limit that ends before then lets it backfill"
+            )
+        else:
+            reason, detail = "Priority", f"{len(ahead)} job(s) ahead in the queue"
     else:
         reason, detail = "Resources", "no node has room for it now"
-    return Explanation(
-        job_id,
-        job.phase,
-        reason,
-        detail,
-        position,
-        ahead,
-        verdicts,
-        _estimated_start(state, job, request) if reason == "Resources" else None,
-    )
+    if reason == "Resources" and estimate is None:
+        estimate = _estimated_start(state, job, request)
+    return Explanation(job_id, job.phase, reason, detail, position, ahead, verdicts, estimate)

@@ -61,18 +61,22 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
     """Queued jobs with their priority factors, best first; dependencies not checked.
 
     Time is the log's clock (the latest `at` folded), fair share is per account
-    (decayed usage against the shares of the accounts that have jobs; an account
-    no admin created has 1 share; the hierarchy is not used yet), size is GPU
+    (decayed usage against shares normalised down the account tree; an account
+    no admin created is a top-level one with 1 share), size is GPU
     demand against every registered GPU.
     """
     weights = priority_weights(state)
     jobs = [state.jobs[j] for j in state.queued]
     now = state.clock
-    accounts = sorted({job.spec.account for job in state.jobs.values()})
+    accounts = {job.spec.account for job in state.jobs.values()} | set(state.accounts)
     shares = {
-        name: state.accounts[name].shares if name in state.accounts else 1 for name in accounts
+        name: state.accounts[name].shares if name in state.accounts else 1
+        for name in sorted(accounts)
     }
-    factors = fair_share_factors(state.decayed_usage, shares, now.timestamp() if now else 0.0)
+    parents = {name: account.parent for name, account in sorted(state.accounts.items())}
+    factors = fair_share_factors(
+        state.decayed_usage, shares, now.timestamp() if now else 0.0, parents
+    )
     capacity = 1000 * sum(len(node.gpus) for node in state.nodes.values())
     ranked = []
     for job in jobs:

@@ -20,7 +20,14 @@ from gpuloom.events.inventory import (
     NodeSpec,
 )
 from gpuloom.events.jobs import Dependency, JobSpec
-from gpuloom.events.placement import JobPlaced, PolicyRef, ReplicaAssignment, SliceRef
+from gpuloom.events.placement import (
+    JobPlaced,
+    JobPreempted,
+    JobReserved,
+    PolicyRef,
+    ReplicaAssignment,
+    SliceRef,
+)
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
@@ -41,8 +48,10 @@ __all__ = [
     "JobEvent",
     "JobFinished",
     "JobPlaced",
+    "JobPreempted",
     "JobQueued",
     "JobRejected",
+    "JobReserved",
     "JobSpec",
     "JobStarted",
     "JobSubmitted",

@@ -8,7 +8,8 @@ from pydantic import Field
 
 from gpuloom.events.base import JobEvent
 
-Outcome = Literal["succeeded", "failed", "timed_out", "cancelled"]
+#: `preempted`: stopped for a JobPreempted; the job is requeued, not ended.
+Outcome = Literal["succeeded", "failed", "timed_out", "cancelled", "preempted"]
 
 
 class JobStarted(JobEvent):

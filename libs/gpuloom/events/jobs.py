@@ -42,7 +42,10 @@ class JobSpec(BaseModel):
     depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
     #: A job array: the gateway submits `array` tasks, each with GPULOOM_ARRAY_INDEX.
     array: int | None = Field(default=None, ge=1, le=10_000)
+    #: The job's priority class: higher classes go first and may preempt lower ones.
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    #: May be stopped (and requeued) for a job of a higher priority class.
+    preemptible: bool = False
     time_limit_s: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,6 +64,8 @@ class JobPlaced(JobEvent):
     basis_seq: int = Field(ge=0)
     cycle_position: int = Field(ge=0)
     policy: PolicyRef
+    #: Started while a job ahead of it could not (backfill around its reservation).
+    backfilled: bool = False
 
     def assignments(self) -> list[ReplicaAssignment]:
         """The replicas, reading an old-style event as one replica of whole GPUs."""
@@ -77,3 +80,38 @@ class JobPlaced(JobEvent):
                 ],
             )
         ]
+
+
+class JobReserved(JobEvent):
+    """The blocked job at the head of the queue is to start at `start_at` on `replicas`.
+
+    EASY backfill: later jobs start now only if they end before `start_at` or
+    leave these resources alone. `start_at` None: the start waits on jobs without
+    a time limit. Recorded by the placement cycle that found it (same basis,
+    position and policy fields as JobPlaced), so `gpuloom audit` re-makes it too.
+    """
+
+    TYPE: ClassVar[str] = "JobReserved"
+    start_at: datetime | None
+    replicas: list[ReplicaAssignment]
+    basis_seq: int = Field(ge=0)
+    cycle_position: int = Field(ge=0)
+    policy: PolicyRef
+
+
+class JobPreempted(JobEvent):
+    """Attempt `attempt` of this job is to stop so that job `by` can start.
+
+    `reason`: `priority` (a higher priority class preempts a preemptible job) or
+    `reclaim` (an account takes back its nominal quota from a borrower). The
+    node agent stops the job (SIGTERM, grace, SIGKILL) and reports it
+    `preempted`; the job is then requeued with its place and its usage kept.
+    """
+
+    TYPE: ClassVar[str] = "JobPreempted"
+    attempt: int = Field(ge=1)
+    by: str
+    reason: Literal["priority", "reclaim"]
+    basis_seq: int = Field(ge=0)
+    cycle_position: int = Field(ge=0)
+    policy: PolicyRef

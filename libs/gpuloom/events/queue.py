@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -28,7 +28,7 @@ class JobCancelled(JobEvent):
 
 
 class QueuePolicySet(Event):
-    """The queue's priority weights and fair-share half-life, as configured.
+    """The queue's priority weights, fair-share half-life, backfill and preemption, as configured.
 
     Written by the queue service when its configuration differs from the log's,
     so that every service orders the queue alike and audits replay it.
@@ -41,6 +41,11 @@ class QueuePolicySet(Event):
     weight_size: int = Field(default=0, ge=0)
     max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: "easy": lower jobs may start around the top blocked job's reservation (EASY
+    #: backfill); "off": strict order, nothing passes a job that cannot start.
+    backfill: Literal["easy", "off"] = "easy"
+    #: Whether blocked jobs may preempt (lower preemptible classes, quota reclaim).
+    preemption: bool = True
 
     def aggregate_id(self) -> str:
         return "policy"

@@ -10,7 +10,7 @@ from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
 from gpuloom.events.inventory import GpuPoolChanged, NodeLost, NodeRecovered, NodeRegistered
-from gpuloom.events.placement import JobPlaced
+from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 
 ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
@@ -33,6 +33,8 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     AccountCreated,
     SharesSet,
     QuotaSet,
+    JobReserved,
+    JobPreempted,
 )
 
 

@@ -11,13 +11,39 @@ state, so nothing outside the log enters a decision.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from gpuloom.decide import Decision
 from gpuloom.decide.queueing import gpu_demand, queue_order, quota_tracker
-from gpuloom.events import JobPlaced, JobSpec, PolicyRef, ReplicaAssignment, SliceRef
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.events import (
+    JobPlaced,
+    JobPreempted,
+    JobReserved,
+    JobSpec,
+    PolicyRef,
+    QueuePolicySet,
+    ReplicaAssignment,
+    SliceRef,
+)
+from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
-from gpuloom.placement.resources import GpuView, NodeView, Placement, Request
-from gpuloom.state import ClusterState
+from gpuloom.placement.holdings import Holding
+from gpuloom.placement.resources import (
+    GpuView,
+    NodeView,
+    Placement,
+    ReplicaPlacement,
+    Request,
+    Slice,
+)
+from gpuloom.placement.scheduling import (
+    Candidate,
+    Placed,
+    Preempted,
+    Reservation,
+    schedule,
+)
+from gpuloom.state import ClusterState, JobState
 
 #: How many of the latest submitted jobs make the typical workload.
 WORKLOAD_WINDOW = 1000
@@ -121,32 +147,169 @@ def placed_event(job_id: str, attempt: int, placement: Placement) -> JobPlaced:
     )
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def to_ms(moment: datetime) -> int:
+    """The log's time as the scheduler's integer milliseconds (exact both ways)."""
+    return (moment - EPOCH) // _MS
+
+
+def from_ms(ms: int) -> datetime:
+    return EPOCH + ms * _MS
+
+
+def holdings_of(state: ClusterState) -> list[Holding]:
+    """What placed and running jobs hold, and when they will let go of it at the latest.
+
+    A job ends by its start (or placement, before it started) plus its time
+    limit; a preempted one as soon as it was told to stop (its grace period is
+    short, and its resources are spoken for). Lost nodes' jobs are requeued by
+    the fold, so everything here is on known nodes.
+    """
+    holdings = []
+    on_node = {job_id for jobs in state.on_node.values() for job_id in jobs}
+    for job in sorted((state.jobs[j] for j in on_node), key=lambda j: (j.placed_seq, j.job_id)):
+        limit = job.spec.time_limit_s
+        run = job.current_run()
+        began = run.started_at if run is not None else job.placed_at
+        ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
+        if job.preempted_at is not None:
+            ends = to_ms(job.preempted_at)
+        replicas = []
+        for replica in job.replicas:
+            slices = []
+            for piece in replica.slices:
+                node = state.nodes.get(piece.node)
+                gpu = node.gpus.get(piece.index) if node is not None else None
+                memory = (
+                    gpu.slice_memory(piece.milli, piece.memory_mib) if gpu else piece.memory_mib
+                )
+                slices.append(Slice(piece.node, piece.index, piece.uuid, piece.milli, memory))
+            replicas.append(
+                ReplicaPlacement(replica.host, tuple(slices), replica.cpu_milli, replica.memory_mib)
+            )
+        holdings.append(
+            Holding(
+                job_id=job.job_id,
+                replicas=tuple(replicas),
+                ends_at=ends,
+                priority_class=job.spec.priority,
+                preemptible=job.spec.preemptible,
+                account=job.spec.account,
+                order=job.placed_seq,
+                stopping=job.preempted_by is not None,
+            )
+        )
+    return holdings
+
+
+def candidate_of(job: JobState, awaiting: frozenset[str] = frozenset()) -> Candidate:
+    spec = job.spec
+    return Candidate(
+        job_id=job.job_id,
+        request=request_of(spec),
+        time_limit_s=spec.time_limit_s,
+        priority_class=spec.priority,
+        account=spec.account,
+        demand_milli=gpu_demand(job),
+        preemptible=spec.preemptible,
+        awaiting_victims=job.job_id in awaiting,
+    )
+
+
+def current_reservation(state: ClusterState) -> Reservation | None:
+    """The recorded reservation, while its job still waits in the queue."""
+    event = state.reservation
+    if event is None or event.job_id not in state.queued:
+        return None
+    return Reservation(
+        event.job_id,
+        to_ms(event.start_at) if event.start_at is not None else None,
+        tuple(
+            ReplicaPlacement(
+                r.host,
+                tuple(Slice(p.node, p.index, p.uuid, p.milli, p.memory_mib) for p in r.slices),
+                r.cpu_milli,
+                r.memory_mib,
+            )
+            for r in event.replicas
+        ),
+    )
+
+
 def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) -> list[Decision]:
-    """Place as many queued jobs as fit, in queue order; a job that does not fit is skipped."""
+    """One scheduling pass (`gpuloom.placement.scheduling.schedule`) as events to write.
+
+    Jobs held by quota or dependencies are skipped; the rest are placed,
+    preempt, get the reservation or backfill as the log's QueuePolicySet says.
+    """
     views = node_views(state)
     if not views:
         return []
     index = NodeIndex(views)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
-    context = context_for(state, policy, 0)
+    queue_policy = state.queue_policy or QueuePolicySet()
+    holdings = holdings_of(state)
+    awaiting = frozenset(state.jobs[h.job_id].preempted_by or "" for h in holdings if h.stopping)
+    outcomes = schedule(
+        [candidate_of(job, awaiting) for job in queue_order(state)],
+        index,
+        holdings,
+        now=to_ms(state.clock) if state.clock is not None else 0,
+        policy=policy,
+        context=context_for(state, policy, 0),
+        backfill=queue_policy.backfill,
+        preemption=queue_policy.preemption,
+        quotas=quota_tracker(state),
+        current=current_reservation(state),
+        limit=limit,
+    )
+    common = {"basis_seq": state.seq, "policy": ref}
     decisions: list[Decision] = []
-    quotas = quota_tracker(state)
-    for job in queue_order(state):
-        if len(decisions) >= limit:
-            break
-        demand = gpu_demand(job)
-        if quotas.why_not(job.spec.account, demand) is not None:
-            continue  # held: QuotaExceeded (see `gpuloom explain`)
-        position = len(decisions)
-        decision_context = Context(context.seed, position, context.workload)
-        placement = place(request_of(job.spec), index, policy, decision_context)
-        if placement is None:
-            continue
-        quotas.take(job.spec.account, demand)
-        event = placed_event(job.job_id, job.attempt + 1, placement).model_copy(
-            update={"basis_seq": state.seq, "cycle_position": position, "policy": ref}
-        )
-        decisions.append(
-            Decision(event, f"{job.job_id}:placed:{event.attempt}:{state.seq}", job.last_event_id)
-        )
+    for outcome in outcomes:
+        if isinstance(outcome, Placed):
+            job = state.jobs[outcome.candidate.job_id]
+            event = placed_event(job.job_id, job.attempt + 1, outcome.placement).model_copy(
+                update={
+                    **common,
+                    "cycle_position": outcome.position,
+                    "backfilled": outcome.backfilled,
+                }
+            )
+            decisions.append(
+                Decision(
+                    event, f"{job.job_id}:placed:{event.attempt}:{state.seq}", job.last_event_id
+                )
+            )
+        elif isinstance(outcome, Preempted):
+            for offset, victim in enumerate(outcome.victims):
+                job = state.jobs[victim.job_id]
+                preempted = JobPreempted(
+                    job_id=job.job_id,
+                    attempt=job.attempt,
+                    by=outcome.candidate.job_id,
+                    reason=outcome.reason,
+                    cycle_position=outcome.position + offset,
+                    **common,
+                )
+                decisions.append(
+                    Decision(preempted, f"{job.job_id}:preempted:{job.attempt}", job.last_event_id)
+                )
+        else:
+            reservation = outcome.reservation
+            job = state.jobs[reservation.job_id]
+            reserved = JobReserved(
+                job_id=job.job_id,
+                start_at=from_ms(reservation.start_at)
+                if reservation.start_at is not None
+                else None,
+                replicas=placed_event(job.job_id, 1, Placement(reservation.replicas)).replicas,
+                cycle_position=outcome.position,
+                **common,
+            )
+            decisions.append(
+                Decision(reserved, f"{job.job_id}:reserved:{state.seq}", job.last_event_id)
+            )
     return decisions

@@ -4,7 +4,12 @@ Nothing here reads a clock: every time comes from the log (event `at`s), so the
 queue's order is a function of the folded state and `gpuloom audit` can replay it.
 """
 
-from gpuloom.queueing.fairshare import DecayedUsage, fair_share_factor, fair_share_factors
+from gpuloom.queueing.fairshare import (
+    DecayedUsage,
+    fair_share_factor,
+    fair_share_factors,
+    normalised_shares,
+)
 from gpuloom.queueing.priority import PriorityFactors, PriorityWeights, multifactor_priority
 
 __all__ = [
@@ -14,4 +19,5 @@ __all__ = [
     "fair_share_factor",
     "fair_share_factors",
     "multifactor_priority",
+    "normalised_shares",
 ]

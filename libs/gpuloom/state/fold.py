@@ -24,8 +24,10 @@ from gpuloom.events import (
     JobCancelRequested,
     JobFinished,
     JobPlaced,
+    JobPreempted,
     JobQueued,
     JobRejected,
+    JobReserved,
     JobSpec,
     JobStarted,
     JobSubmitted,
@@ -145,6 +147,15 @@ def _release(state: ClusterState, job: JobState, at: datetime) -> None:
     if run is not None:
         run.ended_at = at
         state.uncharged.add(job.job_id)
+        _add_fair_share_usage(state, job.spec.account, run.gpu_milli_seconds(), at)
+
+
+def _add_fair_share_usage(state: ClusterState, account: str, amount: int, at: datetime) -> None:
+    """Fair share counts a run's GPU time when it ends (the charge event comes later, from
+    another service: the next placement cycle must not see the account as idle meanwhile)."""
+    half_life = (state.queue_policy or QueuePolicySet()).fair_share_half_life_s
+    usage = state.decayed_usage.setdefault(account, DecayedUsage(half_life))
+    usage.add(amount, max(usage.at, at.timestamp()))
 
 
 def _forget_placement(state: ClusterState, job: JobState) -> None:
@@ -155,6 +166,8 @@ def _forget_placement(state: ClusterState, job: JobState) -> None:
     job.replicas = ()
     job.started_replicas = set()
     job.finished_replicas = {}
+    job.preempted_by = None
+    job.preempted_at = None
 
 
 # --- job events ----------------------------------------------------------------------
@@ -263,13 +276,38 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job.started_replicas = set()
     job.finished_replicas = {}
     job.reason = None
+    job.placed_at = recorded.envelope.at
+    job.placed_seq = recorded.seq
+    if state.reservation is not None and state.reservation.job_id == job.job_id:
+        state.reservation = None
     _set_phase(state, job, "placed")
     _touch(job, recorded)
 
 
+def _reserved(state: ClusterState, event: JobReserved, recorded: Recorded) -> None:
+    job = _job(state, event.job_id)
+    _require_phase(job, "queued")
+    state.reservation = event
+    _touch(job, recorded)
+
+
+def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> None:
+    job = _job(state, event.job_id)
+    _require_phase(job, "placed", "running")
+    if event.attempt != job.attempt:
+        raise Invalid(f"attempt {event.attempt} is not job {job.job_id}'s current {job.attempt}")
+    if job.preempted_by is not None:
+        raise Invalid(f"job {job.job_id} is already preempted by {job.preempted_by}")
+    if event.by not in state.jobs:
+        raise Invalid(f"preempting job {event.by} does not exist")
+    job.preempted_by = event.by
+    job.preempted_at = recorded.envelope.at
+    job.reason = f"Preempted by {event.by} ({event.reason}): stopping, then requeued"
+    _touch(job, recorded)
+
+
 def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
-    """A whole GPU holds all its memory, whatever an old event said."""
-    return gpu.memory_mib if piece.milli >= WHOLE_GPU else piece.memory_mib
+    return gpu.slice_memory(piece.milli, piece.memory_mib)
 
 
 def assignment_problem(
@@ -393,7 +431,7 @@ def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
 
 
 #: When replicas end differently, the job ends as the first of these any replica had.
-_OUTCOME_ORDER = ("cancelled", "timed_out", "failed", "succeeded")
+_OUTCOME_ORDER = ("cancelled", "preempted", "timed_out", "failed", "succeeded")
 
 
 def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> None:
@@ -402,6 +440,8 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     _require_current_attempt(job, event.attempt, event.node, event.replica)
     if event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
+    if event.outcome == "preempted" and job.preempted_by is None:
+        raise Invalid(f"job {job.job_id} was not preempted")
     job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
     _touch(job, recorded)
     if len(job.finished_replicas) < len(job.replicas):
@@ -410,6 +450,14 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     outcome = min((end[0] for end in ends), key=_OUTCOME_ORDER.index)
     first_bad = next((end for end in ends if end[0] == outcome), ends[0])
     _release(state, job, recorded.envelope.at)
+    if outcome == "preempted" and not job.cancel_requested:
+        by = job.preempted_by
+        _set_phase(state, job, "queued")
+        _forget_placement(state, job)
+        job.reason = f"requeued: preempted by {by}"
+        return
+    if outcome == "preempted":
+        outcome, first_bad = "cancelled", ("cancelled", first_bad[1], "cancelled while preempted")
     _set_phase(state, job, outcome)  # type: ignore[arg-type]
     job.exit_code = first_bad[1]
     job.reason = first_bad[2]
@@ -427,9 +475,6 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
     if all(run.attempt in job.charged_attempts for run in job.runs if run.ended_at is not None):
         state.uncharged.discard(job.job_id)
     account, user = job.spec.account, job.spec.user
-    half_life = (state.queue_policy or QueuePolicySet()).fair_share_half_life_s
-    usage = state.decayed_usage.setdefault(account, DecayedUsage(half_life))
-    usage.add(event.gpu_milli_seconds, max(usage.at, recorded.envelope.at.timestamp()))
     state.usage_by_account[account] = (
         state.usage_by_account.get(account, 0) + event.gpu_milli_seconds
     )
@@ -577,6 +622,8 @@ _HANDLERS: dict[type[Event], Handler] = {
     JobCancelRequested: _cancel_requested,  # type: ignore[dict-item]
     JobCancelled: _cancelled,  # type: ignore[dict-item]
     JobPlaced: _placed,  # type: ignore[dict-item]
+    JobReserved: _reserved,  # type: ignore[dict-item]
+    JobPreempted: _preempted,  # type: ignore[dict-item]
     JobStarted: _started,  # type: ignore[dict-item]
     JobFinished: _finished,  # type: ignore[dict-item]
     UsageCharged: _charged,  # type: ignore[dict-item]

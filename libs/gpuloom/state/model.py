@@ -14,7 +14,7 @@ from typing import Literal
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
-from gpuloom.events.placement import ReplicaAssignment
+from gpuloom.events.placement import JobReserved, ReplicaAssignment
 from gpuloom.events.queue import QueuePolicySet
 from gpuloom.queueing.fairshare import DecayedUsage
 
@@ -61,6 +61,10 @@ class GpuState:
     @property
     def idle(self) -> bool:
         return not self.holders
+
+    def slice_memory(self, milli: int, memory_mib: int) -> int:
+        """Memory a slice holds: a whole GPU holds all its memory, whatever an old event said."""
+        return self.memory_mib if milli >= 1000 else memory_mib
 
     @property
     def job_id(self) -> str | None:
@@ -110,6 +114,17 @@ class Run:
     #: The same, by GPU model.
     milli_by_model: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def seconds(self) -> float:
+        """Wall time of the run (0 while it runs), from the log's timestamps."""
+        if self.ended_at is None:
+            return 0.0
+        return max(0.0, (self.ended_at - self.started_at).total_seconds())
+
+    def gpu_milli_seconds(self) -> int:
+        """The exact integer charge of the ended run: a 0.25 GPU for an hour is 0.25 GPU-hours."""
+        return round((self.gpu_milli or self.gpus * 1000) * self.seconds)
+
 
 @dataclass
 class JobState:
@@ -137,6 +152,12 @@ class JobState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_requested: bool = False
+    #: When and at which sequence the current attempt was placed (backfill's clock).
+    placed_at: datetime | None = None
+    placed_seq: int = 0
+    #: The job a JobPreempted stops the current attempt for, and when it was told.
+    preempted_by: str | None = None
+    preempted_at: datetime | None = None
     runs: list[Run] = field(default_factory=list)
     charged_attempts: list[int] = field(default_factory=list)
     #: Envelope id of the latest event applied to this job (causation of the next).
@@ -209,11 +230,13 @@ class ClusterState:
     last_audit: AuditCompleted | None = None
     #: The queue's priority weights and half-life (QueuePolicySet); None: the defaults.
     queue_policy: QueuePolicySet | None = None
+    #: The latest EASY-backfill reservation (JobReserved); stale once its job left the queue.
+    reservation: JobReserved | None = None
     #: The log's own time: the latest `at` folded (ageing and decay never read a clock).
     clock: datetime | None = None
     #: Accounts created by admins (jobs may name others: they count with 1 share).
     accounts: dict[str, AccountState] = field(default_factory=dict)
-    #: Per account, GPU-milli-seconds charged, decayed with the policy's half-life.
+    #: Per account, GPU-milli-seconds of ended runs, decayed with the policy's half-life.
     decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
     applied: int = 0
     voided: int = 0

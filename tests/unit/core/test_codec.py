@@ -19,8 +19,10 @@ from gpuloom.events import (
     JobCancelRequested,
     JobFinished,
     JobPlaced,
+    JobPreempted,
     JobQueued,
     JobRejected,
+    JobReserved,
     JobStarted,
     JobSubmitted,
     MalformedEvent,
@@ -30,7 +32,9 @@ from gpuloom.events import (
     PolicyRef,
     QueuePolicySet,
     QuotaSet,
+    ReplicaAssignment,
     SharesSet,
+    SliceRef,
     UsageCharged,
     decode,
     encode,
@@ -84,6 +88,28 @@ EXAMPLES: dict[type[Event], Event] = {
     AccountCreated: AccountCreated(account="ml-team", parent="org", description="ML"),
     SharesSet: SharesSet(account="ml-team", shares=3),
     QuotaSet: QuotaSet(account="ml-team", nominal=4000, borrowing_limit=2000, cap=8000),
+    JobReserved: JobReserved(
+        job_id="j2",
+        start_at=T0,
+        replicas=[
+            ReplicaAssignment(
+                host="n1",
+                slices=[SliceRef(node="n1", index=0, uuid="u0", milli=1000, memory_mib=0)],
+            )
+        ],
+        basis_seq=9,
+        cycle_position=1,
+        policy=PolicyRef(name="bestfit", version=2),
+    ),
+    JobPreempted: JobPreempted(
+        job_id="j1",
+        attempt=1,
+        by="j2",
+        reason="priority",
+        basis_seq=9,
+        cycle_position=0,
+        policy=PolicyRef(name="bestfit", version=2),
+    ),
     AuditCompleted: AuditCompleted(
         audit_id="a1", from_seq=1, to_seq=9, verified=3, mismatch_count=0, seconds=0.5
     ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuloom.events import JobPlaced, PolicyRef
+from gpuloom.events import JobPlaced, JobReserved, PolicyRef
 from gpuloom.placement import (
     BestFit,
     PolicyRegistry,
@@ -59,7 +59,7 @@ def test_node_views_list_ready_nodes_with_their_free_gpus() -> None:
     ]
 
 
-def test_a_cycle_places_in_queue_order_skipping_what_does_not_fit() -> None:
+def test_a_cycle_places_in_queue_order_and_reserves_for_the_blocked_head() -> None:
     log = cluster()
     log.run_to_queue("huge", gpus=4, priority=9)
     log.run_to_queue("h100", gpus=2, gpu_model=["H100-80GB"], priority=5)
@@ -76,12 +76,16 @@ def test_a_cycle_places_in_queue_order_skipping_what_does_not_fit() -> None:
     assert placed == [
         ("h100", "n3", [0, 1]),
         ("pair", "n2", [0, 1]),
-        ("triple", "n1", [1, 2, 3]),
-    ], "huge fits no ready node and single finds nothing left"
+    ], "huge waits for n1; triple and single (no time limit) would delay it"
+    [reserved] = [d.event for d in decisions if isinstance(d.event, JobReserved)]
+    assert reserved.job_id == "huge" and reserved.start_at is None
+    assert [r.host for r in reserved.replicas] == ["n1"]
     assert [d.event.cycle_position for d in decisions] == [0, 1, 2]  # type: ignore[attr-defined]
-    for d in decisions:
+    assert reserved.cycle_position == 0 and reserved.basis_seq == state.seq
+    for d in decisions[1:]:
         assert isinstance(d.event, JobPlaced)
         assert d.event.basis_seq == state.seq
+        assert d.event.backfilled, "placed while huge, ahead of them, could not start"
         assert d.event.attempt == 1
         assert d.event.policy == PolicyRef(name="bestfit", version=2, params={})
         assert d.event.gpu_uuids == [f"GPU-{d.event.node}-{i}" for i in d.event.gpu_indexes]

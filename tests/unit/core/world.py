@@ -19,6 +19,7 @@ from gpuloom.events import (
     JobPlaced,
     JobQueued,
     JobRejected,
+    JobReserved,
     JobStarted,
     JobSubmitted,
     NodeLost,
@@ -124,7 +125,7 @@ class World:
         decisions = placement_cycle(self.state, BestFit())
         basis = self.state.seq
         for position, decision in enumerate(decisions):
-            assert isinstance(decision.event, JobPlaced)
+            assert isinstance(decision.event, (JobPlaced, JobReserved))
             assert (decision.event.basis_seq, decision.event.cycle_position) == (basis, position)
         assert placement_cycle(self.state, BestFit()) == decisions, "the audit property"
         self.record_valid(decisions)

@@ -14,6 +14,7 @@ from gpuloom.queueing import (
     fair_share_factor,
     fair_share_factors,
     multifactor_priority,
+    normalised_shares,
 )
 
 HOUR = 3600.0
@@ -155,3 +156,42 @@ def test_priority_is_monotone_in_every_factor(
     assert total(waited_s=waited + 3600) >= base
     assert total(fair_share=min(1.0, share + 0.1)) >= base
     assert total(gpu_milli_demand=min(64_000, demand + 1000)) >= base
+
+
+def test_shares_are_normalised_down_the_account_tree() -> None:
+    shares = {"org-a": 1, "org-b": 3, "team-1": 1, "team-2": 1, "solo": 0}
+    parents = {"team-1": "org-a", "team-2": "org-a", "solo": "org-b"}
+    parts = normalised_shares(shares, parents)
+    assert parts["org-a"] == 0.25 and parts["org-b"] == 0.75
+    assert parts["team-1"] == parts["team-2"] == 0.125
+    assert parts["solo"] == 0.0
+
+
+def test_a_team_of_a_small_organisation_falls_faster_than_a_big_one() -> None:
+    shares = {"org-a": 1, "org-b": 3, "a1": 1, "b1": 1}
+    parents = {"a1": "org-a", "b1": "org-b"}
+    usage = {name: DecayedUsage(HOUR) for name in ("a1", "b1")}
+    usage["a1"].add(100.0, 0.0)
+    usage["b1"].add(100.0, 0.0)
+    factors = fair_share_factors(usage, shares, 0.0, parents)
+    assert factors["a1"] == round(2 ** (-0.5 / 0.25), 9)  # half the usage on a quarter share
+    assert factors["b1"] == round(2 ** (-0.5 / 0.75), 9)
+    assert factors["b1"] > factors["a1"]
+
+
+@given(
+    shares=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 50), min_size=1),
+    links=st.dictionaries(st.sampled_from("abcdef"), st.sampled_from("abcdef")),
+)
+def test_normalised_shares_of_each_level_add_up_to_at_most_one(
+    shares: dict[str, int], links: dict[str, str]
+) -> None:
+    # a tree: a parent comes earlier in the alphabet (no cycles, as the fold ensures)
+    parents: dict[str, str | None] = {c: p for c, p in links.items() if p < c}
+    parts = normalised_shares(shares, parents)
+    assert all(0.0 <= part <= 1.0 for part in parts.values())
+    tops = [n for n in shares if parents.get(n) not in shares]
+    assert sum(parts[n] for n in tops) <= 1.0 + 1e-9
+    for name in shares:
+        children = [c for c in shares if parents.get(c) == name]
+        assert sum(parts[c] for c in children) <= parts[name] + 1e-9

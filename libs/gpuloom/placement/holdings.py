@@ -1,0 +1,92 @@
+"""What running jobs hold, when they will let go of it, and how to see the cluster then.
+
+Backfill and preemption both ask "what if these jobs had ended?": they give a
+job's resources back to the views (`engine.release`), look, and put them back
+(`hold`, the exact inverse). Doing it in place on the cycle's `NodeIndex`, and
+undoing it, is much cheaper than copying every node view for each question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuloom.placement.engine import NodeIndex, release
+from gpuloom.placement.resources import ReplicaPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One job's placement as it stands, with what backfill and preemption need to know.
+
+    `ends_at` is when the job will have let go at the latest (its start plus its
+    time limit, or when it was told to stop), in the log's milliseconds since the
+    epoch; None when it
+    has no time limit. `preemptible` and `priority_class` say who may preempt it,
+    `account` whether a quota may reclaim it; `order` is its start order (later
+    starts are preempted first, since they lose the least work).
+    """
+
+    job_id: str
+    replicas: tuple[ReplicaPlacement, ...]
+    ends_at: int | None = None
+    priority_class: int = 0
+    preemptible: bool = False
+    account: str = ""
+    order: int = 0
+    #: Already told to stop (preempted): not a victim again.
+    stopping: bool = False
+
+    def nodes(self) -> set[str]:
+        held = {replica.host for replica in self.replicas}
+        held.update(piece.node for replica in self.replicas for piece in replica.slices)
+        return held
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(piece.milli for replica in self.replicas for piece in replica.slices)
+
+
+def hold(index: NodeIndex, replica: ReplicaPlacement) -> None:
+    """Take exactly what `replica` holds again (the inverse of `engine.release`)."""
+    touched = set()
+    for piece in replica.slices:
+        node = index.nodes[piece.node]
+        gpu = next(g for g in node.gpus if g.index == piece.index)
+        gpu.milli_free -= piece.milli
+        gpu.memory_free_mib -= piece.memory_mib
+        node.cached_state = node.cached_memory = None
+        touched.add(node.name)
+    host = index.nodes[replica.host]
+    if host.cpu_free_milli is not None:
+        host.cpu_free_milli -= replica.cpu_milli
+    if host.memory_free_mib is not None:
+        host.memory_free_mib -= replica.memory_mib
+    host.cached_state = host.cached_memory = None
+    touched.add(host.name)
+    for name in sorted(touched):
+        index.update(index.nodes[name])
+
+
+def release_all(index: NodeIndex, holdings: Iterable[Holding]) -> set[str]:
+    """Give back everything `holdings` hold (on nodes the index has); the nodes touched."""
+    touched: set[str] = set()
+    for holding in holdings:
+        for replica in holding.replicas:
+            if _on_index(index, replica):
+                release(index, replica)
+                touched.update({replica.host, *(piece.node for piece in replica.slices)})
+    return touched
+
+
+def hold_all(index: NodeIndex, holdings: Iterable[Holding]) -> None:
+    """Undo `release_all` (call with the same holdings, in reverse order for clarity)."""
+    for holding in holdings:
+        for replica in reversed(holding.replicas):
+            if _on_index(index, replica):
+                hold(index, replica)
+
+
+def _on_index(index: NodeIndex, replica: ReplicaPlacement) -> bool:
+    """A placement on a node that is not ready (lost) is not in the views: skip it."""
+    return replica.host in index.nodes and all(p.node in index.nodes for p in replica.slices)

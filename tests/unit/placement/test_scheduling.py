@@ -1,0 +1,338 @@
+"""EASY backfill and preemption in the pure scheduling pass (`gpuloom.placement.scheduling`)."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.holdings import Holding, release_all
+from gpuloom.placement.policies import BestFit
+from gpuloom.placement.preemption import choose_victims, fits_after
+from gpuloom.placement.resources import Request
+from gpuloom.placement.scheduling import (
+    Candidate,
+    Placed,
+    Preempted,
+    Reserved,
+    find_reservation,
+    schedule,
+)
+from gpuloom.queueing.quota import Quota, QuotaTracker
+
+from .cluster import gpus, node, snapshot
+
+POLICY = BestFit()
+CONTEXT = Context()
+S = 1000  # one second in the scheduler's milliseconds
+
+
+def cluster(count: int = 2, per_node: int = 4) -> NodeIndex:
+    return NodeIndex([node(f"n{i}", i, gpus(*[1000] * per_node), cpu=32_000) for i in range(count)])
+
+
+def occupy(
+    index: NodeIndex, job_id: str, request: Request, ends_at: int | None, **fields: object
+) -> Holding:
+    placement = place(request, index, POLICY, CONTEXT)
+    assert placement is not None, f"{job_id} does not fit"
+    return Holding(job_id, placement.replicas, ends_at, **fields)  # type: ignore[arg-type]
+
+
+def whole(count: int, **fields: object) -> Request:
+    return Request(gpus=count, **fields)  # type: ignore[arg-type]
+
+
+def test_the_blocked_head_gets_a_reservation_when_the_earliest_jobs_end() -> None:
+    index = cluster()
+    held = [
+        occupy(index, "long", whole(4), 100 * S),
+        occupy(index, "short", whole(3), 10 * S),
+    ]
+    outcomes = schedule(
+        [Candidate("big", whole(4), 50)], index, held, now=0, policy=POLICY, context=CONTEXT
+    )
+    [reserved] = outcomes
+    assert isinstance(reserved, Reserved)
+    assert reserved.reservation.job_id == "big"
+    assert reserved.reservation.start_at == 10 * S, "n1 frees when `short` ends"
+    assert [r.host for r in reserved.reservation.replicas] == ["n1"]
+
+
+def test_a_job_that_ends_before_the_reservation_backfills_and_a_long_one_waits() -> None:
+    index = cluster()
+    held = [
+        occupy(index, "long", whole(4), 100 * S),
+        occupy(index, "short", whole(3), 10 * S),
+    ]
+    outcomes = schedule(
+        [
+            Candidate("big", whole(4), 50),
+            Candidate("quick", whole(1), 5),  # ends at 5 s, before big starts at 10 s
+            Candidate("slow", whole(1), 60),  # would hold n1's last GPU past 10 s
+            Candidate("endless", whole(1), None),
+        ],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+    )
+    placed = [o.candidate.job_id for o in outcomes if isinstance(o, Placed)]
+    assert placed == ["quick"]
+    assert all(o.backfilled for o in outcomes if isinstance(o, Placed))
+
+
+def test_a_long_job_backfills_onto_resources_the_reservation_does_not_need() -> None:
+    index = NodeIndex(
+        [node("n0", 0, gpus(1000, 1000, 1000, 1000)), node("n1", 1, gpus(1000, 1000))]
+    )
+    held = [occupy(index, "a", whole(4), 10 * S)]
+    outcomes = schedule(
+        [Candidate("big", whole(4), 50), Candidate("side", whole(2), None)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+    )
+    placed = [
+        (o.candidate.job_id, o.placement.replicas[0].host)
+        for o in outcomes
+        if isinstance(o, Placed)
+    ]
+    assert placed == [("side", "n1")]
+
+
+def test_backfill_off_is_strict_order() -> None:
+    index = cluster()
+    held = [occupy(index, "long", whole(4), 100 * S), occupy(index, "short", whole(3), 10 * S)]
+    outcomes = schedule(
+        [Candidate("big", whole(4), 50), Candidate("quick", whole(1), 5)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+        backfill="off",
+    )
+    assert [type(o) for o in outcomes] == [Reserved], "nothing passes the blocked head"
+
+
+def test_a_recorded_reservation_is_not_written_again() -> None:
+    index = cluster()
+    held = [occupy(index, "long", whole(4), 100 * S), occupy(index, "short", whole(3), 10 * S)]
+    found = find_reservation(Candidate("big", whole(4), 50), index, held, POLICY, CONTEXT)
+    assert found is not None
+    outcomes = schedule(
+        [Candidate("big", whole(4), 50)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+        current=found[0],
+    )
+    assert outcomes == []
+
+
+def test_finding_a_reservation_leaves_the_views_as_they_were() -> None:
+    index = cluster()
+    held = [occupy(index, "long", whole(4), 100 * S), occupy(index, "short", whole(3), 10 * S)]
+    before = snapshot(index.nodes.values())
+    find_reservation(Candidate("big", whole(4), 50), index, held, POLICY, CONTEXT)
+    assert snapshot(index.nodes.values()) == before
+
+
+# --- the backfill property -----------------------------------------------------------------
+
+REQUESTS = st.sampled_from(
+    [
+        whole(1),
+        whole(2),
+        whole(4),
+        Request(gpus=1, gpu_milli=500),
+        Request(gpus=1, gpu_milli=250, cpu_milli=8000),
+        Request(gpus=0, cpu_milli=16_000),
+    ]
+)
+LIMITS = st.one_of(st.none(), st.integers(1, 40))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    running=st.lists(st.tuples(REQUESTS, LIMITS), max_size=8),
+    pending=st.lists(st.tuples(REQUESTS, LIMITS), min_size=1, max_size=10),
+)
+def test_no_job_is_backfilled_into_a_slot_that_delays_the_reserved_job(
+    running: list[tuple[Request, int | None]], pending: list[tuple[Request, int | None]]
+) -> None:
+    index = cluster(3)
+    held = []
+    for number, (request, limit) in enumerate(running):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            ends = limit * S if limit is not None else None
+            held.append(Holding(f"r{number}", placement.replicas, ends, order=number))
+    candidates = [
+        Candidate(f"p{number}", request, limit) for number, (request, limit) in enumerate(pending)
+    ]
+    outcomes = schedule(candidates, index, held, now=0, policy=POLICY, context=CONTEXT)
+    reserved = [o for o in outcomes if isinstance(o, Reserved)]
+    assert len(reserved) <= 1, "EASY: one reservation"
+    if not reserved:
+        return
+    reservation = reserved[0].reservation
+    start = reservation.start_at
+    limit_of = {c.job_id: c.time_limit_s for c in candidates}
+    ahead = [  # placed before the head blocked: the reservation counts on their limits too
+        Holding(o.candidate.job_id, o.placement.replicas, _ends(limit_of[o.candidate.job_id]))
+        for o in outcomes
+        if isinstance(o, Placed) and not o.backfilled
+    ]
+    backfilled = [
+        Holding(o.candidate.job_id, o.placement.replicas, _ends(limit_of[o.candidate.job_id]))
+        for o in outcomes
+        if isinstance(o, Placed) and o.backfilled
+    ]
+    # at the reservation's start every job that has ended by then is gone (with no known
+    # start: every job that was running or placed ahead of it, whenever it ends) ...
+    ended = [h for h in [*held, *ahead] if start is None or _ended(h, start)]
+    ended += [h for h in backfilled if start is not None and _ended(h, start)]
+    release_all(index, ended)
+    # ... and the reserved job fits.
+    request = next(c.request for c in candidates if c.job_id == reservation.job_id)
+    assert place(request, index, POLICY, CONTEXT) is not None
+
+
+def _ends(limit: int | None) -> int | None:
+    return limit * S if limit is not None else None
+
+
+def _ended(holding: Holding, start: int) -> bool:
+    return holding.ends_at is not None and holding.ends_at <= start
+
+
+# --- preemption --------------------------------------------------------------------------
+
+
+def test_a_higher_class_preempts_the_fewest_preemptible_lower_jobs() -> None:
+    index = cluster(2, 4)
+    held = [
+        occupy(index, "a", whole(1), None, preemptible=True, priority_class=0, order=1),
+        occupy(index, "b", whole(3), None, preemptible=True, priority_class=0, order=2),
+        occupy(index, "c", whole(2), None, preemptible=False, priority_class=0, order=3),
+        occupy(index, "d", whole(2), None, preemptible=True, priority_class=5, order=4),
+    ]
+    outcomes = schedule(
+        [Candidate("urgent", whole(2), None, priority_class=3)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+    )
+    preempted = [o for o in outcomes if isinstance(o, Preempted)]
+    assert len(preempted) == 1
+    assert [v.job_id for v in preempted[0].victims] == ["b"], (
+        "one victim frees 2+ GPUs on n0 (b); c is not preemptible, d is a higher class"
+    )
+    assert preempted[0].reason == "priority"
+
+
+def test_a_job_preempts_nothing_when_no_set_of_victims_is_enough() -> None:
+    index = cluster(1, 4)
+    held = [occupy(index, "a", whole(4), None, preemptible=False)]
+    outcomes = schedule(
+        [Candidate("urgent", whole(2), None, priority_class=3)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+    )
+    assert not [o for o in outcomes if isinstance(o, Preempted)]
+
+
+def test_an_account_reclaims_its_nominal_quota_from_a_borrower() -> None:
+    index = cluster(1, 4)
+    held = [
+        occupy(index, "b1", whole(2), None, account="borrower", order=1),
+        occupy(index, "b2", whole(2), None, account="borrower", order=2),
+    ]
+    quotas = QuotaTracker(
+        {"owner": Quota("org", 2000), "borrower": Quota("org", 2000, borrowing_limit=2000)},
+        {"borrower": 4000},
+    )
+    outcomes = schedule(
+        [Candidate("mine", whole(2), None, account="owner", demand_milli=2000)],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+        quotas=quotas,
+    )
+    [preempted] = [o for o in outcomes if isinstance(o, Preempted)]
+    assert preempted.reason == "reclaim"
+    assert [v.job_id for v in preempted.victims] == ["b2"], "the latest started goes first"
+
+
+def test_a_job_awaiting_its_victims_preempts_no_more_and_keeps_their_place() -> None:
+    index = cluster(1, 4)
+    held = [
+        occupy(index, "v", whole(2), 0, preemptible=True, stopping=True),
+        occupy(index, "w", whole(2), None, preemptible=True, order=2),
+    ]
+    outcomes = schedule(
+        [
+            Candidate("urgent", whole(2), None, priority_class=3, awaiting_victims=True),
+            Candidate("other", whole(1), None),
+        ],
+        index,
+        held,
+        now=0,
+        policy=POLICY,
+        context=CONTEXT,
+    )
+    assert not [o for o in outcomes if isinstance(o, Preempted)]
+    [reserved] = [o for o in outcomes if isinstance(o, Reserved)]
+    assert reserved.reservation.start_at == 0
+    assert not [o for o in outcomes if isinstance(o, Placed)], "v's GPUs are spoken for"
+
+
+SMALL = st.sampled_from([whole(1), whole(2), Request(gpus=1, gpu_milli=500), whole(3)])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    running=st.lists(st.tuples(SMALL, st.booleans()), min_size=1, max_size=8),
+    wanted=SMALL,
+)
+def test_victims_free_enough_and_no_smaller_set_would(
+    running: list[tuple[Request, bool]], wanted: Request
+) -> None:
+    index = cluster(2, 4)
+    held = []
+    for number, (request, preemptible) in enumerate(running):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            held.append(Holding(f"r{number}", placement.replicas, None, 0, preemptible, "", number))
+    candidates = [h for h in held if h.preemptible]
+    assume(not fits_after(wanted, index, POLICY, CONTEXT, []))  # preemption is for the blocked
+    before = snapshot(index.nodes.values())
+    victims = choose_victims(wanted, index, candidates, POLICY, CONTEXT)
+    assert snapshot(index.nodes.values()) == before, "the views are left as they were"
+    if victims is None:
+        assert not fits_after(wanted, index, POLICY, CONTEXT, candidates)
+        return
+    assert fits_after(wanted, index, POLICY, CONTEXT, victims), "frees enough"
+    for size in range(len(victims)):
+        for fewer in combinations(candidates, size):
+            assert not fits_after(wanted, index, POLICY, CONTEXT, fewer), (
+                f"{[v.job_id for v in fewer]} would do with fewer victims"
+            )
+    again = choose_victims(wanted, index, list(reversed(candidates)), POLICY, CONTEXT)
+    assert again == victims, "the choice does not depend on the candidates' order"
