@@ -1,5 +1,8 @@
 """Integration fixtures: a real NATS JetStream, a real database, real service processes.
 
+Every cluster's log is audited when its tests are done: `gpuloom audit` must re-make
+every placement decision the services wrote.
+
 `cluster` runs on SQLite; `cluster_any_db` runs once per configured database
 (SQLite, and PostgreSQL when GPULOOM_TEST_DATABASE_URL is set); `shared_cluster`
 is one cluster for a whole module, for tests that only read or add jobs.
@@ -32,6 +35,7 @@ def running_cluster(nats_url: str, database_url: str, data_dir: Path) -> Iterato
         running.start()
         running.wait_nodes_ready(2)
         yield running
+        running.assert_audit_passes()
     finally:
         running.stop()
         for log in sorted((data_dir / "logs").glob("*.log")):

@@ -35,6 +35,7 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start()
             cluster.wait_nodes_ready(3)
             yield cluster
+            cluster.assert_audit_passes(forged=1)  # the audit test's forged decision
         finally:
             cluster.stop()
 

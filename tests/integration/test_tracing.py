@@ -32,6 +32,7 @@ def test_a_submission_is_one_trace_across_services(nats_url: str, tmp_path: Path
                 if len(trace) >= 5 or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
+            cluster.assert_audit_passes()
         finally:
             cluster.stop()
     assert submit, f"no gateway span among {[(s.service, s.name) for s in spans][:20]}"

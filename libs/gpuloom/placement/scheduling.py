@@ -273,18 +273,27 @@ def schedule(
     quotas: QuotaTracker | None = None,
     current: Reservation | None = None,
     limit: int = 10_000,
+    depth: int | None = None,
 ) -> list[Outcome]:
     """Walk `candidates` (queue order) once; see the module doc. Mutates `index` and `quotas`
-    with what is placed; `current` is the reservation already recorded (not repeated)."""
+    with what is placed; `current` is the reservation already recorded (not repeated).
+
+    `depth` bounds how many jobs behind the first blocked one are tried (as Slurm's
+    `bf_max_job_test`): a pass over a long queue then costs a bounded time.
+    """
     outcomes: list[Outcome] = []
     held = list(holdings)
-    position = placed = 0
+    position = placed = tried_behind = 0
     blocked = preempt_tried = False
     reservation: Reservation | None = None
     protection: _Protection | None = None
     for candidate in candidates:
         if placed >= limit:
             break
+        if blocked:
+            tried_behind += 1
+            if depth is not None and tried_behind > depth:
+                break
         if quotas is not None and quotas.why_not(candidate.account, candidate.demand_milli):
             continue  # held: QuotaExceeded
         decision = Context(context.seed, position, context.workload)

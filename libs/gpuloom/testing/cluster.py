@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
+from gpuloom.audit import AuditReport, audit
 from gpuloom.bus.reader import read_log
 from gpuloom.devstack import SERVICES, Stack, free_port, migrate, wait_http
 from gpuloom.events import (
@@ -167,6 +168,13 @@ class Cluster:
 
     def read_log(self) -> list[Recorded]:
         return asyncio.run(read_log(self.nats_url))
+
+    def assert_audit_passes(self, forged: int = 0) -> AuditReport:
+        """`gpuloom audit` of the whole log: every cycle decision re-made (`forged`: how
+        many hand-made decisions a test wrote on purpose, which must be the only misses)."""
+        report = audit(self.read_log())
+        assert len(report.mismatches) == forged, report.mismatches
+        return report
 
 
 @dataclass
