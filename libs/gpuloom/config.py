@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     #: Blocked jobs may preempt lower preemptible classes and reclaim nominal quota.
     preemption: bool = True
     cancel_grace_s: float = 5.0
+    #: Running jobs are charged at least this often (seconds); 0: only when they end.
+    charge_interval_s: float = Field(default=300.0, ge=0)
     #: Where agents keep each job's run folder (logs, pid, exit status).
     agent_run_dir: Path | None = None
 

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.decide import Decision
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service
+from gpuloom.state import ClusterState
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.accounting.ledger import run_ledger
 
 
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     engine = make_engine(settings.database_url)
+    interval = timedelta(seconds=settings.charge_interval_s) if settings.charge_interval_s else None
+
+    def decide(state: ClusterState) -> list[Decision]:
+        # the clock is read here, in the shell; the charge records it (period_end)
+        return decide_charges(state, datetime.now(UTC), interval)
+
+    tick = min(settings.charge_interval_s / 2, 30.0) if interval else None
     try:
         await asyncio.gather(
-            Reactor(bus, "accounting", pure(decide_charges)).run(stop),
+            Reactor(bus, "accounting", pure(decide), tick_s=tick).run(stop),
             run_ledger(bus, make_sessionmaker(engine), stop),
         )
     finally:

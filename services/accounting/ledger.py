@@ -65,6 +65,7 @@ def _row(seq: int, event: UsageCharged, at: Any) -> dict[str, Any]:
     return {
         "job_id": event.job_id,
         "attempt": event.attempt,
+        "part": event.part,
         "user": event.user,
         "account": event.account,
         "gpus": event.gpus,
@@ -80,6 +81,7 @@ def _model_rows(seq: int, event: UsageCharged, at: Any) -> list[dict[str, Any]]:
         {
             "job_id": event.job_id,
             "attempt": event.attempt,
+            "part": event.part,
             "gpu_model": model,
             "user": event.user,
             "account": event.account,
@@ -130,10 +132,13 @@ async def _consume(
                 model_rows.extend(_model_rows(seq, recorded.event, recorded.envelope.at))
         async with sessions.begin() as session:
             if rows:
-                await insert_ignore(session, UsageChargeRow, rows, ["job_id", "attempt"])
+                await insert_ignore(session, UsageChargeRow, rows, ["job_id", "attempt", "part"])
             if model_rows:
                 await insert_ignore(
-                    session, UsageModelChargeRow, model_rows, ["job_id", "attempt", "gpu_model"]
+                    session,
+                    UsageModelChargeRow,
+                    model_rows,
+                    ["job_id", "attempt", "part", "gpu_model"],
                 )
             await save_checkpoint(session, CHECKPOINT, last)
         checkpoint = last

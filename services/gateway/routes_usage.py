@@ -127,26 +127,42 @@ async def usage_records(
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     format: Format = "json",
 ) -> Any:
-    """One record per charged run of a job, oldest first."""
+    """One record per charged run of a job (its parts added up), oldest first.
+
+    A run still going has its interim charges so far; `charged_at` is the latest.
+    """
     query = _window(select(UsageChargeRow), UsageChargeRow.charged_at, since, until)
     if user:
         query = query.where(UsageChargeRow.user == user)
     if account:
         query = query.where(UsageChargeRow.account == account)
-    rows = await session.scalars(query.order_by(UsageChargeRow.seq).limit(limit))
-    records = [
-        UsageRecord(
-            job_id=r.job_id,
-            attempt=r.attempt,
-            user=r.user,
-            account=r.account,
-            gpus=r.gpus,
-            seconds=r.seconds,
-            gpu_seconds=r.gpu_milli_seconds / 1000,
-            charged_at=r.charged_at,
-        )
-        for r in rows
-    ]
+    rows = await session.scalars(query.order_by(UsageChargeRow.seq))
+    runs: dict[tuple[str, int], UsageRecord] = {}
+    for r in rows:
+        key = (r.job_id, r.attempt)
+        seen = runs.get(key)
+        if seen is None:
+            if len(runs) >= limit:
+                continue
+            runs[key] = UsageRecord(
+                job_id=r.job_id,
+                attempt=r.attempt,
+                user=r.user,
+                account=r.account,
+                gpus=r.gpus,
+                seconds=r.seconds,
+                gpu_seconds=r.gpu_milli_seconds / 1000,
+                charged_at=r.charged_at,
+            )
+        else:
+            runs[key] = seen.model_copy(
+                update={
+                    "seconds": seen.seconds + r.seconds,
+                    "gpu_seconds": seen.gpu_seconds + r.gpu_milli_seconds / 1000,
+                    "charged_at": r.charged_at,
+                }
+            )
+    records = list(runs.values())
     if format == "json":
         return UsageRecords(records=records)
     header = list(UsageRecord.model_fields)

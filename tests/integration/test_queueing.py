@@ -15,12 +15,20 @@ from typing import Any
 
 import pytest
 
-from gpuloom.events import JobFinished, JobPlaced, JobPreempted, JobReserved, JobStarted
+from gpuloom.events import (
+    JobFinished,
+    JobPlaced,
+    JobPreempted,
+    JobReserved,
+    JobStarted,
+    UsageCharged,
+)
+from gpuloom.state import fold
 from gpuloom.testing.cluster import Cluster, SimNode
 from gpuloom.testing.servers import nats_jetstream
 
 NODES = {"agent-q": [SimNode("node-q", "A100-80GB", 4)]}
-ENV = {"GPULOOM_PRIORITY_WEIGHT_FAIR_SHARE": "10000"}
+ENV = {"GPULOOM_PRIORITY_WEIGHT_FAIR_SHARE": "10000", "GPULOOM_CHARGE_INTERVAL_S": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +105,11 @@ def test_a_higher_class_preempts_a_preemptible_job_which_is_requeued(queue: Clus
     deadline = time.monotonic() + 20
     while True:
         charges = [e for e in events_of(queue, victim) if e["type"] == "UsageCharged"]
-        if len(charges) == 2 or time.monotonic() > deadline:
+        finals = sorted(c["data"]["attempt"] for c in charges if c["data"]["period_end"] is None)
+        if finals == [1, 2] or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert len(charges) == 2, "the preempted run is charged too: fair share keeps it"
+    assert finals == [1, 2], "the preempted run is charged too: fair share keeps it"
 
 
 def test_two_accounts_with_equal_shares_converge_to_equal_gpu_time(queue: Cluster) -> None:
@@ -135,3 +144,32 @@ def test_two_accounts_with_equal_shares_converge_to_equal_gpu_time(queue: Cluste
         time.sleep(0.2)
     usage = {name: row["gpu_seconds"] for name, row in usage.items()}
     assert abs(usage["fs-a"] - usage["fs-b"]) <= 0.1 * max(usage["fs-a"], usage["fs-b"])
+
+
+def test_a_running_job_is_charged_periodically_and_the_parts_add_up(queue: Cluster) -> None:
+    job_id = queue.submit(gpus=2, account="periodic", command=["sleep", "3.5"])
+    queue.wait_state([job_id], "running", timeout=30)
+    deadline = time.monotonic() + 10
+    while True:  # an interim charge shows while the job still runs
+        records = queue.http.get("/v1/usage/jobs", params={"account": "periodic"}).json()
+        if records["records"] and queue.job(job_id)["state"] == "running":
+            break
+        assert time.monotonic() < deadline, records
+        time.sleep(0.2)
+    queue.wait_final([job_id], timeout=30)
+    deadline = time.monotonic() + 20
+    while True:
+        log = queue.read_log()
+        charges = [r.event for r in log if isinstance(r.event, UsageCharged)]
+        mine = [c for c in charges if c.job_id == job_id]
+        if any(c.period_end is None for c in mine) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [c.part for c in mine] == list(range(len(mine))) and len(mine) >= 2
+    assert all(c.period_end is not None for c in mine[:-1]) and mine[-1].period_end is None
+    run = fold(log).jobs[job_id].runs[0]
+    # the parts add up to the run's GPU time (an interim charge that raced the end by a
+    # few milliseconds may add that much; the final one then charges nothing)
+    assert abs(sum(c.gpu_milli_seconds for c in mine) - run.gpu_milli_seconds()) <= 2000 * 0.05
+    [record] = queue.http.get("/v1/usage/jobs", params={"account": "periodic"}).json()["records"]
+    assert record["gpu_seconds"] * 1000 == pytest.approx(sum(c.gpu_milli_seconds for c in mine))

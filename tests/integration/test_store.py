@@ -64,7 +64,9 @@ async def test_the_ledger_ignores_a_repeated_charge(database_url: str) -> None:
     try:
         for _ in range(2):
             async with sessions.begin() as session:
-                await insert_ignore(session, UsageChargeRow, [charge], ["job_id", "attempt"])
+                await insert_ignore(
+                    session, UsageChargeRow, [charge], ["job_id", "attempt", "part"]
+                )
         async with sessions() as session:
             rows = (await session.scalars(select(UsageChargeRow))).all()
             assert [(r.job_id, r.gpu_milli_seconds) for r in rows] == [("j1", 3000)]

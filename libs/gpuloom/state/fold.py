@@ -466,14 +466,29 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
 
 def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
     job = _job(state, event.job_id)
-    ended = [run for run in job.runs if run.attempt == event.attempt and run.ended_at is not None]
-    if not ended:
-        raise Invalid(f"job {job.job_id} has no ended run for attempt {event.attempt}")
+    runs = [run for run in job.runs if run.attempt == event.attempt]
+    if not runs:
+        raise Invalid(f"job {job.job_id} has no run for attempt {event.attempt}")
+    run = runs[-1]
     if event.attempt in job.charged_attempts:
         raise Invalid(f"attempt {event.attempt} of job {job.job_id} already charged")
-    job.charged_attempts.append(event.attempt)
-    if all(run.attempt in job.charged_attempts for run in job.runs if run.ended_at is not None):
-        state.uncharged.discard(job.job_id)
+    if event.part != run.charges:
+        raise Invalid(f"charge part {event.part}, but attempt {event.attempt} has {run.charges}")
+    if event.period_end is None:
+        if run.ended_at is None:
+            raise Invalid(f"attempt {event.attempt} of job {job.job_id} has not ended")
+        job.charged_attempts.append(event.attempt)
+        if all(r.attempt in job.charged_attempts for r in job.runs if r.ended_at is not None):
+            state.uncharged.discard(job.job_id)
+    else:
+        since = run.charged_until or run.started_at
+        if event.period_end <= since:
+            raise Invalid(f"interim charge up to {event.period_end} does not pass {since}")
+        run.charged_until = event.period_end
+    run.charges += 1
+    run.charged_milli_seconds += event.gpu_milli_seconds
+    for model, amount in event.by_model.items():
+        run.charged_by_model[model] = run.charged_by_model.get(model, 0) + amount
     account, user = job.spec.account, job.spec.user
     state.usage_by_account[account] = (
         state.usage_by_account.get(account, 0) + event.gpu_milli_seconds

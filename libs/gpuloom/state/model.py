@@ -114,12 +114,23 @@ class Run:
     #: The same, by GPU model.
     milli_by_model: dict[str, int] = field(default_factory=dict)
 
+    #: Charges of this run so far (interim ones while it runs, then the final one).
+    charges: int = 0
+    #: End of the latest interim charge; the next charge starts there.
+    charged_until: datetime | None = None
+    charged_milli_seconds: int = 0
+    charged_by_model: dict[str, int] = field(default_factory=dict)
+
     @property
     def seconds(self) -> float:
         """Wall time of the run (0 while it runs), from the log's timestamps."""
         if self.ended_at is None:
             return 0.0
         return max(0.0, (self.ended_at - self.started_at).total_seconds())
+
+    def milli_seconds_until(self, moment: datetime, milli: int) -> int:
+        """Charge of `milli` milli-GPU from the start to `moment` (exact integer rounding)."""
+        return round(milli * max(0.0, (moment - self.started_at).total_seconds()))
 
     def gpu_milli_seconds(self) -> int:
         """The exact integer charge of the ended run: a 0.25 GPU for an hour is 0.25 GPU-hours."""

@@ -104,13 +104,14 @@ class NodeRow(Base):
 
 
 class UsageChargeRow(Base):
-    """The accounting ledger: one row per charged run of a job."""
+    """The accounting ledger: one row per charge (a run's interim parts, then its final one)."""
 
     __tablename__ = "usage_charges"
     __table_args__ = (Index("ix_usage_charges_account_user", "account", "user"),)
 
     job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    part: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
     user: Mapped[str] = mapped_column(String(100))
     account: Mapped[str] = mapped_column(String(100))
     gpus: Mapped[int] = mapped_column(Integer)
@@ -121,13 +122,14 @@ class UsageChargeRow(Base):
 
 
 class UsageModelChargeRow(Base):
-    """The ledger split by GPU model: one row per charged run and model."""
+    """The ledger split by GPU model: one row per charge and model."""
 
     __tablename__ = "usage_model_charges"
     __table_args__ = (Index("ix_usage_model_charges_model", "gpu_model"),)
 
     job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    part: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
     gpu_model: Mapped[str] = mapped_column(String(100), primary_key=True)
     user: Mapped[str] = mapped_column(String(100))
     account: Mapped[str] = mapped_column(String(100))

@@ -85,6 +85,59 @@ def test_charges_follow_submission_order_and_skip_jobs_that_never_ran() -> None:
     assert [d.event.job_id for d in decide_charges(log.state())] == ["b", "a"]  # type: ignore[attr-defined]
 
 
+def test_a_running_job_is_charged_periodically_and_its_parts_add_up_to_the_run() -> None:
+    log = LogBuilder()
+    log.register("n1")
+    log.run_to_queue("j1", gpus=2, account="vision")
+    log.place("j1", "n1", [0, 1])
+    started = log.start("j1", "n1").envelope.at
+    interval = timedelta(seconds=60)
+    assert decide_charges(log.state(), started + timedelta(seconds=30), interval) == []
+    first_end = started + timedelta(seconds=61.5)
+    [first] = decide_charges(log.state(), first_end, interval)
+    event = first.event
+    assert isinstance(event, UsageCharged)
+    milli = log.state().jobs["j1"].runs[0].gpu_milli
+    assert (event.part, event.period_end, event.seconds) == (0, first_end, 61.5)
+    assert event.gpu_milli_seconds == round(milli * 61.5)
+    assert first.msg_id == "j1:charged-interim:1"
+    log.record_decisions([first])
+    second_end = first_end + timedelta(seconds=60)
+    [second] = decide_charges(log.state(), second_end, interval)
+    assert second.event.part == 1 and second.msg_id == "j1:charged-interim:1:p1"  # type: ignore[attr-defined]
+    log.record_decisions([second])
+    log.finish("j1", "n1", after=200.25)
+    state = log.state()
+    run = state.jobs["j1"].runs[0]
+    [final] = decide_charges(state, run.ended_at, interval)
+    assert final.event.part == 2 and final.event.period_end is None  # type: ignore[attr-defined]
+    assert final.msg_id == "j1:charged:1:p2"
+    log.record_decisions([final])
+    state = log.state()
+    assert state.voided == 0
+    charges = [r.event for r in log.records if isinstance(r.event, UsageCharged)]
+    assert sum(c.gpu_milli_seconds for c in charges) == run.gpu_milli_seconds()
+    assert state.usage_by_account["vision"] == run.gpu_milli_seconds()
+    assert decide_charges(state, run.ended_at + interval * 3, interval) == []
+
+
+def test_an_interim_charge_must_be_the_next_part_and_move_forward() -> None:
+    log = LogBuilder()
+    log.register("n1")
+    log.run_to_queue("j1", gpus=1)
+    log.place("j1", "n1", [0])
+    started = log.start("j1", "n1").envelope.at
+    [charge] = decide_charges(log.state(), started + timedelta(seconds=90), timedelta(seconds=60))
+    log.record_decisions([charge])
+    log.record_decisions([charge])  # a repeat: same part again
+    assert log.state().voided == 1
+    event = charge.event
+    assert isinstance(event, UsageCharged)
+    backwards = event.model_copy(update={"part": 1})
+    log.append(backwards)
+    assert log.state().voided == 2, "an interim charge that does not pass the last one"
+
+
 # --- inventory ------------------------------------------------------------------------
 
 NOW = T0 + timedelta(hours=1)

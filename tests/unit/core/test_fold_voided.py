@@ -219,12 +219,12 @@ VOID_CASES: list[tuple[str, Make, str]] = [
     (
         "UsageCharged before the run ended is voided",
         lambda log: log.charge("running"),
-        "job running has no ended run for attempt 1",
+        "attempt 1 of job running has not ended",
     ),
     (
         "UsageCharged of an attempt that never ran is voided",
         lambda log: log.charge("done", attempt=2),
-        "job done has no ended run for attempt 2",
+        "job done has no run for attempt 2",
     ),
     # --- inventory
     (
