@@ -7,7 +7,9 @@ from pydantic import BaseModel, Field
 
 from gpuloom.events import AccountCreated, QuotaSet, SharesSet
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.queueing.quota import GPU_MILLI, RESOURCE
 from gpuloom.state import ClusterState
+from gpuloom.state.model import AccountState
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
 
@@ -26,8 +28,11 @@ class Shares(BaseModel):
 
 
 class QuotaBody(BaseModel):
-    """Milli-GPU (1000 per whole GPU); `nominal` null removes the quota."""
+    """A quota of `resource`: `gpu_milli` (1000 per whole GPU, the default), `gpus`
+    (whole GPUs), `model:<name>` or `pool:vgpu|physical` (milli-GPU of that model or
+    pool). `nominal` null removes the quota of that resource."""
 
+    resource: str = Field(default=GPU_MILLI, pattern=RESOURCE.pattern)
     nominal: int | None = Field(default=None, ge=0)
     borrowing_limit: int | None = Field(default=None, ge=0)
     cap: int | None = Field(default=None, ge=0)
@@ -38,7 +43,10 @@ class Account(BaseModel):
     parent: str | None
     shares: int
     description: str
+    #: The quota of all GPU time (`gpu_milli`), if set.
     quota: QuotaBody | None = None
+    #: Every quota, by resource.
+    quotas: list[QuotaBody] = Field(default_factory=list)
 
 
 class AccountList(BaseModel):
@@ -49,6 +57,13 @@ def _state(gateway: Gateway) -> ClusterState:
     if gateway.projector is None:
         raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
     return gateway.projector.state
+
+
+def _quotas(account: AccountState) -> list[QuotaBody]:
+    return [
+        QuotaBody(resource=resource, nominal=nominal, borrowing_limit=limit, cap=cap)
+        for resource, (nominal, limit, cap) in sorted(account.quotas.items())
+    ]
 
 
 @router.get("", response_model=AccountList)
@@ -63,9 +78,8 @@ async def list_accounts(gateway: GatewayDep) -> AccountList:
                 parent=a.parent,
                 shares=a.shares,
                 description=a.description,
-                quota=QuotaBody(nominal=a.nominal, borrowing_limit=a.borrowing_limit, cap=a.cap)
-                if a.nominal is not None
-                else None,
+                quota=next((q for q in _quotas(a) if q.resource == GPU_MILLI), None),
+                quotas=_quotas(a),
             )
             for _, a in sorted(state.accounts.items())
         ]
@@ -110,7 +124,7 @@ async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
 async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
-    """Set the account's GPU quota, borrowing limit and cap (event QuotaSet)."""
+    """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet)."""
     await gateway.catch_up()
     account = _state(gateway).accounts.get(name)
     if account is None:
@@ -118,13 +132,24 @@ async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
     await publish(
         gateway,
         QuotaSet(
-            account=name, nominal=body.nominal, borrowing_limit=body.borrowing_limit, cap=body.cap
+            account=name,
+            resource=body.resource,
+            nominal=body.nominal,
+            borrowing_limit=body.borrowing_limit,
+            cap=body.cap,
         ),
     )
+    quotas = {q.resource: q for q in _quotas(account)}
+    if body.nominal is None:
+        quotas.pop(body.resource, None)
+    else:
+        quotas[body.resource] = body
+    listed = [quotas[r] for r in sorted(quotas)]
     return Account(
         name=name,
         parent=account.parent,
         shares=account.shares,
         description=account.description,
-        quota=body if body.nominal is not None else None,
+        quota=quotas.get(GPU_MILLI),
+        quotas=listed,
     )

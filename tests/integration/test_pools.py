@@ -35,7 +35,7 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.start()
             cluster.wait_nodes_ready(3)
             yield cluster
-            cluster.assert_audit_passes(forged=1)  # the audit test's forged decision
+            cluster.assert_audit_passes(forged="gpu_indexes: recorded [7]")  # the audit test's
         finally:
             cluster.stop()
 
@@ -377,6 +377,7 @@ def test_admins_create_accounts_and_set_shares(pools: Cluster) -> None:
         "shares": 5,
         "description": "",
         "quota": None,
+        "quotas": [],
     }
     assert listed["org"]["parent"] is None
 
@@ -397,3 +398,25 @@ def test_a_quota_holds_jobs_until_its_account_has_room(pools: Cluster) -> None:
     assert done[second]["state"] == "succeeded"
     assert done[second]["started_at"] >= done[first]["finished_at"]
     assert pools.http.put("/v1/accounts/ghost/quota", json={"nominal": 1}).status_code == 404
+    bad = pools.http.put("/v1/accounts/capped/quota", json={"resource": "disk", "nominal": 1})
+    assert bad.status_code == 422
+
+    # a quota of one GPU model: the H100 job waits with the reason, then runs once lifted
+    h100 = {"resource": "model:H100-80GB", "nominal": 500}
+    limited = pools.http.put("/v1/accounts/capped/quota", json=h100)
+    assert limited.status_code == 200, limited.text
+    assert [q["resource"] for q in limited.json()["quotas"]] == ["gpu_milli", "model:H100-80GB"]
+    job = pools.submit(
+        gpus=1, gpu_milli=600, gpu_model=["H100-80GB"], account="capped", command=["true"]
+    )
+    deadline = time.monotonic() + 10
+    while (answer := pools.http.get(f"/v1/jobs/{job}/explain").json())["reason"] != (
+        "QuotaExceeded"
+    ):
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.2)
+    assert "model:H100-80GB" in answer["detail"]
+    assert pools.job(job)["reason"].startswith("QuotaExceeded:")
+    lifted = pools.http.put("/v1/accounts/capped/quota", json={**h100, "nominal": None})
+    assert [q["resource"] for q in lifted.json()["quotas"]] == ["gpu_milli"]
+    assert pools.wait_final([job], timeout=30)[job]["state"] == "succeeded"

@@ -246,6 +246,24 @@ class GpuloomClient:
         path = f"/v1/accounts/{_segment(name)}/shares"
         return cast(dict[str, Any], self._request("PUT", path, json={"shares": shares}))
 
+    def set_quota(
+        self,
+        name: str,
+        resource: str,
+        nominal: int | None,
+        borrowing_limit: int | None = None,
+        cap: int | None = None,
+    ) -> dict[str, Any]:
+        """`PUT /v1/accounts/{name}/quota` (nominal None removes the quota of `resource`)."""
+        path = f"/v1/accounts/{_segment(name)}/quota"
+        body = {
+            "resource": resource,
+            "nominal": nominal,
+            "borrowing_limit": borrowing_limit,
+            "cap": cap,
+        }
+        return cast(dict[str, Any], self._request("PUT", path, json=body))
+
     def queue(self) -> dict[str, Any]:
         """`GET /v1/queue`: pending jobs in order with their priority factors."""
         return cast(dict[str, Any], self._request("GET", "/v1/queue"))

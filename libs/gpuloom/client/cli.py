@@ -242,17 +242,37 @@ def accounts(
     shares: Annotated[
         int | None, typer.Option(min=0, help="With --create, or with --account: its shares.")
     ] = None,
-    account: Annotated[str | None, typer.Option(help="Set --shares of this account.")] = None,
+    account: Annotated[
+        str | None, typer.Option(help="Set --shares or --quota of this account.")
+    ] = None,
+    quota: Annotated[
+        int | None,
+        typer.Option(help="With --account: nominal quota of --resource (-1 removes it)."),
+    ] = None,
+    resource: Annotated[
+        str,
+        typer.Option(help="gpu_milli (1000 per GPU), gpus, model:<name> or pool:vgpu|physical."),
+    ] = "gpu_milli",
+    borrowing_limit: Annotated[
+        int | None, typer.Option(min=0, help="With --quota: most it may borrow.")
+    ] = None,
+    cap: Annotated[int | None, typer.Option(min=0, help="With --quota: hard ceiling.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List accounts, create one (--create NAME [--parent P] [--shares N]), or set shares."""
+    """List accounts, create one (--create NAME [--parent P] [--shares N]), set shares
+    (--account A --shares N) or a quota (--account A --quota N [--resource R]
+    [--borrowing-limit L] [--cap C])."""
     with gateway(ctx) as client:
         if create is not None:
             client.create_account(create, parent, 1 if shares is None else shares)
         elif account is not None:
-            if shares is None:
-                fail("--account needs --shares", 2)
-            client.set_shares(account, shares)
+            if shares is None and quota is None:
+                fail("--account needs --shares or --quota", 2)
+            if shares is not None:
+                client.set_shares(account, shares)
+            if quota is not None:
+                nominal = None if quota < 0 else quota
+                client.set_quota(account, resource, nominal, borrowing_limit, cap)
         answer = client.accounts()
     if as_json:
         print_json(answer)

@@ -315,13 +315,20 @@ def queue_table(answer: dict[str, Any]) -> Table:
 
 def accounts_table(accounts: list[dict[str, Any]]) -> Table:
     table = new_table(title="accounts")
-    for column in ["ACCOUNT", "PARENT", "SHARES", "DESCRIPTION"]:
+    for column in ["ACCOUNT", "PARENT", "SHARES", "QUOTAS", "DESCRIPTION"]:
         table.add_column(column)
     for account in accounts:
+        quotas = [
+            f"{q['resource']}={q['nominal']}"
+            + (f"+{q['borrowing_limit']}" if q.get("borrowing_limit") is not None else "")
+            + (f" cap {q['cap']}" if q.get("cap") is not None else "")
+            for q in account.get("quotas") or []
+        ]
         table.add_row(
             account["name"],
             account.get("parent") or "-",
             str(account["shares"]),
+            ", ".join(quotas) or "-",
             account["description"],
         )
     return table

@@ -18,9 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuloom.decide.queueing import dependency_status, gpu_demand, queue_order, quota_tracker
+from gpuloom.decide.queueing import (
+    dependency_status,
+    gpu_demand,
+    queue_order,
+    quota_book,
+    upfront_demand,
+)
 from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
 from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
+from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state import ClusterState, JobState
 
 AHEAD_SHOWN = 20
@@ -100,6 +107,32 @@ def _estimated_start(state: ClusterState, job: JobState, request: Request) -> da
     return best
 
 
+def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) -> str | None:
+    """A refusal when every GPU model (and pool) the job could land on is over quota.
+
+    Model and pool quotas are checked once a placement is known; a job that no
+    allowed model's quota admits is held by them however much room there is.
+    """
+    demand = gpu_demand(job)
+    if not demand or not any(r.startswith(("model:", "pool:")) for r in book.trackers):
+        return None
+    places = sorted(
+        {
+            (gpu.model, gpu.pool)
+            for node in state.nodes.values()
+            for gpu in node.gpus.values()
+            if not job.spec.gpu_model or gpu.model in job.spec.gpu_model
+        }
+    )
+    reasons = []
+    for model, pool in places:
+        why = book.why_not(job.spec.account, {f"model:{model}": demand, f"pool:{pool}": demand})
+        if why is None:
+            return None
+        reasons.append(why)
+    return reasons[0] if reasons else None
+
+
 def explain(state: ClusterState, job_id: str) -> Explanation | None:
     job = state.jobs.get(job_id)
     if job is None:
@@ -114,7 +147,10 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
             return Explanation(job_id, job.phase, "Dependency", why)
     if job.phase != "queued":
         return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
-    held = quota_tracker(state).why_not(job.spec.account, gpu_demand(job))
+    book = quota_book(state)
+    held = book.why_not(job.spec.account, upfront_demand(job.spec))
+    if held is None:
+        held = _model_quota_refusal(state, job, book)
     if held is not None:
         return Explanation(job_id, job.phase, "QuotaExceeded", held)
     order = [j.job_id for j in queue_order(state)]

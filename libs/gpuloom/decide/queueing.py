@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from gpuloom.decide import Decision
-from gpuloom.events import JobCancelled, JobQueued, QueuePolicySet
+from gpuloom.events import JobCancelled, JobQueued, JobSpec, QueuePolicySet
 from gpuloom.queueing import (
     PriorityFactors,
     PriorityWeights,
     fair_share_factors,
     multifactor_priority,
 )
-from gpuloom.queueing.quota import Quota, QuotaTracker
+from gpuloom.queueing.quota import GPU_MILLI, Quota, QuotaBook, QuotaTracker
 from gpuloom.state import ClusterState, JobState
 
 DependencyStatus = Literal["met", "waiting", "never"]
@@ -103,19 +103,43 @@ def gpu_demand(job: JobState) -> int:
     return job.spec.gpus * job.spec.share_milli * job.spec.replicas
 
 
-def quota_tracker(state: ClusterState) -> QuotaTracker:
-    """Quotas of the log's accounts and what their placed and running jobs hold now."""
-    quotas = {
-        name: Quota(a.parent, a.nominal, a.borrowing_limit, a.cap)
-        for name, a in sorted(state.accounts.items())
-    }
-    held: dict[str, int] = {}
-    for job in state.jobs.values():
+def upfront_demand(spec: JobSpec) -> dict[str, int]:
+    """What a job takes of the quota resources known before placement."""
+    whole = spec.gpus * spec.replicas if spec.gpu_milli is None else 0
+    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.replicas, "gpus": whole}
+
+
+def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
+    """What a placed or running job holds of every quota resource."""
+    demand: dict[str, int] = {GPU_MILLI: 0, "gpus": 0}
+    for replica in job.replicas:
+        for piece in replica.slices:
+            node = state.nodes.get(piece.node)
+            gpu = node.gpus.get(piece.index) if node is not None else None
+            demand[GPU_MILLI] += piece.milli
+            demand["gpus"] += 1 if piece.milli >= 1000 else 0
+            if gpu is not None:
+                for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+                    demand[key] = demand.get(key, 0) + piece.milli
+    return demand
+
+
+def quota_book(state: ClusterState) -> QuotaBook:
+    """Every quota of the log's accounts and what their placed and running jobs hold now."""
+    resources = sorted({r for a in state.accounts.values() for r in a.quotas})
+    book = QuotaBook()
+    for resource in resources:
+        quotas = {}
+        for name, account in sorted(state.accounts.items()):
+            nominal, limit, cap = account.quotas.get(resource, (None, None, None))
+            quotas[name] = Quota(account.parent, nominal, limit, cap)
+        book.trackers[resource] = QuotaTracker(quotas, {}, resource)
+    if not resources:
+        return book
+    for job in sorted(state.jobs.values(), key=lambda j: j.submit_seq):
         if job.phase in ("placed", "running"):
-            held[job.spec.account] = held.get(job.spec.account, 0) + sum(
-                piece.milli for replica in job.replicas for piece in replica.slices
-            )
-    return QuotaTracker(quotas, held)
+            book.take(job.spec.account, held_demand(state, job))
+    return book
 
 
 def queue_order(state: ClusterState) -> list[JobState]:

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from gpuloom.events.base import SUBJECT_TOKEN, Event
+from gpuloom.queueing.quota import RESOURCE
 
 
 class AccountEvent(Event):
@@ -35,14 +36,18 @@ class SharesSet(AccountEvent):
 
 
 class QuotaSet(AccountEvent):
-    """The account's GPU quota in milli-GPU (1000 per whole GPU), as in Kueue.
+    """The account's quota of one resource kind, as in Kueue.
 
-    `nominal`: what it is entitled to; `borrowing_limit`: how much more it may take
-    from the unused nominal quota of its siblings (same parent; None: as much as
-    they leave idle); `cap`: a hard ceiling. None for `nominal` removes the quota.
+    `resource`: `gpu_milli` (all GPU time, 1000 per whole GPU), `gpus` (whole
+    GPUs, a count), `model:<name>` or `pool:vgpu|physical` (milli-GPU of that
+    model or pool). `nominal`: what it is entitled to; `borrowing_limit`: how much
+    more it may take from the unused nominal quota of its siblings (same parent;
+    None: as much as they leave idle); `cap`: a hard ceiling. None for `nominal`
+    removes the quota of that resource.
     """
 
     TYPE: ClassVar[str] = "QuotaSet"
+    resource: str = Field(default="gpu_milli", pattern=RESOURCE.pattern)
     nominal: int | None = Field(default=None, ge=0)
     borrowing_limit: int | None = Field(default=None, ge=0)
     cap: int | None = Field(default=None, ge=0)

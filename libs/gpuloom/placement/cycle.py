@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpuloom.decide import Decision
-from gpuloom.decide.queueing import gpu_demand, queue_order, quota_tracker
+from gpuloom.decide.queueing import queue_order, quota_book, upfront_demand
 from gpuloom.events import (
     JobPlaced,
     JobPreempted,
@@ -213,7 +213,7 @@ def candidate_of(job: JobState, awaiting: frozenset[str] = frozenset()) -> Candi
         time_limit_s=spec.time_limit_s,
         priority_class=spec.priority,
         account=spec.account,
-        demand_milli=gpu_demand(job),
+        demand=upfront_demand(spec),
         preemptible=spec.preemptible,
         awaiting_victims=job.job_id in awaiting,
     )
@@ -262,7 +262,7 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
         context=context_for(state, policy, 0),
         backfill=queue_policy.backfill,
         preemption=queue_policy.preemption,
-        quotas=quota_tracker(state),
+        quotas=quota_book(state),
         current=current_reservation(state),
         limit=limit,
     )

@@ -27,7 +27,7 @@ epoch (exact both ways with the events' datetimes); nothing here reads a clock, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -35,7 +35,7 @@ from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
 from gpuloom.placement.holdings import Holding, hold_all, release_all
 from gpuloom.placement.preemption import choose_victims
 from gpuloom.placement.resources import Placement, ReplicaPlacement, Request, fits_locally
-from gpuloom.queueing.quota import QuotaTracker
+from gpuloom.queueing.quota import GPU_MILLI, QuotaBook
 
 Backfill = Literal["easy", "off"]
 
@@ -53,11 +53,16 @@ class Candidate:
     time_limit_s: int | None = None
     priority_class: int = 0
     account: str = ""
-    #: Milli-GPU the job holds when placed (what its account's quota is charged).
-    demand_milli: int = 0
+    #: What the job takes of the quota resources known before placement
+    #: (`gpu_milli`, `gpus`); its model and pool ones follow from where it lands.
+    demand: Mapping[str, int] = field(default_factory=dict)
     preemptible: bool = False
     #: Jobs were already stopped for it and have not ended yet: it preempts no more.
     awaiting_victims: bool = False
+
+    @property
+    def demand_milli(self) -> int:
+        return self.demand.get(GPU_MILLI, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +235,7 @@ def _victims_for(
     candidate: Candidate,
     index: NodeIndex,
     holdings: Sequence[Holding],
-    quotas: QuotaTracker | None,
+    quotas: QuotaBook | None,
     policy: Policy,
     context: Context,
 ) -> tuple[tuple[Holding, ...], PreemptReason] | None:
@@ -242,19 +247,15 @@ def _victims_for(
     victims = choose_victims(candidate.request, index, by_class, policy, context)
     if victims is not None:
         return victims, "priority"
-    if quotas is None:
+    tracker = quotas.trackers.get(GPU_MILLI) if quotas is not None else None
+    if tracker is None:
         return None
-    quota = quotas.quotas.get(candidate.account)
+    quota = tracker.quotas.get(candidate.account)
     if quota is None or quota.nominal is None:
         return None
-    if quotas.used.get(candidate.account, 0) + candidate.demand_milli > quota.nominal:
+    if tracker.used.get(candidate.account, 0) + candidate.demand_milli > quota.nominal:
         return None
-
-    def borrowing(account: str) -> bool:
-        other = quotas.quotas.get(account)
-        nominal = other.nominal if other is not None else None
-        return nominal is not None and quotas.used.get(account, 0) > nominal
-
+    borrowing = tracker.borrowing
     lenders = [h for h in holdings if h.account != candidate.account and borrowing(h.account)]
     victims = choose_victims(candidate.request, index, lenders, policy, context)
     return (victims, "reclaim") if victims is not None else None
@@ -270,7 +271,7 @@ def schedule(
     context: Context,
     backfill: Backfill = "easy",
     preemption: bool = True,
-    quotas: QuotaTracker | None = None,
+    quotas: QuotaBook | None = None,
     current: Reservation | None = None,
     limit: int = 10_000,
     depth: int | None = None,
@@ -287,6 +288,7 @@ def schedule(
     blocked = preempt_tried = False
     reservation: Reservation | None = None
     protection: _Protection | None = None
+    where_limited: _Where | None = None
     for candidate in candidates:
         if placed >= limit:
             break
@@ -294,17 +296,24 @@ def schedule(
             tried_behind += 1
             if depth is not None and tried_behind > depth:
                 break
-        if quotas is not None and quotas.why_not(candidate.account, candidate.demand_milli):
+        if quotas is not None and quotas.why_not(candidate.account, candidate.demand):
             continue  # held: QuotaExceeded
         decision = Context(context.seed, position, context.workload)
+        if quotas is not None and where_limited is None:
+            where_limited = _where_limited(index, quotas)
+        if quotas is not None and where_limited:
+            within = _within_quota(candidate, quotas, where_limited)
+            if within is None:
+                continue  # held: every model or pool it may use is over quota
+            candidate = within
         placement = _try_place(candidate, index, policy, decision, reservation, protection, now)
+        if placement is not None and quotas is not None:
+            quotas.take(candidate.account, {**candidate.demand, **_where_demand(index, placement)})
         if placement is not None:
             outcomes.append(Placed(candidate, placement, blocked, position))
             position += 1
             placed += 1
             held.append(_holding_of(candidate, placement, now, len(held)))
-            if quotas is not None:
-                quotas.take(candidate.account, candidate.demand_milli)
             continue
         if reservation is not None:
             continue  # EASY: one reservation; this job waits
@@ -355,6 +364,68 @@ def _try_place(
         return place(candidate.request, index, policy, context)
     finally:
         protection.restore(index, saved)
+
+
+#: The cluster's GPU models and pools, or () when no model or pool quota exists.
+_Where = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
+
+
+def _where_limited(index: NodeIndex, quotas: QuotaBook) -> _Where:
+    """The GPU models and pools of the cluster, when some model or pool quota exists."""
+    if not any(r.startswith(("model:", "pool:")) for r in quotas.trackers):
+        return ()
+    models = sorted({g.model for n in index.nodes.values() for g in n.gpus})
+    return (tuple(models), ("physical", "vgpu"))
+
+
+def _within_quota(
+    candidate: Candidate,
+    quotas: QuotaBook,
+    where: _Where,
+) -> Candidate | None:
+    """The candidate restricted to the models and pools its account's quotas admit.
+
+    Model and pool quotas depend on where a job lands, so instead of placing it and
+    checking afterwards, the request is narrowed to what the quotas allow (None:
+    nothing is allowed); what it then takes is charged to each after placement.
+    """
+    request = candidate.request
+    milli = request.gpu_demand_milli * request.replicas
+    if not milli or not where:
+        return candidate
+    models, pools = where
+    wanted = request.models or models
+    allowed = tuple(
+        m for m in wanted if quotas.why_not(candidate.account, {f"model:{m}": milli}) is None
+    )
+    pool_choices = (
+        ("vgpu",) if request.fractional else (pools if request.pool == "any" else (request.pool,))
+    )
+    open_pools = [
+        p for p in pool_choices if quotas.why_not(candidate.account, {f"pool:{p}": milli}) is None
+    ]
+    if not allowed or not open_pools:
+        return None
+    pool = request.pool if len(open_pools) == len(pool_choices) else open_pools[0]
+    if allowed == tuple(request.models) and pool == request.pool:
+        return candidate
+    narrowed = replace(
+        request,
+        models=allowed if len(allowed) < len(models) or request.models else (),
+        pool=pool,  # type: ignore[arg-type]
+    )
+    return replace(candidate, request=narrowed)
+
+
+def _where_demand(index: NodeIndex, placement: Placement) -> dict[str, int]:
+    """Milli-GPU of the placement per GPU model and per pool (`model:<m>`, `pool:<p>`)."""
+    demand: dict[str, int] = {}
+    for replica in placement.replicas:
+        for piece in replica.slices:
+            gpu = next(g for g in index.nodes[piece.node].gpus if g.index == piece.index)
+            for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+                demand[key] = demand.get(key, 0) + piece.milli
+    return demand
 
 
 def _holding_of(candidate: Candidate, placement: Placement, now: int, order: int) -> Holding:

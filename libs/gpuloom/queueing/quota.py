@@ -3,13 +3,27 @@
 An account with a nominal quota may use it; beyond it, it may borrow what its
 siblings (the accounts with the same parent) leave unused of their own nominal
 quota, up to its borrowing limit; never beyond its cap. Accounts without a quota
-are not limited. Amounts are milli-GPU (1000 per whole GPU).
+are not limited.
+
+A quota is per resource kind (`RESOURCES`): all GPU time in milli-GPU
+(`gpu_milli`, 1000 per whole GPU), whole GPUs (`gpus`, a count), or the
+milli-GPU of one GPU model (`model:<name>`) or one pool (`pool:vgpu`,
+`pool:physical`). A `QuotaTracker` follows one resource, a `QuotaBook` all of
+them; a job's demand names the amount of each resource it takes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+GPU_MILLI = "gpu_milli"
+#: The resource kinds a quota may limit.
+RESOURCE = re.compile(
+    r"^(gpu_milli|gpus|model:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}|pool:(vgpu|physical))$"
+)
+Demand = Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +40,7 @@ class QuotaTracker:
 
     quotas: Mapping[str, Quota]
     used: dict[str, int] = field(default_factory=dict)
+    resource: str = GPU_MILLI
 
     def _idle_in_cohort(self, account: str) -> int:
         parent = self.quotas[account].parent
@@ -42,23 +57,65 @@ class QuotaTracker:
         if quota is None or quota.nominal is None:
             return None
         after = self.used.get(account, 0) + demand
+        unit = self.unit
         if quota.cap is not None and after > quota.cap:
-            return f"QuotaExceeded: {after} milli-GPU would pass the cap of {quota.cap}"
+            return f"QuotaExceeded: {after} {unit} would pass the cap of {quota.cap}"
         if after <= quota.nominal:
             return None
         borrow = after - quota.nominal
         if quota.borrowing_limit is not None and borrow > quota.borrowing_limit:
             return (
-                f"QuotaExceeded: would borrow {borrow} milli-GPU, "
-                f"the limit is {quota.borrowing_limit}"
+                f"QuotaExceeded: would borrow {borrow} {unit}, the limit is {quota.borrowing_limit}"
             )
         idle = self._idle_in_cohort(account)
         if borrow > idle:
             return (
-                f"QuotaExceeded: {after} milli-GPU against a nominal {quota.nominal}, "
+                f"QuotaExceeded: {after} {unit} against a nominal {quota.nominal}, "
                 f"and the cohort lends only {idle}"
             )
         return None
 
+    @property
+    def unit(self) -> str:
+        if self.resource == "gpus":
+            return "GPUs"
+        if self.resource == GPU_MILLI:
+            return "milli-GPU"
+        return f"milli-GPU of {self.resource}"
+
+    def borrowing(self, account: str) -> bool:
+        """Whether `account` uses more than its nominal quota (so it borrows)."""
+        quota = self.quotas.get(account)
+        return (
+            quota is not None
+            and quota.nominal is not None
+            and self.used.get(account, 0) > quota.nominal
+        )
+
     def take(self, account: str, demand: int) -> None:
         self.used[account] = self.used.get(account, 0) + demand
+
+
+@dataclass
+class QuotaBook:
+    """Every resource's tracker: a demand passes if it passes each resource it names."""
+
+    trackers: dict[str, QuotaTracker] = field(default_factory=dict)
+
+    def why_not(self, account: str, demand: Demand) -> str | None:
+        for resource in sorted(demand):
+            tracker = self.trackers.get(resource)
+            if tracker is not None and demand[resource]:
+                why = tracker.why_not(account, demand[resource])
+                if why is not None:
+                    return why
+        return None
+
+    def take(self, account: str, demand: Demand) -> None:
+        for resource, amount in sorted(demand.items()):
+            tracker = self.trackers.get(resource)
+            if tracker is not None:
+                tracker.take(account, amount)
+
+    def limited(self, resource: str) -> bool:
+        return resource in self.trackers

@@ -610,9 +610,10 @@ def _quota_set(state: ClusterState, event: QuotaSet, recorded: Recorded) -> None
     account = state.accounts.get(event.account)
     if account is None:
         raise Invalid(f"account {event.account} does not exist")
-    account.nominal = event.nominal
-    account.borrowing_limit = event.borrowing_limit
-    account.cap = event.cap
+    if event.nominal is None:
+        account.quotas.pop(event.resource, None)
+    else:
+        account.quotas[event.resource] = (event.nominal, event.borrowing_limit, event.cap)
 
 
 def _queue_policy(state: ClusterState, event: QueuePolicySet, recorded: Recorded) -> None:

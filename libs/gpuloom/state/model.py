@@ -210,10 +210,14 @@ class AccountState:
     parent: str | None
     shares: int = 1
     description: str = ""
-    #: Milli-GPU quota (QuotaSet); None: no quota.
-    nominal: int | None = None
-    borrowing_limit: int | None = None
-    cap: int | None = None
+    #: Quotas (QuotaSet) by resource kind: (nominal, borrowing limit, cap).
+    quotas: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
+
+    @property
+    def nominal(self) -> int | None:
+        """The nominal quota of all GPU time (milli-GPU), if set."""
+        quota = self.quotas.get("gpu_milli")
+        return quota[0] if quota is not None else None
 
 
 @dataclass

@@ -20,7 +20,7 @@ from gpuloom.placement.scheduling import (
     find_reservation,
     schedule,
 )
-from gpuloom.queueing.quota import Quota, QuotaTracker
+from gpuloom.queueing.quota import Quota, QuotaBook, QuotaTracker
 
 from .cluster import gpus, node, snapshot
 
@@ -262,12 +262,16 @@ def test_an_account_reclaims_its_nominal_quota_from_a_borrower() -> None:
         occupy(index, "b1", whole(2), None, account="borrower", order=1),
         occupy(index, "b2", whole(2), None, account="borrower", order=2),
     ]
-    quotas = QuotaTracker(
-        {"owner": Quota("org", 2000), "borrower": Quota("org", 2000, borrowing_limit=2000)},
-        {"borrower": 4000},
+    quotas = QuotaBook(
+        {
+            "gpu_milli": QuotaTracker(
+                {"owner": Quota("org", 2000), "borrower": Quota("org", 2000, borrowing_limit=2000)},
+                {"borrower": 4000},
+            )
+        }
     )
     outcomes = schedule(
-        [Candidate("mine", whole(2), None, account="owner", demand_milli=2000)],
+        [Candidate("mine", whole(2), None, account="owner", demand={"gpu_milli": 2000})],
         index,
         held,
         now=0,

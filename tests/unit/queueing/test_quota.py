@@ -71,3 +71,43 @@ def test_a_job_over_its_quota_is_held_and_explained() -> None:
     log.finish("one", "n1", outcome="succeeded")
     [decision] = placement_cycle(log.state(), BestFit())
     assert decision.event.job_id == "two"  # type: ignore[attr-defined]
+
+
+def test_a_model_quota_steers_jobs_to_other_models_and_holds_those_that_need_it() -> None:
+    log = LogBuilder()
+    log.register("a", 2, "A100-80GB")
+    log.register("h", 2, "H100-80GB")
+    log.append(AccountCreated(account="team"))
+    log.append(QuotaSet(account="team", resource="model:H100-80GB", nominal=1000))
+    log.run_to_queue("h1", gpus=1, account="team", gpu_model=["H100-80GB"])
+    log.run_to_queue("h2", gpus=1, account="team", gpu_model=["H100-80GB"])
+    log.run_to_queue("any1", gpus=1, account="team")
+    log.run_to_queue("any2", gpus=1, account="team")
+    decisions = placement_cycle(log.state(), BestFit())
+    placed = {d.event.job_id: d.event.node for d in decisions}  # type: ignore[attr-defined]
+    assert placed == {"h1": "h", "any1": "a", "any2": "a"}, (
+        "h2 would pass the H100 quota; any1 and any2 are steered to the A100s"
+    )
+    log.record_decisions(decisions)
+    found = explain(log.state(), "h2")
+    assert found is not None and found.reason == "QuotaExceeded"
+    assert found.detail == (
+        "QuotaExceeded: 2000 milli-GPU of model:H100-80GB against a nominal 1000, "
+        "and the cohort lends only 0"
+    )
+
+
+def test_a_quota_of_whole_gpus_counts_whole_gpus() -> None:
+    log = LogBuilder()
+    log.register("n1", 4)
+    log.append(AccountCreated(account="few"))
+    log.append(QuotaSet(account="few", resource="gpus", nominal=1))
+    log.run_to_queue("one", gpus=1, account="few")
+    log.run_to_queue("two", gpus=1, account="few")
+    decisions = placement_cycle(log.state(), BestFit())
+    assert [d.event.job_id for d in decisions] == ["one"]  # type: ignore[attr-defined]
+    log.record_decisions(decisions)
+    found = explain(log.state(), "two")
+    assert found is not None and found.detail == (
+        "QuotaExceeded: 2 GPUs against a nominal 1, and the cohort lends only 0"
+    )
