@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from gpuloom.decide.queueing import dependency_status, pending_in_order, priority_weights
-from gpuloom.events import GpuPoolChanged, json_schemas
+from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_schemas
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.store.models import NodeRow
 from services.gateway.deps import GatewayDep, SessionDep
 from services.gateway.publish import publish
+from services.gateway.routes_jobs import UNAVAILABLE
 from services.gateway.schemas import (
     AuditView,
     Health,
@@ -74,6 +75,53 @@ async def change_pool(
     if voided is not None:
         raise HTTPException(status_code=409, detail=voided)
     return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=recorded.seq)
+
+
+class Cordon(BaseModel):
+    reason: str = Field(default="", max_length=500)
+
+
+@router.post(
+    "/v1/nodes/{node}/cordon",
+    response_model=Node,
+    tags=["nodes"],
+    responses={404: {"model": Problem}, **UNAVAILABLE},
+)
+async def cordon(node: str, body: Cordon, gateway: GatewayDep, session: SessionDep) -> Node:
+    """Take the node out of placement (event NodeCordoned): what runs there stays."""
+    await _known_node(gateway, session, node)
+    await publish(gateway, NodeCordoned(node=node, reason=body.reason))
+    return await _node_after_write(gateway, session, node)
+
+
+@router.delete(
+    "/v1/nodes/{node}/cordon",
+    response_model=Node,
+    tags=["nodes"],
+    responses={404: {"model": Problem}, **UNAVAILABLE},
+)
+async def uncordon(node: str, gateway: GatewayDep, session: SessionDep) -> Node:
+    """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
+    row = await _known_node(gateway, session, node)
+    if row.cordoned is not None:
+        await publish(gateway, NodeUncordoned(node=node))
+    return await _node_after_write(gateway, session, node)
+
+
+async def _known_node(gateway: GatewayDep, session: SessionDep, node: str) -> NodeRow:
+    await gateway.catch_up()
+    row = await session.get(NodeRow, node)
+    if row is None:
+        raise HTTPException(status_code=404, detail=f"node {node} not found")
+    return row
+
+
+async def _node_after_write(gateway: GatewayDep, session: SessionDep, node: str) -> Node:
+    await gateway.catch_up()
+    session.expire_all()
+    row = await session.get(NodeRow, node)
+    assert row is not None
+    return Node.model_validate(row, from_attributes=True)
 
 
 @router.get("/v1/queue", response_model=Queue, tags=["queue"])

@@ -108,6 +108,8 @@ class Node(BaseModel):
     lends_remote_vgpu: bool = False
     #: `enforced` (the agent stops a job over its GPU memory slice) or `advisory`.
     isolation: str = "advisory"
+    #: Why an admin cordoned the node; null: it takes new work.
+    cordoned: str | None = None
 
 
 class NodeList(BaseModel):

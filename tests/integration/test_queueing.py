@@ -173,3 +173,23 @@ def test_a_running_job_is_charged_periodically_and_the_parts_add_up(queue: Clust
     assert abs(sum(c.gpu_milli_seconds for c in mine) - run.gpu_milli_seconds()) <= 2000 * 0.05
     [record] = queue.http.get("/v1/usage/jobs", params={"account": "periodic"}).json()["records"]
     assert record["gpu_seconds"] * 1000 == pytest.approx(sum(c.gpu_milli_seconds for c in mine))
+
+
+def test_a_cordoned_node_takes_no_new_work_until_uncordoned(queue: Cluster) -> None:
+    cordoned = queue.http.post("/v1/nodes/node-q/cordon", json={"reason": "maintenance"})
+    assert cordoned.status_code == 200 and cordoned.json()["cordoned"] == "maintenance"
+    assert queue.http.post("/v1/nodes/nowhere/cordon", json={}).status_code == 404
+    job_id = queue.submit(gpus=1, account="cordon", command=["true"])
+    deadline = time.monotonic() + 10
+    while (why := queue.http.get(f"/v1/jobs/{job_id}/explain").json())["state"] != "queued":
+        assert time.monotonic() < deadline, why
+        time.sleep(0.2)
+    time.sleep(1)  # placement cycles run meanwhile: the job must stay queued
+    why = queue.http.get(f"/v1/jobs/{job_id}/explain").json()
+    assert why["state"] == "queued" and why["reason"] == "Resources", why
+    assert why["nodes"] == {"node-q": "cordoned: maintenance"}
+    [node] = queue.http.get("/v1/nodes").json()["nodes"]
+    assert node["cordoned"] == "maintenance" and node["state"] == "ready"
+    uncordoned = queue.http.delete("/v1/nodes/node-q/cordon")
+    assert uncordoned.status_code == 200 and uncordoned.json()["cordoned"] is None
+    assert queue.wait_final([job_id], timeout=30)[job_id]["state"] == "succeeded"

@@ -297,6 +297,15 @@ class GpuloomClient:
         """`GET /v1/nodes`."""
         return cast(NodeList, self._request("GET", "/v1/nodes"))
 
+    def cordon(self, node: str, reason: str = "") -> dict[str, Any]:
+        """`POST /v1/nodes/{node}/cordon`: nothing new lands on the node."""
+        path = f"/v1/nodes/{_segment(node)}/cordon"
+        return cast(dict[str, Any], self._request("POST", path, json={"reason": reason}))
+
+    def uncordon(self, node: str) -> dict[str, Any]:
+        """`DELETE /v1/nodes/{node}/cordon`."""
+        return cast(dict[str, Any], self._request("DELETE", f"/v1/nodes/{_segment(node)}/cordon"))
+
     def usage(self, since: str | None = None, until: str | None = None) -> Usage:
         """`GET /v1/usage`: GPU time per account, per user and per GPU model."""
         return cast(Usage, self._request("GET", "/v1/usage", params=_window(since, until)))

@@ -339,6 +339,29 @@ def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 @app.command()
+def cordon(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node to take out of placement.")],
+    reason: Annotated[str, typer.Option(help="Why (shown by nodes and explain).")] = "",
+) -> None:
+    """Take a node out of placement: nothing new lands on it, what runs there stays."""
+    with gateway(ctx) as client:
+        client.cordon(node, reason)
+    typer.echo(f"{node} cordoned")
+
+
+@app.command()
+def uncordon(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node to give back to placement.")],
+) -> None:
+    """Give a cordoned node back to placement."""
+    with gateway(ctx) as client:
+        client.uncordon(node)
+    typer.echo(f"{node} uncordoned")
+
+
+@app.command()
 def usage(
     ctx: typer.Context,
     since: Annotated[str | None, typer.Option(help="Charges at or after (ISO time).")] = None,

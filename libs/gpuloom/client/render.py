@@ -148,6 +148,14 @@ def _cores(cpu_milli: int) -> str:
     return f"{cpu_milli / 1000:g}" if cpu_milli else "-"
 
 
+def _node_state(node: Node) -> str:
+    if node["state"] != "ready":
+        return f"[red]{node['state']}[/red]"
+    if node.get("cordoned"):
+        return f"[yellow]cordoned[/yellow] ({node['cordoned']})"
+    return "[green]ready[/green]"
+
+
 def nodes_table(nodes: Iterable[Node]) -> Table:
     """One row per node (sorted by name), with its GPUs summed up by model."""
     table = new_table()
@@ -170,7 +178,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
         name = node["name"] + (" (sim)" if node.get("simulated") else "")
         table.add_row(
             name,
-            "[green]ready[/green]" if node["state"] == "ready" else f"[red]{node['state']}[/red]",
+            _node_state(node),
             ", ".join(f"{count} x {model}" for model, count in sorted(models.items())) or "-",
             f"{used}/{len(gpus)}",
             ",".join(free) or "-",

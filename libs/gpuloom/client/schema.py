@@ -84,7 +84,7 @@ class Gpu(TypedDict):
     job_id: str | None
 
 
-class Node(TypedDict):
+class Node(TypedDict, total=False):
     name: str
     state: str
     simulated: bool
@@ -92,6 +92,7 @@ class Node(TypedDict):
     cpu_milli: int
     memory_mib: int
     gpus: list[Gpu]
+    cordoned: str | None
 
 
 class NodeList(TypedDict):

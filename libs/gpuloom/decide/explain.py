@@ -45,10 +45,17 @@ class Explanation:
     estimated_start: datetime | None = None
 
 
-def node_verdict(request: Request, node: NodeView, idle: NodeView, ready: bool) -> str:
-    """The first rule that keeps one replica of `request` off `node`, or "fits"."""
+def node_verdict(
+    request: Request, node: NodeView, idle: NodeView, ready: bool, cordoned: str | None = None
+) -> str:
+    """The first rule that keeps one replica of `request` off `node`, or "fits".
+
+    `cordoned`: the reason an admin cordoned the node, if they did.
+    """
     if not ready:
         return "lost: the node does not heartbeat"
+    if cordoned is not None:
+        return f"cordoned: {cordoned or 'taken out of placement by an admin'}"
     if any(node.labels.get(k) != v for k, v in request.node_selector):
         return "labels: the node does not match the node selector"
     if request.gpus:
@@ -160,7 +167,13 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
     current = {v.name: v for v in node_views(state, include_lost=True)}
     idle = {v.name: v for v in node_views(state, idle=True, include_lost=True)}
     verdicts = {
-        name: node_verdict(request, current[name], idle[name], state.nodes[name].phase == "ready")
+        name: node_verdict(
+            request,
+            current[name],
+            idle[name],
+            state.nodes[name].phase == "ready",
+            state.nodes[name].cordon_reason if state.nodes[name].cordoned else None,
+        )
         for name in sorted(current)
     }
     reserved = current_reservation(state)

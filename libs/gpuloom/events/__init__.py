@@ -14,10 +14,12 @@ from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
 from gpuloom.events.inventory import (
     GpuPoolChanged,
     GpuSpec,
+    NodeCordoned,
     NodeLost,
     NodeRecovered,
     NodeRegistered,
     NodeSpec,
+    NodeUncordoned,
 )
 from gpuloom.events.jobs import Dependency, JobSpec
 from gpuloom.events.placement import (
@@ -56,11 +58,13 @@ __all__ = [
     "JobStarted",
     "JobSubmitted",
     "MalformedEvent",
+    "NodeCordoned",
     "NodeEvent",
     "NodeLost",
     "NodeRecovered",
     "NodeRegistered",
     "NodeSpec",
+    "NodeUncordoned",
     "Outcome",
     "PolicyRef",
     "QueuePolicySet",

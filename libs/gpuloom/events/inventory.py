@@ -73,3 +73,16 @@ class GpuPoolChanged(NodeEvent):
     TYPE: ClassVar[str] = "GpuPoolChanged"
     index: int = Field(ge=0)
     pool: Literal["physical", "vgpu"]
+
+
+class NodeCordoned(NodeEvent):
+    """An admin took the node out of placement: nothing new lands on it; what runs stays."""
+
+    TYPE: ClassVar[str] = "NodeCordoned"
+    reason: str = Field(default="", max_length=500)
+
+
+class NodeUncordoned(NodeEvent):
+    """An admin gave a cordoned node back to placement."""
+
+    TYPE: ClassVar[str] = "NodeUncordoned"

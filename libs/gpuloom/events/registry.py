@@ -9,7 +9,14 @@ from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
-from gpuloom.events.inventory import GpuPoolChanged, NodeLost, NodeRecovered, NodeRegistered
+from gpuloom.events.inventory import (
+    GpuPoolChanged,
+    NodeCordoned,
+    NodeLost,
+    NodeRecovered,
+    NodeRegistered,
+    NodeUncordoned,
+)
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 
@@ -35,6 +42,8 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     QuotaSet,
     JobReserved,
     JobPreempted,
+    NodeCordoned,
+    NodeUncordoned,
 )
 
 

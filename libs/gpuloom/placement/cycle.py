@@ -52,15 +52,16 @@ WORKLOAD_WINDOW = 1000
 def node_views(
     state: ClusterState, *, idle: bool = False, include_lost: bool = False
 ) -> list[NodeView]:
-    """Ready nodes with what is free on them, ranked by name (the tie-break).
+    """Ready, uncordoned nodes with what is free on them, ranked by name (the tie-break).
 
     `idle` shows every node as if nothing ran on it and `include_lost` adds lost
-    nodes (they may come back): what admission asks about, "could this ever run".
+    and cordoned nodes (they may come back): what admission asks about, "could
+    this ever run", and what explain gives a verdict on.
     """
     views = []
     for rank, name in enumerate(sorted(state.nodes)):
         node = state.nodes[name]
-        if node.phase != "ready" and not include_lost:
+        if (node.phase != "ready" or node.cordoned) and not include_lost:
             continue
         gpus = [
             GpuView(

@@ -31,10 +31,12 @@ from gpuloom.events import (
     JobSpec,
     JobStarted,
     JobSubmitted,
+    NodeCordoned,
     NodeLost,
     NodeRecovered,
     NodeRegistered,
     NodeSpec,
+    NodeUncordoned,
     QueuePolicySet,
     QuotaSet,
     Recorded,
@@ -543,7 +545,25 @@ def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) 
         registered_at=recorded.envelope.at,
         pool_overrides={i: p for i, p in overrides.items() if i in gpus},
         hosted=existing.hosted if existing is not None else {},
+        cordoned=existing.cordoned if existing is not None else False,
+        cordon_reason=existing.cordon_reason if existing is not None else "",
     )
+
+
+def _cordoned(state: ClusterState, event: NodeCordoned, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None:
+        raise Invalid(f"node {event.node} does not exist")
+    node.cordoned = True
+    node.cordon_reason = event.reason
+
+
+def _uncordoned(state: ClusterState, event: NodeUncordoned, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None or not node.cordoned:
+        raise Invalid(f"node {event.node} is not cordoned")
+    node.cordoned = False
+    node.cordon_reason = ""
 
 
 def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
@@ -647,6 +667,8 @@ _HANDLERS: dict[type[Event], Handler] = {
     NodeLost: _lost,  # type: ignore[dict-item]
     NodeRecovered: _recovered,  # type: ignore[dict-item]
     GpuPoolChanged: _pool_changed,  # type: ignore[dict-item]
+    NodeCordoned: _cordoned,  # type: ignore[dict-item]
+    NodeUncordoned: _uncordoned,  # type: ignore[dict-item]
     AuditCompleted: _audited,  # type: ignore[dict-item]
     QueuePolicySet: _queue_policy,  # type: ignore[dict-item]
     AccountCreated: _account_created,  # type: ignore[dict-item]

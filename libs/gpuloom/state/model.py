@@ -84,6 +84,9 @@ class NodeState:
     pool_overrides: dict[int, str] = field(default_factory=dict)
     #: CPU and memory held by replicas hosted here (job id -> (cpu milli, memory MiB)).
     hosted: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Cordoned by an admin (NodeCordoned): out of placement, with the reason given.
+    cordoned: bool = False
+    cordon_reason: str = ""
 
     def free_gpu_indexes(self) -> list[int]:
         return sorted(i for i, gpu in self.gpus.items() if gpu.idle)

@@ -101,6 +101,8 @@ class NodeRow(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger)
     lends_remote_vgpu: Mapped[bool] = mapped_column(Boolean, default=False)
     isolation: Mapped[str] = mapped_column(String(20), default="advisory")
+    #: Why an admin cordoned the node (NodeCordoned); None: it takes new work.
+    cordoned: Mapped[str | None] = mapped_column(String(500), nullable=True, default=None)
 
 
 class UsageChargeRow(Base):

@@ -82,4 +82,5 @@ def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
         "last_seq": state.seq,
         "lends_remote_vgpu": node.spec.lends_remote_vgpu,
         "isolation": node.spec.isolation,
+        "cordoned": (node.cordon_reason or "cordoned") if node.cordoned else None,
     }

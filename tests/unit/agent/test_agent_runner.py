@@ -99,8 +99,8 @@ def live_members(group: int) -> list[int]:
 
 
 def group_is_gone(pid: int) -> bool:
-    """Whether no live process of group `pid` is left, within a second."""
-    for _ in range(50):
+    """Whether no live process of group `pid` is left, within five seconds."""
+    for _ in range(250):
         if not live_members(pid):
             return True
         time.sleep(0.02)
@@ -198,7 +198,7 @@ async def test_a_dropped_job_is_killed_without_a_report(harness: Harness) -> Non
     pid = harness.start(ensure("gone", ["sleep", "30"]))
 
     harness.runner.drop(("gone", 1, 0))
-    for _ in range(50):
+    for _ in range(250):  # up to 5 s: a loaded machine may take more than one to reap it
         harness.runner.poll()
         if ("gone", 1, 0) not in harness.runner.views():
             break

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuloom.events import JobPlaced, JobReserved, PolicyRef
+from gpuloom.decide.explain import explain
+from gpuloom.events import JobPlaced, JobReserved, NodeCordoned, NodeUncordoned, PolicyRef
 from gpuloom.placement import (
     BestFit,
     PolicyRegistry,
@@ -166,3 +167,23 @@ def test_the_placement_service_refuses_an_unknown_policy_name() -> None:
     )
     assert result.returncode == 2
     assert "unknown placement policy 'tetris' (known: bestfit, dotprod, fgd" in result.stderr
+
+
+def test_a_cordoned_node_takes_no_new_work_and_explain_says_why() -> None:
+    log = cluster()
+    log.append(NodeCordoned(node="n3", reason="maintenance"))
+    log.run_to_queue("h100", gpus=2, gpu_model=["H100-80GB"])
+    state = log.state()
+    assert [v.name for v in node_views(state)] == ["n1", "n2"]
+    assert "n3" in {v.name for v in node_views(state, idle=True, include_lost=True)}
+    found = explain(state, "h100")
+    assert found is not None and found.nodes["n3"] == "cordoned: maintenance"
+    assert found.reason == "Resources"
+    decisions = placement_cycle(state, BestFit())
+    assert not [d for d in decisions if isinstance(d.event, JobPlaced)]
+    log.append(NodeUncordoned(node="n3"))
+    log.append(NodeUncordoned(node="n3"))  # not cordoned any more: voided
+    state = log.state()
+    assert state.voided == 1 and not state.nodes["n3"].cordoned
+    [decision] = placement_cycle(state, BestFit())
+    assert isinstance(decision.event, JobPlaced) and decision.event.node == "n3"
