@@ -252,12 +252,16 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
     index = NodeIndex(views)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
     queue_policy = state.queue_policy or QueuePolicySet()
-    holdings = holdings_of(state)
-    awaiting = frozenset(state.jobs[h.job_id].preempted_by or "" for h in holdings if h.stopping)
+    awaiting = frozenset(
+        by
+        for jobs in state.on_node.values()
+        for job_id in jobs
+        if (by := state.jobs[job_id].preempted_by) is not None
+    )
     outcomes = schedule(
         [candidate_of(job, awaiting) for job in queue_order(state)],
         index,
-        holdings,
+        lambda: holdings_of(state),  # built only if a job is blocked
         now=to_ms(state.clock) if state.clock is not None else 0,
         policy=policy,
         context=context_for(state, policy, 0),

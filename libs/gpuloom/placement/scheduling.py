@@ -27,7 +27,7 @@ epoch (exact both ways with the events' datetimes); nothing here reads a clock, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -264,7 +264,7 @@ def _victims_for(
 def schedule(
     candidates: Sequence[Candidate],
     index: NodeIndex,
-    holdings: Sequence[Holding],
+    holdings: Sequence[Holding] | Callable[[], Sequence[Holding]],
     *,
     now: int,
     policy: Policy,
@@ -278,12 +278,23 @@ def schedule(
 ) -> list[Outcome]:
     """Walk `candidates` (queue order) once; see the module doc. Mutates `index` and `quotas`
     with what is placed; `current` is the reservation already recorded (not repeated).
+    `holdings` (what runs) may be a function: it is called only if a job is blocked.
 
     `depth` bounds how many jobs behind the first blocked one are tried (as Slurm's
     `bf_max_job_test`): a pass over a long queue then costs a bounded time.
     """
     outcomes: list[Outcome] = []
-    held = list(holdings)
+    # what runs is only looked at once a job is blocked: built then, if given lazily
+    running: list[Holding] | None = None if callable(holdings) else list(holdings)
+    placed_now: list[Holding] = []
+
+    def held() -> list[Holding]:
+        nonlocal running
+        if running is None:
+            assert callable(holdings)
+            running = list(holdings())
+        return [*running, *placed_now]
+
     position = placed = tried_behind = 0
     blocked = preempt_tried = False
     reservation: Reservation | None = None
@@ -313,24 +324,25 @@ def schedule(
             outcomes.append(Placed(candidate, placement, blocked, position))
             position += 1
             placed += 1
-            held.append(_holding_of(candidate, placement, now, len(held)))
+            placed_now.append(_holding_of(candidate, placement, now, len(placed_now)))
             continue
         if reservation is not None:
             continue  # EASY: one reservation; this job waits
         blocked = True
         if preemption and not preempt_tried and not candidate.awaiting_victims:
             preempt_tried = True
-            chosen = _victims_for(candidate, index, held, quotas, policy, decision)
+            chosen = _victims_for(candidate, index, held(), quotas, policy, decision)
             if chosen is not None:
                 victims, reason = chosen
                 outcomes.append(Preempted(candidate, victims, reason, position))
                 position += len(victims)
                 stopping = {v.job_id for v in victims}
-                held = [
+                running = [
                     replace(h, stopping=True, ends_at=now) if h.job_id in stopping else h
-                    for h in held
+                    for h in held()
+                    if h.order < NEW_ORDER
                 ]
-        found = find_reservation(candidate, index, held, policy, decision)
+        found = find_reservation(candidate, index, held(), policy, decision)
         if found is not None:
             reservation, protection = found
             if reservation != current:
