@@ -26,6 +26,7 @@ from gpuloom.audit import audit
 from gpuloom.events import (
     GpuSpec,
     JobAdmitted,
+    JobPlaced,
     JobQueued,
     JobSubmitted,
     NodeRegistered,
@@ -116,11 +117,11 @@ def main() -> None:
             spent = time.perf_counter() - started
             cycle_seconds += spent
             if first is None:
-                first = (spent, len(decisions))
+                first = (spent, sum(1 for d in decisions if isinstance(d.event, JobPlaced)))
             if not decisions:
                 break
             cycles += 1
-            placed += len(decisions)
+            placed += sum(1 for d in decisions if isinstance(d.event, JobPlaced))
             for decision in decisions:
                 apply(cycle_state, audited.append(decision.event))
         assert first is not None

@@ -12,6 +12,7 @@ state, so nothing outside the log enters a decision.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from gpuloom.decide import Decision
 from gpuloom.decide.queueing import queue_order, quota_book, upfront_demand
@@ -172,38 +173,45 @@ def holdings_of(state: ClusterState) -> list[Holding]:
     holdings = []
     on_node = {job_id for jobs in state.on_node.values() for job_id in jobs}
     for job in sorted((state.jobs[j] for j in on_node), key=lambda j: (j.placed_seq, j.job_id)):
-        limit = job.spec.time_limit_s
         run = job.current_run()
         began = run.started_at if run is not None else job.placed_at
-        ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
-        if job.preempted_at is not None:
-            ends = to_ms(job.preempted_at)
-        replicas = []
-        for replica in job.replicas:
-            slices = []
-            for piece in replica.slices:
-                node = state.nodes.get(piece.node)
-                gpu = node.gpus.get(piece.index) if node is not None else None
-                memory = (
-                    gpu.slice_memory(piece.milli, piece.memory_mib) if gpu else piece.memory_mib
-                )
-                slices.append(Slice(piece.node, piece.index, piece.uuid, piece.milli, memory))
-            replicas.append(
-                ReplicaPlacement(replica.host, tuple(slices), replica.cpu_milli, replica.memory_mib)
-            )
-        holdings.append(
-            Holding(
-                job_id=job.job_id,
-                replicas=tuple(replicas),
-                ends_at=ends,
-                priority_class=job.spec.priority,
-                preemptible=job.spec.preemptible,
-                account=job.spec.account,
-                order=job.placed_seq,
-                stopping=job.preempted_by is not None,
-            )
-        )
+        key = (job.attempt, job.placed_seq, began, job.preempted_at)
+        cached = job.derived.get("holding")
+        if cached is not None and cached[0] == key:
+            holdings.append(cast(Holding, cached[1]))
+            continue
+        holding = _holding(state, job, began)
+        job.derived["holding"] = (key, holding)
+        holdings.append(holding)
     return holdings
+
+
+def _holding(state: ClusterState, job: JobState, began: datetime | None) -> Holding:
+    limit = job.spec.time_limit_s
+    ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
+    if job.preempted_at is not None:
+        ends = to_ms(job.preempted_at)
+    replicas = []
+    for replica in job.replicas:
+        slices = []
+        for piece in replica.slices:
+            node = state.nodes.get(piece.node)
+            gpu = node.gpus.get(piece.index) if node is not None else None
+            memory = gpu.slice_memory(piece.milli, piece.memory_mib) if gpu else piece.memory_mib
+            slices.append(Slice(piece.node, piece.index, piece.uuid, piece.milli, memory))
+        replicas.append(
+            ReplicaPlacement(replica.host, tuple(slices), replica.cpu_milli, replica.memory_mib)
+        )
+    return Holding(
+        job_id=job.job_id,
+        replicas=tuple(replicas),
+        ends_at=ends,
+        priority_class=job.spec.priority,
+        preemptible=job.spec.preemptible,
+        account=job.spec.account,
+        order=job.placed_seq,
+        stopping=job.preempted_by is not None,
+    )
 
 
 def candidate_of(job: JobState, awaiting: frozenset[str] = frozenset()) -> Candidate:
@@ -259,7 +267,7 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
         if (by := state.jobs[job_id].preempted_by) is not None
     )
     outcomes = schedule(
-        [candidate_of(job, awaiting) for job in queue_order(state)],
+        (candidate_of(job, awaiting) for job in queue_order(state)),  # made as needed
         index,
         lambda: holdings_of(state),  # built only if a job is blocked
         now=to_ms(state.clock) if state.clock is not None else 0,

@@ -2,8 +2,9 @@
 
 Backfill and preemption both ask "what if these jobs had ended?": they give a
 job's resources back to the views (`engine.release`), look, and put them back
-(`hold`, the exact inverse). Doing it in place on the cycle's `NodeIndex`, and
-undoing it, is much cheaper than copying every node view for each question.
+(`hold`, the exact inverse). They ask it on a `scratch` copy of the cycle's
+index: every node they touch would otherwise be re-scored by every request
+shape's heap of the cycle's own index afterwards.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuloom.placement.engine import NodeIndex, release
-from gpuloom.placement.resources import ReplicaPlacement
+from gpuloom.placement.resources import GpuView, NodeView, ReplicaPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,27 @@ class Holding:
     @property
     def gpu_milli(self) -> int:
         return sum(piece.milli for replica in self.replicas for piece in replica.slices)
+
+
+def scratch(index: NodeIndex) -> NodeIndex:
+    """A copy of `index` (its views, not its heaps) to try things on."""
+    return NodeIndex(
+        NodeView(
+            node.name,
+            node.rank,
+            [
+                GpuView(
+                    g.index, g.uuid, g.model, g.pool, g.memory_mib, g.milli_free, g.memory_free_mib
+                )
+                for g in node.gpus
+            ],
+            node.cpu_free_milli,
+            node.memory_free_mib,
+            node.labels,
+            node.lends_remote_vgpu,
+        )
+        for node in index.nodes.values()
+    )
 
 
 def hold(index: NodeIndex, replica: ReplicaPlacement) -> None:

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
-from gpuloom.placement.holdings import Holding, hold_all, release_all
+from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.holdings import Holding, release_all, scratch
 from gpuloom.placement.preemption import choose_victims
 from gpuloom.placement.resources import Placement, ReplicaPlacement, Request, fits_locally
 from gpuloom.queueing.quota import GPU_MILLI, QuotaBook
@@ -196,28 +196,21 @@ def find_reservation(
     """The earliest start of `candidate` as running jobs end, and the slack it leaves.
 
     None when it would not fit even with every running job gone (it waits for
-    a node to come back, say). The views are left exactly as they were.
+    a node to come back, say). The search runs on a scratch copy of the views.
     """
+    index = scratch(index)
     request = candidate.request
     simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
-    released: list[Holding] = []
-    try:
-        for group in _end_groups(holdings):
-            touched = release_all(index, group)
-            released.extend(group)
-            if simple and not any(fits_locally(request, index.nodes[n]) for n in sorted(touched)):
-                continue
-            placement = place(request, index, policy, context)
-            if placement is None:
-                continue
-            protection = _slack_after(index, placement)
-            for replica in reversed(placement.replicas):
-                release(index, replica)
-            reservation = Reservation(candidate.job_id, group[0].ends_at, placement.replicas)
-            return reservation, protection
-        return None
-    finally:
-        hold_all(index, list(reversed(released)))
+    for group in _end_groups(holdings):
+        touched = release_all(index, group)
+        if simple and not any(fits_locally(request, index.nodes[n]) for n in sorted(touched)):
+            continue
+        placement = place(request, index, policy, context)
+        if placement is None:
+            continue
+        reservation = Reservation(candidate.job_id, group[0].ends_at, placement.replicas)
+        return reservation, _slack_after(index, placement)
+    return None
 
 
 def _slack_after(index: NodeIndex, placement: Placement) -> _Protection:
@@ -244,6 +237,9 @@ def _victims_for(
     by_class = [
         h for h in holdings if h.preemptible and h.priority_class < candidate.priority_class
     ]
+    if not by_class and quotas is None:
+        return None
+    index = scratch(index)  # victims are tried on a copy (see `holdings`)
     victims = choose_victims(candidate.request, index, by_class, policy, context)
     if victims is not None:
         return victims, "priority"
@@ -262,7 +258,7 @@ def _victims_for(
 
 
 def schedule(
-    candidates: Sequence[Candidate],
+    candidates: Iterable[Candidate],
     index: NodeIndex,
     holdings: Sequence[Holding] | Callable[[], Sequence[Holding]],
     *,

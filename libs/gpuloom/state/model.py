@@ -177,6 +177,11 @@ class JobState:
     #: Envelope id of the latest event applied to this job (causation of the next).
     last_event_id: str | None = None
     last_seq: int = 0
+    #: Caches of views decisions derive from this job (keyed by purpose, each entry with
+    #: the inputs it was derived from); never part of the state's value.
+    derived: dict[str, tuple[object, object]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def is_final(self) -> bool:
