@@ -296,6 +296,10 @@ def schedule(
     reservation: Reservation | None = None
     protection: _Protection | None = None
     where_limited: _Where | None = None
+    # A pass only ever takes resources (and the reservation's slack only shrinks), so a
+    # request that found no room finds none later in the pass either: feasibility does
+    # not depend on scores, so skipping it changes no decision.
+    failed: set[tuple[Request, bool]] = set()
     for candidate in candidates:
         if placed >= limit:
             break
@@ -313,7 +317,15 @@ def schedule(
             if within is None:
                 continue  # held: every model or pool it may use is over quota
             candidate = within
-        placement = _try_place(candidate, index, policy, decision, reservation, protection, now)
+        masked = _masked(candidate, reservation, protection, now)
+        if (candidate.request, masked) in failed:
+            placement = None  # the same request found no room earlier in this pass
+        else:
+            placement = _try_place(
+                candidate, index, policy, decision, protection if masked else None
+            )
+            if placement is None:
+                failed.add((candidate.request, masked))
         if placement is not None and quotas is not None:
             quotas.take(candidate.account, {**candidate.demand, **_where_demand(index, placement)})
         if placement is not None:
@@ -349,24 +361,35 @@ def schedule(
     return outcomes
 
 
+def _masked(
+    candidate: Candidate,
+    reservation: Reservation | None,
+    protection: _Protection | None,
+    now: int,
+) -> bool:
+    """Whether the candidate must leave the reservation's slack alone: a reservation
+    exists and the job may run past its start."""
+    if reservation is None or protection is None:
+        return False
+    limit = candidate.time_limit_s
+    ends_before = (
+        limit is not None
+        and reservation.start_at is not None
+        and now + 1000 * limit <= reservation.start_at
+    )
+    return not ends_before
+
+
 def _try_place(
     candidate: Candidate,
     index: NodeIndex,
     policy: Policy,
     context: Context,
-    reservation: Reservation | None,
     protection: _Protection | None,
-    now: int,
 ) -> Placement | None:
-    if reservation is None or protection is None:
+    """Place the candidate; with `protection`, within the reservation's slack."""
+    if protection is None:
         return place(candidate.request, index, policy, context)
-    limit = candidate.time_limit_s
-    if (
-        limit is not None
-        and reservation.start_at is not None
-        and now + 1000 * limit <= reservation.start_at
-    ):
-        return place(candidate.request, index, policy, context)  # ends before the reservation
     saved = protection.apply(index)
     try:
         return place(candidate.request, index, policy, context)
