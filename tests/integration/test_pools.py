@@ -276,7 +276,7 @@ def test_usage_reports_equal_a_recomputation_from_the_log(pools: Cluster) -> Non
 
 
 def test_dependencies_run_in_order_and_arrays_expand(pools: Cluster) -> None:
-    first = pools.submit(gpus=1, pool="physical", command=["sleep", "1"])
+    first = pools.submit(gpus=1, pool="physical", command=["sleep", "3"])
     second = pools.submit(gpus=1, pool="physical", command=["true"], depends_on=[{"job": first}])
     doomed = pools.submit(gpus=0, command=["false"])
     never = pools.submit(gpus=0, command=["true"], depends_on=[{"job": doomed}])
@@ -284,9 +284,12 @@ def test_dependencies_run_in_order_and_arrays_expand(pools: Cluster) -> None:
         gpus=0, command=["true"], depends_on=[{"job": doomed, "when": "finished"}]
     )
     ghost = pools.submit(gpus=0, command=["true"], depends_on=[{"job": "no-such-job"}])
-    waiting = pools.job(second)
-    if waiting["state"] in ("admitted", "queued"):
-        assert waiting["reason"].startswith("Dependency: waiting for")
+    deadline = time.monotonic() + 5
+    while (waiting := pools.job(second))["state"] != "queued":  # first runs for 3 s
+        assert waiting["state"] in ("submitted", "admitted"), waiting
+        assert time.monotonic() < deadline, waiting
+        time.sleep(0.1)
+    assert waiting["reason"].startswith("Dependency: waiting for"), waiting
     done = pools.wait_final([first, second, doomed, never, after_any, ghost], timeout=60)
     assert done[first]["state"] == done[second]["state"] == "succeeded"
     assert done[second]["started_at"] >= done[first]["finished_at"]
