@@ -25,6 +25,7 @@ from gpuloom.decide.queueing import (
     quota_book,
     upfront_demand,
 )
+from gpuloom.events import QueuePolicySet
 from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
 from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
 from gpuloom.queueing.quota import QuotaBook
@@ -186,7 +187,13 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
         else:
             detail += " until jobs without a time limit end"
     elif any(v == "fits" for v in verdicts.values()):
-        if reserved is not None and reserved.job_id in order[: (position or 1) - 1]:
+        strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
+        if strict and ahead:
+            reason = "Priority"
+            detail = (
+                f"{len(ahead)} job(s) ahead in the queue, and nothing passes them (backfill off)"
+            )
+        elif reserved is not None and reserved.job_id in order[: (position or 1) - 1]:
             hosts = sorted({r.host for r in reserved.replicas})
             reason = "Reservation"
             detail = (

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpuloom.decide.explain import explain
-from gpuloom.events import Dependency
+from gpuloom.events import Dependency, QueuePolicySet
+from gpuloom.placement.cycle import placement_cycle
+from gpuloom.placement.policies import BestFit
 from gpuloom.testing.builders import LogBuilder
 
 
@@ -58,3 +60,22 @@ def test_dependency_lost_node_and_running_jobs() -> None:
     running = explain(log.state(), "runner")
     assert running is not None and (running.state, running.reason) == ("running", None)
     assert explain(log.state(), "nobody") is None
+
+
+def test_strict_order_says_priority_and_easy_backfill_says_reservation() -> None:
+    for backfill, code in (("off", "Priority"), ("easy", "Reservation")):
+        log = LogBuilder()
+        log.register("n1", 4)
+        log.run_to_queue("runner", gpus=2, time_limit_s=600)
+        log.place("runner", "n1", [0, 1])
+        log.start("runner", "n1")
+        log.append(QueuePolicySet(backfill=backfill))  # type: ignore[arg-type]
+        log.run_to_queue("wide", gpus=4, priority=5)
+        log.run_to_queue("narrow", gpus=1)  # no time limit: it could outlast the reservation
+        log.record_decisions(placement_cycle(log.state(), BestFit()))
+        state = log.state()
+        assert state.reservation is not None and state.reservation.job_id == "wide"
+        assert "narrow" in state.queued, "n1's two free GPUs are wide's, in reserve"
+        found = explain(state, "narrow")
+        assert found is not None and found.reason == code, (backfill, found)
+        assert found.ahead == ["wide"] and found.nodes == {"n1": "fits"}
