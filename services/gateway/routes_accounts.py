@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from gpuloom.events import AccountCreated, QuotaSet, SharesSet
+from gpuloom.events import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.queueing.quota import GPU_MILLI, RESOURCE
 from gpuloom.state import ClusterState
@@ -38,11 +38,19 @@ class QuotaBody(BaseModel):
     cap: int | None = Field(default=None, ge=0)
 
 
+class Users(BaseModel):
+    """Who may submit under the account; an empty list lets anyone."""
+
+    users: list[str] = Field(default_factory=list, max_length=10_000)
+
+
 class Account(BaseModel):
     name: str
     parent: str | None
     shares: int
     description: str
+    #: Who may submit under it; empty: anyone.
+    users: list[str] = Field(default_factory=list)
     #: The quota of all GPU time (`gpu_milli`), if set.
     quota: QuotaBody | None = None
     #: Every quota, by resource.
@@ -80,6 +88,7 @@ async def list_accounts(gateway: GatewayDep) -> AccountList:
                 description=a.description,
                 quota=next((q for q in _quotas(a) if q.resource == GPU_MILLI), None),
                 quotas=_quotas(a),
+                users=list(a.users),
             )
             for _, a in sorted(state.accounts.items())
         ]
@@ -119,6 +128,29 @@ async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
     await publish(gateway, SharesSet(account=name, shares=body.shares))
     return Account(
         name=name, parent=account.parent, shares=body.shares, description=account.description
+    )
+
+
+@router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
+async def set_users(name: str, body: Users, gateway: GatewayDep) -> Account:
+    """Set who may submit under the account (event AccountUsersSet); [] lets anyone."""
+    await gateway.catch_up()
+    account = _state(gateway).accounts.get(name)
+    if account is None:
+        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    try:
+        event = AccountUsersSet(account=name, users=body.users)
+    except ValidationError as exc:
+        raise HTTPException(status_code=422, detail=str(exc.errors()[0]["msg"])) from exc
+    await publish(gateway, event)
+    return Account(
+        name=name,
+        parent=account.parent,
+        shares=account.shares,
+        description=account.description,
+        users=event.users,
+        quota=next((q for q in _quotas(account) if q.resource == GPU_MILLI), None),
+        quotas=_quotas(account),
     )
 
 

@@ -381,7 +381,17 @@ def test_admins_create_accounts_and_set_shares(pools: Cluster) -> None:
         "description": "",
         "quota": None,
         "quotas": [],
+        "users": [],
     }
+    members = pools.http.put("/v1/accounts/team-a/users", json={"users": ["carol", "alice"]})
+    assert members.status_code == 200 and members.json()["users"] == ["alice", "carol"]
+    assert pools.http.put("/v1/accounts/ghost/users", json={"users": []}).status_code == 404
+    outsider = pools.submit(account="team-a", user="mallory", gpus=0, command=["true"])
+    member = pools.submit(account="team-a", user="carol", gpus=0, command=["true"])
+    done = pools.wait_final([outsider, member], timeout=30)
+    assert done[outsider]["state"] == "rejected"
+    assert done[outsider]["reason"] == "user mallory may not submit under account team-a"
+    assert done[member]["state"] == "succeeded"
     assert listed["org"]["parent"] is None
 
 

@@ -246,6 +246,11 @@ class GpuloomClient:
         path = f"/v1/accounts/{_segment(name)}/shares"
         return cast(dict[str, Any], self._request("PUT", path, json={"shares": shares}))
 
+    def set_users(self, name: str, users: list[str]) -> dict[str, Any]:
+        """`PUT /v1/accounts/{name}/users` (an empty list lets anyone submit)."""
+        path = f"/v1/accounts/{_segment(name)}/users"
+        return cast(dict[str, Any], self._request("PUT", path, json={"users": users}))
+
     def set_quota(
         self,
         name: str,

@@ -257,17 +257,23 @@ def accounts(
         int | None, typer.Option(min=0, help="With --quota: most it may borrow.")
     ] = None,
     cap: Annotated[int | None, typer.Option(min=0, help="With --quota: hard ceiling.")] = None,
+    users: Annotated[
+        str | None,
+        typer.Option(help="With --account: who may submit, comma-separated ('' lets anyone)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List accounts, create one (--create NAME [--parent P] [--shares N]), set shares
-    (--account A --shares N) or a quota (--account A --quota N [--resource R]
-    [--borrowing-limit L] [--cap C])."""
+    (--account A --shares N), members (--account A --users u1,u2) or a quota
+    (--account A --quota N [--resource R] [--borrowing-limit L] [--cap C])."""
     with gateway(ctx) as client:
         if create is not None:
             client.create_account(create, parent, 1 if shares is None else shares)
         elif account is not None:
-            if shares is None and quota is None:
-                fail("--account needs --shares or --quota", 2)
+            if shares is None and quota is None and users is None:
+                fail("--account needs --shares, --quota or --users", 2)
+            if users is not None:
+                client.set_users(account, [u for u in users.split(",") if u])
             if shares is not None:
                 client.set_shares(account, shares)
             if quota is not None:

@@ -11,6 +11,14 @@ from gpuloom.placement.resources import host_fits
 from gpuloom.state import ClusterState
 
 
+def membership_problem(state: ClusterState, spec: JobSpec) -> str | None:
+    """Why the user may not submit under the account (its AccountUsersSet), if so."""
+    account = state.accounts.get(spec.account)
+    if account is not None and account.users and spec.user not in account.users:
+        return f"user {spec.user} may not submit under account {spec.account}"
+    return None
+
+
 def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     """Why no registered node (ready or lost: lost nodes may come back) could ever run `spec`.
 
@@ -18,6 +26,9 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     rules, on views of every registered node with nothing allocated. The reason
     names the first rule nobody can satisfy.
     """
+    membership = membership_problem(state, spec)
+    if membership is not None:
+        return membership
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return "no node is registered"
@@ -78,9 +89,11 @@ def decide_admission(state: ClusterState) -> list[Decision]:
         if job.cancel_requested:
             continue  # the queue cancels it
         shape = (request_of(job.spec), tuple((d.job, d.when) for d in job.spec.depends_on))
-        if shape not in reasons:
-            reasons[shape] = rejection_reason(state, job.spec)
-        reason = reasons[shape]
+        reason = membership_problem(state, job.spec)
+        if reason is None:
+            if shape not in reasons:
+                reasons[shape] = rejection_reason(state, job.spec)
+            reason = reasons[shape]
         event: JobAdmitted | JobRejected = (
             JobAdmitted(job_id=job_id)
             if reason is None

@@ -4,7 +4,7 @@ Import event classes from here; never copy one into a service.
 """
 
 from gpuloom.events.accounting import UsageCharged
-from gpuloom.events.accounts import AccountCreated, QuotaSet, SharesSet
+from gpuloom.events.accounts import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
@@ -38,6 +38,7 @@ __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
     "AccountCreated",
+    "AccountUsersSet",
     "AuditCompleted",
     "Dependency",
     "Envelope",

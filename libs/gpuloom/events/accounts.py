@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN, Event
 from gpuloom.queueing.quota import RESOURCE
@@ -51,3 +51,22 @@ class QuotaSet(AccountEvent):
     nominal: int | None = Field(default=None, ge=0)
     borrowing_limit: int | None = Field(default=None, ge=0)
     cap: int | None = Field(default=None, ge=0)
+
+
+class AccountUsersSet(AccountEvent):
+    """The users who may submit under the account (as Slurm's user associations).
+
+    Empty: anyone may (the default). Admission rejects a job of a user who is not
+    listed, with the reason.
+    """
+
+    TYPE: ClassVar[str] = "AccountUsersSet"
+    users: list[str] = Field(default_factory=list, max_length=10_000)
+
+    @field_validator("users")
+    @classmethod
+    def _users_valid(cls, value: list[str]) -> list[str]:
+        for user in value:
+            if not user or len(user) > 100:
+                raise ValueError(f"invalid user name {user!r}")
+        return sorted(set(value))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuloom.events.accounting import UsageCharged
-from gpuloom.events.accounts import AccountCreated, QuotaSet, SharesSet
+from gpuloom.events.accounts import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
@@ -44,6 +44,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobPreempted,
     NodeCordoned,
     NodeUncordoned,
+    AccountUsersSet,
 )
 
 

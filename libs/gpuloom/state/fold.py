@@ -16,6 +16,7 @@ from datetime import datetime
 
 from gpuloom.events import (
     AccountCreated,
+    AccountUsersSet,
     AuditCompleted,
     Event,
     GpuPoolChanged,
@@ -626,6 +627,13 @@ def _shares_set(state: ClusterState, event: SharesSet, recorded: Recorded) -> No
     account.shares = event.shares
 
 
+def _users_set(state: ClusterState, event: AccountUsersSet, recorded: Recorded) -> None:
+    account = state.accounts.get(event.account)
+    if account is None:
+        raise Invalid(f"account {event.account} does not exist")
+    account.users = tuple(event.users)
+
+
 def _quota_set(state: ClusterState, event: QuotaSet, recorded: Recorded) -> None:
     account = state.accounts.get(event.account)
     if account is None:
@@ -674,4 +682,5 @@ _HANDLERS: dict[type[Event], Handler] = {
     AccountCreated: _account_created,  # type: ignore[dict-item]
     SharesSet: _shares_set,  # type: ignore[dict-item]
     QuotaSet: _quota_set,  # type: ignore[dict-item]
+    AccountUsersSet: _users_set,  # type: ignore[dict-item]
 }

@@ -218,6 +218,8 @@ class AccountState:
     parent: str | None
     shares: int = 1
     description: str = ""
+    #: Who may submit under it (AccountUsersSet); empty: anyone.
+    users: tuple[str, ...] = ()
     #: Quotas (QuotaSet) by resource kind: (nominal, borrowing limit, cap).
     quotas: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
 

@@ -11,6 +11,7 @@ from gpuloom.events import (
     ALL_EVENT_CLASSES,
     EVENT_TYPES,
     AccountCreated,
+    AccountUsersSet,
     AuditCompleted,
     Event,
     GpuPoolChanged,
@@ -91,6 +92,7 @@ EXAMPLES: dict[type[Event], Event] = {
     QueuePolicySet: QueuePolicySet(weight_age=10, fair_share_half_life_s=3600.0),
     AccountCreated: AccountCreated(account="ml-team", parent="org", description="ML"),
     SharesSet: SharesSet(account="ml-team", shares=3),
+    AccountUsersSet: AccountUsersSet(account="ml-team", users=["alice", "bob"]),
     QuotaSet: QuotaSet(account="ml-team", nominal=4000, borrowing_limit=2000, cap=8000),
     JobReserved: JobReserved(
         job_id="j2",

@@ -6,7 +6,15 @@ import pytest
 
 from gpuloom.decide.admission import decide_admission, rejection_reason
 from gpuloom.decide.queueing import decide_queue, queue_key, queue_order
-from gpuloom.events import JobAdmitted, JobCancelled, JobQueued, JobRejected, JobSpec
+from gpuloom.events import (
+    AccountCreated,
+    AccountUsersSet,
+    JobAdmitted,
+    JobCancelled,
+    JobQueued,
+    JobRejected,
+    JobSpec,
+)
 from gpuloom.state import JobState
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 
@@ -178,3 +186,21 @@ def test_decide_queue_cancels_pending_jobs_with_a_cancel_request() -> None:
     assert {state.jobs[j].phase for j in ("s", "a", "q")} == {"cancelled"}
     assert decide_queue(state) == []
     check_invariants(state, len(log))
+
+
+def test_an_account_with_members_admits_only_them() -> None:
+    log = LogBuilder()
+    log.register("n1", 2)
+    log.append(AccountCreated(account="team"))
+    log.append(AccountUsersSet(account="team", users=["alice"]))
+    log.submit("ok", gpus=1, user="alice", account="team")
+    log.submit("outsider", gpus=1, user="bob", account="team")
+    log.submit("elsewhere", gpus=1, user="bob", account="research")  # no list: anyone
+    answers = {d.event.job_id: d.event for d in decide_admission(log.state())}
+    assert isinstance(answers["ok"], JobAdmitted)
+    assert isinstance(answers["elsewhere"], JobAdmitted)
+    rejected = answers["outsider"]
+    assert isinstance(rejected, JobRejected)
+    assert rejected.reason == "user bob may not submit under account team"
+    log.append(AccountUsersSet(account="ghost", users=[]))
+    assert log.state().voided == 1, "no such account"
