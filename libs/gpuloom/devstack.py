@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,15 +171,18 @@ class Stack:
         """Services whose process has ended, with their exit codes."""
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, hurry: Callable[[], bool] = lambda: False) -> None:
+        """SIGTERM every service, wait up to `timeout` (less once `hurry()`), then SIGKILL."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not hurry():
+            if all(process.poll() is not None for process in self.processes.values()):
+                return
+            time.sleep(0.1)
         for process in self.processes.values():
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if process.poll() is None:
                 process.kill()
                 process.wait()
 
@@ -243,11 +246,23 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        print("\nstopping gpuloom ...", flush=True)
-        stack.stop()
+        # A second Ctrl-C (or SIGTERM) must not abandon the services half-stopped:
+        # from here on it only hurries the stop along (SIGKILL instead of waiting).
+        signal.signal(signal.SIGINT, _hurry)
+        signal.signal(signal.SIGTERM, _hurry)
+        print("\nstopping gpuloom ... (Ctrl-C again to kill at once)", flush=True)
+        stack.stop(hurry=lambda: _hurried)
         if nats:
             nats.stop()
         print("stopped.", flush=True)
+
+
+_hurried = False
+
+
+def _hurry(signum: int, frame: object) -> None:
+    global _hurried
+    _hurried = True
 
 
 def _interrupt(signum: int, frame: object) -> None:

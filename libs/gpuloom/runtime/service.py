@@ -46,6 +46,22 @@ def install_stop_handlers(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
+async def until_stopped(
+    work: Coroutine[Any, Any, EventBus], stop: asyncio.Event
+) -> EventBus | None:
+    """The result of `work`, or None (and `work` cancelled) if `stop` is set first."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
 def run_service(name: str, main: Main) -> None:
     """Run `main(settings, bus, stop)` as the process's whole life."""
     settings = load_settings()
@@ -56,7 +72,10 @@ def run_service(name: str, main: Main) -> None:
     async def lifecycle() -> None:
         stop = asyncio.Event()
         install_stop_handlers(stop)
-        bus = await connect_bus(settings, f"gpuloom-{name}")
+        bus = await until_stopped(connect_bus(settings, f"gpuloom-{name}"), stop)
+        if bus is None:  # told to stop while NATS was still unreachable
+            log.info("%s stopped before it could connect to %s", name, settings.nats_url)
+            return
         log.info("%s connected to %s", name, settings.nats_url)
         try:
             await main(settings, bus, stop)
