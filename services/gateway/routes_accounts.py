@@ -74,25 +74,38 @@ def _quotas(account: AccountState) -> list[QuotaBody]:
     ]
 
 
+def _view(account: AccountState) -> Account:
+    quotas = _quotas(account)
+    return Account(
+        name=account.name,
+        parent=account.parent,
+        shares=account.shares,
+        description=account.description,
+        quota=next((q for q in quotas if q.resource == GPU_MILLI), None),
+        quotas=quotas,
+        users=list(account.users),
+    )
+
+
+async def _require(gateway: Gateway, name: str) -> None:
+    """404 unless the account exists (as far as the gateway's own writes go)."""
+    await gateway.catch_up()
+    if name not in _state(gateway).accounts:
+        raise HTTPException(status_code=404, detail=f"account {name} not found")
+
+
+async def _after_write(gateway: Gateway, name: str) -> Account:
+    """The account as the log has it once the gateway's own writes are folded."""
+    await gateway.catch_up()
+    return _view(_state(gateway).accounts[name])
+
+
 @router.get("", response_model=AccountList)
 async def list_accounts(gateway: GatewayDep) -> AccountList:
     """Accounts created by admins, with their parent and shares."""
     await gateway.catch_up()
     state = _state(gateway)
-    return AccountList(
-        accounts=[
-            Account(
-                name=a.name,
-                parent=a.parent,
-                shares=a.shares,
-                description=a.description,
-                quota=next((q for q in _quotas(a) if q.resource == GPU_MILLI), None),
-                quotas=_quotas(a),
-                users=list(a.users),
-            )
-            for _, a in sorted(state.accounts.items())
-        ]
-    )
+    return AccountList(accounts=[_view(a) for _, a in sorted(state.accounts.items())])
 
 
 @router.post("", status_code=201, response_model=Account)
@@ -113,54 +126,33 @@ async def create_account(body: NewAccount, gateway: GatewayDep) -> Account:
         raise HTTPException(status_code=409, detail=reason)
     if body.shares != 1:
         await publish(gateway, SharesSet(account=body.name, shares=body.shares))
-    return Account(
-        name=body.name, parent=body.parent, shares=body.shares, description=body.description
-    )
+    return await _after_write(gateway, body.name)
 
 
 @router.put("/{name}/shares", response_model=Account, responses={404: {}})
 async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
     """Set the account's fair-share shares (event SharesSet)."""
-    await gateway.catch_up()
-    account = _state(gateway).accounts.get(name)
-    if account is None:
-        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    await _require(gateway, name)
     await publish(gateway, SharesSet(account=name, shares=body.shares))
-    return Account(
-        name=name, parent=account.parent, shares=body.shares, description=account.description
-    )
+    return await _after_write(gateway, name)
 
 
 @router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
 async def set_users(name: str, body: Users, gateway: GatewayDep) -> Account:
     """Set who may submit under the account (event AccountUsersSet); [] lets anyone."""
-    await gateway.catch_up()
-    account = _state(gateway).accounts.get(name)
-    if account is None:
-        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    await _require(gateway, name)
     try:
         event = AccountUsersSet(account=name, users=body.users)
     except ValidationError as exc:
         raise HTTPException(status_code=422, detail=str(exc.errors()[0]["msg"])) from exc
     await publish(gateway, event)
-    return Account(
-        name=name,
-        parent=account.parent,
-        shares=account.shares,
-        description=account.description,
-        users=event.users,
-        quota=next((q for q in _quotas(account) if q.resource == GPU_MILLI), None),
-        quotas=_quotas(account),
-    )
+    return await _after_write(gateway, name)
 
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
 async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
     """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet)."""
-    await gateway.catch_up()
-    account = _state(gateway).accounts.get(name)
-    if account is None:
-        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    await _require(gateway, name)
     await publish(
         gateway,
         QuotaSet(
@@ -171,17 +163,4 @@ async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
             cap=body.cap,
         ),
     )
-    quotas = {q.resource: q for q in _quotas(account)}
-    if body.nominal is None:
-        quotas.pop(body.resource, None)
-    else:
-        quotas[body.resource] = body
-    listed = [quotas[r] for r in sorted(quotas)]
-    return Account(
-        name=name,
-        parent=account.parent,
-        shares=account.shares,
-        description=account.description,
-        quota=quotas.get(GPU_MILLI),
-        quotas=listed,
-    )
+    return await _after_write(gateway, name)
