@@ -132,7 +132,7 @@ async def get_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> Job:
     """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`)."""
     job = to_job(await load_job(gateway, session, job_id))
     if job.state in PENDING_PHASES and gateway.projector is not None:
-        found = explain(gateway.projector.state, job_id)
+        found = explain(gateway.projector.state, job_id, brief=True)
         if found is not None and found.reason is not None:
             detail = found.detail or ""
             reason = detail if detail.startswith(found.reason) else f"{found.reason}: {detail}"

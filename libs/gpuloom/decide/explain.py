@@ -27,7 +27,7 @@ from gpuloom.decide.queueing import (
 )
 from gpuloom.events import QueuePolicySet
 from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
-from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
+from gpuloom.placement.resources import NodeView, Request, fits_locally, gpu_serves, host_fits
 from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state import ClusterState, JobState
 
@@ -141,7 +141,30 @@ def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) ->
     return reasons[0] if reasons else None
 
 
-def explain(state: ClusterState, job_id: str) -> Explanation | None:
+def _brief(state: ClusterState, job: JobState) -> Explanation:
+    """The reason of a queued job that neither quota nor dependencies hold, without the
+    queue order (a sort of the whole queue) or per-node verdicts (see `explain`).
+
+    A job that some node could take now and that is not placed is behind the head of
+    the queue: with a reservation held by another job that is `Reservation` under
+    backfill, otherwise `Priority`.
+    """
+    reserved = current_reservation(state)
+    if reserved is not None and reserved.job_id == job.job_id:
+        return Explanation(job.job_id, job.phase, "Resources", "it holds the reservation")
+    request = request_of(job.spec)
+    if not any(fits_locally(request, view) for view in node_views(state)):
+        return Explanation(job.job_id, job.phase, "Resources", "no node has room for it now")
+    strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
+    if reserved is not None and not strict:
+        detail = f"it would delay {reserved.job_id}, which holds the reservation"
+        return Explanation(job.job_id, job.phase, "Reservation", detail)
+    return Explanation(job.job_id, job.phase, "Priority", "job(s) ahead in the queue")
+
+
+def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanation | None:
+    """Why `job_id` is pending (see the module doc). `brief`: the reason code and detail
+    only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`)."""
     job = state.jobs.get(job_id)
     if job is None:
         return None
@@ -161,6 +184,8 @@ def explain(state: ClusterState, job_id: str) -> Explanation | None:
         held = _model_quota_refusal(state, job, book)
     if held is not None:
         return Explanation(job_id, job.phase, "QuotaExceeded", held)
+    if brief:
+        return _brief(state, job)
     order = [j.job_id for j in queue_order(state)]
     position = order.index(job_id) + 1 if job_id in order else None
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]

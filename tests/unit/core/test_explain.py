@@ -79,3 +79,33 @@ def test_strict_order_says_priority_and_easy_backfill_says_reservation() -> None
         found = explain(state, "narrow")
         assert found is not None and found.reason == code, (backfill, found)
         assert found.ahead == ["wide"] and found.nodes == {"n1": "fits"}
+
+
+def test_the_brief_reason_agrees_with_the_full_explanation() -> None:
+    log = busy_cluster()
+    log.run_to_queue("big", gpus=2, gpu_model=["A100-80GB"])
+    log.run_to_queue("first", gpus=1, gpu_model=["H100-80GB"], priority=5)
+    log.run_to_queue("second", gpus=1, gpu_model=["H100-80GB"])
+    log.run_to_queue("later", gpus=1, depends_on=[Dependency(job="runner")])
+    state = log.state()
+    for job_id in ("big", "first", "second", "later", "runner"):
+        full, brief = explain(state, job_id), explain(state, job_id, brief=True)
+        assert full is not None and brief is not None
+        assert (brief.state, brief.reason) == (full.state, full.reason), job_id
+        assert brief.position is None and brief.estimated_start is None
+    for backfill, code in (("off", "Priority"), ("easy", "Reservation")):
+        log = LogBuilder()
+        log.register("n1", 4)
+        log.run_to_queue("runner", gpus=2, time_limit_s=600)
+        log.place("runner", "n1", [0, 1])
+        log.start("runner", "n1")
+        log.append(QueuePolicySet(backfill=backfill))  # type: ignore[arg-type]
+        log.run_to_queue("wide", gpus=4, priority=5)
+        log.run_to_queue("narrow", gpus=1)
+        log.record_decisions(placement_cycle(log.state(), BestFit()))
+        state = log.state()
+        for job_id in ("wide", "narrow"):
+            full, brief = explain(state, job_id), explain(state, job_id, brief=True)
+            assert full is not None and brief is not None
+            assert brief.reason == full.reason, (backfill, job_id)
+        assert brief.reason == code
