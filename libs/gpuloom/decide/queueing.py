@@ -136,9 +136,10 @@ def quota_book(state: ClusterState) -> QuotaBook:
         book.trackers[resource] = QuotaTracker(quotas, {}, resource)
     if not resources:
         return book
-    for job in sorted(state.jobs.values(), key=lambda j: j.submit_seq):
-        if job.phase in ("placed", "running"):
-            book.take(job.spec.account, held_demand(state, job))
+    on_node = sorted({job_id for jobs in state.on_node.values() for job_id in jobs})
+    for job_id in on_node:  # what is held now; sums do not depend on the order
+        job = state.jobs[job_id]
+        book.take(job.spec.account, held_demand(state, job))
     return book
 
 
