@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,9 +26,30 @@ class Settings(BaseSettings):
     #: How long a gateway read waits for its projection to include the gateway's own writes.
     read_your_writes_timeout_s: float = 2.0
     publish_timeout_s: float = 5.0
+    #: /readyz: the most events the projection may lag behind the log and still be ready,
+    ready_max_lag: int = Field(default=1000, ge=0)
+    #: and how long (seconds) it may lag more than that before it is not ready.
+    ready_grace_s: float = Field(default=5.0, ge=0)
+
+    #: The longest time limit a job may ask for (Slurm's MaxTime), seconds; 0: no
+    #: maximum but the contract's 32-bit one. The gateway answers 422 over it and
+    #: admission rejects a job over it that reached the log some other way.
+    max_time_limit_s: int = Field(default=30 * 24 * 3600, ge=0, le=2**31 - 1)
+    #: The largest request body the gateway reads (413 above it), bytes.
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
     heartbeat_interval_s: float = 1.0
     node_lost_timeout_s: float = 10.0
+    #: More silent nodes at once than this share of the ready ones (and more than one)
+    #: looks like inventory's own stall: each is lost only after one more timeout,
+    #: and at most `node_loss_max_per_timeout` per timeout. 1 turns this off.
+    node_loss_max_fraction: float = Field(default=0.5, gt=0, le=1)
+    node_loss_max_per_timeout: int = Field(default=1, ge=1)
+    #: An agent cut off from the bus this long stops its jobs itself (self-fencing),
+    #: so that they are not still running when the lost node's jobs are requeued
+    #: elsewhere. Must be under `node_lost_timeout_s` (with the cancel grace, twice,
+    #: to spare); None: half of it; 0: never (a cut-off node's jobs may run twice).
+    agent_fence_after_s: float | None = Field(default=None, ge=0)
 
     placement_policy: str = "bestfit"
     #: Multifactor priority: the most points age, fair share and size may add (0: off).
@@ -52,6 +73,23 @@ class Settings(BaseSettings):
     #: Address /metrics binds to: loopback by default, 0.0.0.0 in containers.
     metrics_host: str = "127.0.0.1"
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _fence_before_loss(self) -> Settings:
+        fence = self.agent_fence_after_s
+        if fence is not None and fence >= self.node_lost_timeout_s:
+            raise ValueError(
+                f"agent_fence_after_s ({fence}) must be less than node_lost_timeout_s "
+                f"({self.node_lost_timeout_s}): an agent must stop its jobs before they "
+                "are requeued elsewhere"
+            )
+        return self
+
+    def fence_after_s(self) -> float:
+        """Seconds without the bus after which an agent fences itself; 0: never."""
+        if self.agent_fence_after_s is None:
+            return self.node_lost_timeout_s / 2
+        return self.agent_fence_after_s
 
     def run_dir(self) -> Path:
         return self.agent_run_dir or self.data_dir / "agent"

@@ -7,12 +7,18 @@ repeat. The SQL checkpoint is the truth about the ledger's position: at start,
 when the consumer's ack floor is past the checkpoint (the tables were dropped
 or restored from an older backup), the consumer is re-created from the
 checkpoint and the ledger is rebuilt from the log.
+
+A charge whose rows the database refuses is quarantined (kind `charge`, key
+`job/attempt/part`) and the ledger goes on; `rows` is a parameter so that a test
+can make the database refuse a charge for real.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -24,14 +30,18 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from gpuloom.bus import EventBus
 from gpuloom.events import MalformedEvent, UsageCharged, decode
 from gpuloom.events.subjects import EVENT_PREFIX
-from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
-from gpuloom.store.upsert import insert_ignore, load_checkpoint, save_checkpoint
+from gpuloom.store.models import Base, UsageChargeRow, UsageModelChargeRow
+from gpuloom.store.quarantine import Item, count_quarantined, insert_items, write_batch
+from gpuloom.store.upsert import load_checkpoint
+from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "accounting.ledger"
 DURABLE = "accounting-ledger"
 SUBJECT = f"{EVENT_PREFIX}.job.*.UsageCharged"
+
+ChargeRows = Callable[[int, UsageCharged, datetime], list[tuple[type[Base], dict[str, Any]]]]
 
 
 async def _consumer_from(bus: EventBus, checkpoint: int) -> None:
@@ -93,14 +103,31 @@ def _model_rows(seq: int, event: UsageCharged, at: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def run_ledger(bus: EventBus, sessions: async_sessionmaker[Any], stop: asyncio.Event) -> None:
+def charge_rows(
+    seq: int, event: UsageCharged, at: datetime
+) -> list[tuple[type[Base], dict[str, Any]]]:
+    """The ledger rows of one charge: the charge, then its split by GPU model."""
+    rows: list[tuple[type[Base], dict[str, Any]]] = [(UsageChargeRow, _row(seq, event, at))]
+    rows += [(UsageModelChargeRow, row) for row in _model_rows(seq, event, at)]
+    return rows
+
+
+async def run_ledger(
+    bus: EventBus,
+    sessions: async_sessionmaker[Any],
+    stop: asyncio.Event,
+    *,
+    rows: ChargeRows = charge_rows,
+) -> None:
     async with sessions() as session:
         checkpoint = await load_checkpoint(session, CHECKPOINT)
+        quarantined = (await count_quarantined(session)).get(CHECKPOINT, 0)
+    PROJECTION_QUARANTINED.labels(CHECKPOINT).set(quarantined)
     await _consumer_from(bus, checkpoint)
     sub = await bus.js.pull_subscribe_bind(DURABLE, stream=bus.stream)
     log.info("ledger resumes after seq %d", checkpoint)
     try:
-        await _consume(sub, sessions, stop, checkpoint)
+        await _consume(sub, sessions, stop, checkpoint, rows)
     finally:
         await sub.unsubscribe()  # a pull subscription left open stalls the drain on exit
 
@@ -110,37 +137,33 @@ async def _consume(
     sessions: async_sessionmaker[Any],
     stop: asyncio.Event,
     checkpoint: int,
+    rows: ChargeRows,
 ) -> None:
     while not stop.is_set():
         try:
             messages = await sub.fetch(500, timeout=1)
         except (NatsTimeoutError, TimeoutError):
             continue
-        rows = []
-        model_rows = []
+        items: list[Item] = []
         last = checkpoint
         for msg in messages:
             seq = int(msg.metadata.sequence.stream)
             last = max(last, seq)
             try:
-                recorded = decode(seq, msg.data)
+                recorded = decode(seq, msg.data, msg.metadata.timestamp)
             except MalformedEvent as exc:
                 log.error("ledger skipping malformed event: %s", exc)
                 continue
-            if isinstance(recorded.event, UsageCharged):
-                rows.append(_row(seq, recorded.event, recorded.envelope.at))
-                model_rows.extend(_model_rows(seq, recorded.event, recorded.envelope.at))
-        async with sessions.begin() as session:
-            if rows:
-                await insert_ignore(session, UsageChargeRow, rows, ["job_id", "attempt", "part"])
-            if model_rows:
-                await insert_ignore(
-                    session,
-                    UsageModelChargeRow,
-                    model_rows,
-                    ["job_id", "attempt", "part", "gpu_model"],
-                )
-            await save_checkpoint(session, CHECKPOINT, last)
+            event = recorded.event
+            if isinstance(event, UsageCharged):
+                key = f"{event.job_id}/{event.attempt}/{event.part}"
+                charge = tuple(rows(seq, event, recorded.envelope.at))
+                items.append(Item("charge", key, seq, charge))
+        # a refused charge is quarantined in the checkpoint's transaction; "away" raises
+        for refused in await write_batch(sessions, CHECKPOINT, items, insert_items, last):
+            log.error("ledger quarantined charge %s: %s", refused.item.key, refused.error)
+            PROJECTION_QUARANTINED.labels(CHECKPOINT).inc()
+        PROJECTION_LAG.labels(CHECKPOINT).set(messages[-1].metadata.num_pending if messages else 0)
         checkpoint = last
         for msg in messages:
             await msg.ack()

@@ -6,13 +6,20 @@ import asyncio
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.decide import Decision
 from gpuloom.decide.admission import decide_admission
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service
+from gpuloom.state import ClusterState
 
 
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
-    await Reactor(bus, "admission", pure(decide_admission)).run(stop)
+    limit = settings.max_time_limit_s or None
+
+    def decide(state: ClusterState) -> list[Decision]:
+        return decide_admission(state, limit)
+
+    await Reactor(bus, "admission", pure(decide)).run(stop)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

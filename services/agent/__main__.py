@@ -6,7 +6,8 @@
 The agent heartbeats every served node on core NATS, answers log requests, and
 runs a Reactor whose decision step reconciles local job processes with the log.
 Stopping the agent (SIGTERM) leaves the jobs running: their shims outlive it and
-the next agent on the same run folder adopts them.
+the next agent on the same run folder adopts them. An agent cut off from the bus
+stops them itself (`fence`) before its node is declared lost.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from nats.aio.msg import Msg
@@ -29,13 +31,16 @@ from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.service import run_service
-from services.agent import logs
+from services.agent import fence, logs
 from services.agent.agent import Agent
 from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
 
 log = logging.getLogger("services.agent")
+
+#: Whether a round trip through the bus completes within the given seconds.
+Probe = Callable[[float], Awaitable[bool]]
 
 
 async def heartbeat(
@@ -64,6 +69,53 @@ async def serve_logs(bus: EventBus, root: Path, node: str) -> Subscription:
     return await bus.nc.subscribe(agent_logs_subject(node), cb=on_request)
 
 
+async def bus_probe(bus: EventBus) -> tuple[Probe, Subscription]:
+    """A probe of the bus: a request through the server that this agent answers itself.
+
+    A partition that leaves the TCP connection open fails it too. (Not `flush()`:
+    nats-py leaves a timed-out PING's future queued, and the late PONG then stops
+    the client's read loop.)
+    """
+    subject = bus.nc.new_inbox()
+
+    async def answer(msg: Msg) -> None:
+        await msg.respond(b"")
+
+    async def reach(timeout_s: float) -> bool:
+        if not bus.connected:
+            return False
+        try:
+            await bus.nc.request(subject, b"", timeout=timeout_s)
+        except Exception:
+            return False
+        return True
+
+    return reach, await bus.nc.subscribe(subject, cb=answer)
+
+
+def make_fence(settings: Settings) -> tuple[fence.Fence | None, float]:
+    """The agent's fence and how often to probe the bus; (None, 0) when fencing is off."""
+    after_s = settings.fence_after_s()
+    if after_s <= 0:
+        log.warning("self-fencing is off: jobs of a node cut off from the bus may run twice")
+        return None, 0.0
+    lost_s = settings.node_lost_timeout_s
+    interval, grace_s = fence.plan(after_s, lost_s, settings.cancel_grace_s)
+    log.info("self-fencing after %.1f s without the bus (grace %.1f s)", after_s, grace_s)
+    return fence.Fence(after_s, time.monotonic(), grace_s), interval
+
+
+async def fencing(
+    bus: EventBus, agent: Agent, stop: asyncio.Event, interval_s: float
+) -> tuple[list[asyncio.Task[None]], list[Subscription]]:
+    """The task that fences `agent` when it is cut off (none when fencing is off)."""
+    if agent.fence is None:
+        return [], []
+    probe, subscription = await bus_probe(bus)
+    watcher = fence.watch(agent.fence, probe, bus.last_seq, agent.fence_jobs, stop, interval_s)
+    return [asyncio.create_task(watcher)], [subscription]
+
+
 async def serve(
     settings: Settings, bus: EventBus, stop: asyncio.Event, nodes: Sequence[ServedNode]
 ) -> None:
@@ -73,7 +125,8 @@ async def serve(
     root.mkdir(parents=True, exist_ok=True)
     simulated = all(node.spec.simulated for node in nodes)
     probe = None if simulated else nvml_probe()
-    agent = Agent(names, root, grace_s=settings.cancel_grace_s, probe=probe)
+    guard, probe_every_s = make_fence(settings)
+    agent = Agent(names, root, grace_s=settings.cancel_grace_s, probe=probe, fence=guard)
     runner = agent.runner
     orphans = runner.scan(names)
     for node in nodes:
@@ -86,10 +139,13 @@ async def serve(
     log.info("run folders in %s; %d running job(s) found", runner.root, orphans)
     reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5)
     subscriptions = [await serve_logs(bus, runner.root, name) for name in names]
+    fence_tasks, fence_subscriptions = await fencing(bus, agent, stop, probe_every_s)
+    subscriptions += fence_subscriptions
     tasks = [
         asyncio.create_task(heartbeat(bus, nodes, settings.heartbeat_interval_s, stop)),
         asyncio.create_task(runner.run(stop)),
         asyncio.create_task(agent.run_outbox(reactor, stop)),
+        *fence_tasks,
     ]
     try:
         await reactor.run(stop)

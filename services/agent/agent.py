@@ -10,6 +10,11 @@ down) is retried, so no end is dropped while the agent lives; if it dies, the
 `exit` file is still there for the next agent. An entry is discarded unpublished
 only when the log shows its attempt is over on this node, where its event would
 be voided anyway.
+
+Each action is carried out on its own: one that raises is logged with its job
+and costs only that job (a spawn that can never work is reported failed by the
+runner; anything else is tried again next round), never the rest of the round.
+While the agent is fenced (see `fence`) it starts nothing and reports nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Protocol
 
 from gpuloom.decide import Decision
 from gpuloom.state import ClusterState
+from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
 from services.agent.reconcile import (
     Action,
@@ -31,6 +37,7 @@ from services.agent.reconcile import (
     Forget,
     JobKey,
     Report,
+    Status,
     Stop,
     finished,
     is_current,
@@ -68,12 +75,14 @@ class Agent:
         poll_s: float = 0.1,
         environ: Mapping[str, str] | None = None,
         probe: GpuMemoryProbe | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
         self.runner = Runner(
             root, self.on_exit, grace_s=grace_s, poll_s=poll_s, environ=environ, probe=probe
         )
         self.outbox: dict[JobKey, Exited] = {}
+        self.fence = fence
         self._wake = asyncio.Event()
 
     # --- the decision step ---------------------------------------------------------
@@ -81,11 +90,16 @@ class Agent:
     async def decide(self, state: ClusterState) -> list[Decision]:
         """Reconcile, act, and return the events to publish (Reactor contract)."""
         decisions: list[Decision] = []
+        fenced = self.fenced(state)
         for done, action in enumerate(reconcile(state, self.nodes, self.runner.views()), 1):
+            if fenced and isinstance(action, Ensure | Report):
+                continue  # cut off, or not caught up since: the log may say otherwise
             try:
                 decisions.extend(self._act(state, action))
             except OSError as exc:  # e.g. disk full: the next round tries again
-                log.error("agent could not carry out %s: %s", action, exc)
+                log.error("job %s: could not carry out %s: %s", _job_of(action), action, exc)
+            except Exception:  # containment: one job's bad action never costs the round
+                log.exception("job %s: %s failed; tried again next round", _job_of(action), action)
             if done % YIELD_EVERY == 0:
                 # Let heartbeats, log requests and the watcher run during a big round.
                 # The state cannot change meanwhile: only the Reactor folds, and it
@@ -119,6 +133,34 @@ class Agent:
             self.outbox.pop(action.key, None)
         return []
 
+    # --- self-fencing --------------------------------------------------------------
+
+    def fenced(self, state: ClusterState) -> bool:
+        return self.fence is not None and self.fence.holds(state.seq)
+
+    def fence_jobs(self, cut_off_s: float) -> list[JobKey]:
+        """Stop every local job: the agent has been cut off from the bus `cut_off_s`."""
+        reason = (
+            f"stopped by its agent: cut off from the bus for {cut_off_s:.1f} s "
+            "(self-fencing, before its node is declared lost)"
+        )
+        keys = [
+            key
+            for key, local in sorted(self.runner.views().items())
+            if local.status in (Status.RUNNING, Status.ORPHAN)
+        ]
+        log.critical(
+            "FENCING: no contact with the bus for %.1f s; stopping %d job(s) on %s: %s",
+            cut_off_s,
+            len(keys),
+            ", ".join(self.nodes),
+            ", ".join(f"{k[0]}#{k[1]}" for k in keys) or "none",
+        )
+        grace_s = self.fence.grace_s if self.fence is not None else None
+        for key in keys:
+            self.runner.stop(key, "failed", reason, grace_s)
+        return keys
+
     # --- the outbox ----------------------------------------------------------------
 
     def on_exit(self, exited: Exited) -> None:
@@ -136,6 +178,10 @@ class Agent:
         """
         keys: list[JobKey] = []
         decisions: list[Decision] = []
+        if self.fenced(state):
+            # After a cut-off, the log may have requeued these attempts (NodeLost):
+            # wait until the state has caught up, then their ends are discarded.
+            return keys, decisions
         for key in sorted(self.outbox):
             exited = self.outbox[key]
             job = state.jobs.get(key[0])
@@ -149,7 +195,7 @@ class Agent:
                 decisions.append(started(job, exited.node, exited.pid, replica))
             end = exited.ended
             decisions.append(
-                finished(job, exited.node, end.outcome, end.exit_code, end.reason, replica)
+                finished(job, exited.node, end.outcome, end.exit_code, end.reason, replica, end.at)
             )
             keys.append(key)
             if len(decisions) >= OUTBOX_BATCH:
@@ -179,3 +225,12 @@ class Agent:
             idle = done and not self.outbox
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0 if idle else retry_s)
+
+
+def _job_of(action: Action) -> str:
+    """The job an action is about, for the logs."""
+    if isinstance(action, Report):
+        return str(getattr(action.decision.event, "job_id", "?"))
+    if isinstance(action, Ensure):
+        return action.job_id
+    return action.key[0]

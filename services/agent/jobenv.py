@@ -117,3 +117,38 @@ def command_problem(program: str, path: str | None, cwd: Path) -> tuple[int, str
     if denied:
         return 126, f"cannot run command: {program}: permission denied"
     return 127, f"cannot run command: {program}: command not found"
+
+
+def spawn_problem(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why `execve` would refuse `command` with `env`, as a job's failure reason; None if not.
+
+    The contract refuses such values, but the agent must not depend on every
+    writer having checked: a word `execve` cannot take makes every spawn of the
+    job raise, round after round. The reason names the offending word or
+    variable, never its value (which may be a secret).
+    """
+    for index, word in enumerate(command):
+        problem = _exec_word_problem(word)
+        if problem is not None:
+            return f"could not start: {problem} in argv[{index}]"
+    for name in sorted(env, key=repr):
+        if _exec_word_problem(name) is not None or not name or "=" in name:
+            return f"could not start: invalid env variable name {repr(name)[:80]}"
+        problem = _exec_word_problem(env[name])
+        if problem is not None:
+            shown = name[:80] if name.isprintable() else repr(name)[:80]
+            return f"could not start: {problem} in env {shown}"
+    return None
+
+
+def _exec_word_problem(word: object) -> str | None:
+    """What makes `word` impossible to pass to `execve`, or None."""
+    if not isinstance(word, str):
+        return f"{type(word).__name__} instead of text"
+    if "\0" in word:
+        return "embedded null byte"
+    try:
+        os.fsencode(word)
+    except UnicodeEncodeError:
+        return "text that is not valid Unicode"
+    return None

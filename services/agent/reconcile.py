@@ -147,6 +147,7 @@ def finished(
     exit_code: int | None,
     reason: str | None,
     replica: int = 0,
+    ended_at: datetime | None = None,
 ) -> Decision:
     return Decision(
         JobFinished(
@@ -157,6 +158,7 @@ def finished(
             exit_code=exit_code,
             reason=reason,
             replica=replica,
+            ended_at=ended_at,
         ),
         finished_msg_id(job.job_id, job.attempt, replica),
         job.last_event_id,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -26,7 +27,12 @@ from pathlib import Path
 
 from gpuloom.events import Outcome
 from services.agent.gpuwatch import GpuMemoryProbe, Limit, over_limit, process_groups
-from services.agent.jobenv import base_environment, command_problem, job_environment
+from services.agent.jobenv import (
+    base_environment,
+    command_problem,
+    job_environment,
+    spawn_problem,
+)
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
 
@@ -34,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: How often the liveness of an adopted shim is checked (its `exit` file, every poll).
 LIVENESS_EVERY_S = 1.0
+#: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
+#: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
+LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,8 @@ class _Proc:
     alive_checked: float = 0.0
     #: GPU memory (MiB) the job's slices allow, by local GPU uuid (fractions only).
     memory_limits: dict[str, int] = field(default_factory=dict)
+    #: This stop's grace between steps, when shorter than the runner's (a fence).
+    grace_s: float | None = None
 
 
 def memory_limits(action: Ensure) -> dict[str, int]:
@@ -96,6 +107,11 @@ def memory_limits(action: Ensure) -> dict[str, int]:
         for piece in action.slices
         if piece.node == action.node and piece.milli < 1000
     }
+
+
+def _read_end(run: RunDir) -> Ended:
+    """How the run ended, with when, from its run folder."""
+    return ended(run.read_exit(), run.read_reason(), run.exit_time())
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -160,7 +176,10 @@ class Runner:
 
         Adopts a shim found at start-up or in the run folder, reports the end
         recorded there, or, for a placed attempt without a run folder, starts it.
-        Raises OSError if a new shim cannot be spawned (retried by the caller).
+        A command that can never start (a NUL in argv or env, a missing program,
+        an argument too long for `execve`) is `NotStarted`, to be reported failed.
+        Raises OSError if a new shim cannot be spawned for a reason that may pass
+        (disk full, no memory): the caller tries again next round.
         """
         key = action.key
         run = RunDir(self.root, action.node, *key)
@@ -185,11 +204,22 @@ class Runner:
             hosts=action.hosts,
             array=(action.array_id, action.array_index) if action.array_id is not None else None,
         )
-        problem = command_problem(action.spec.command[0], env.get("PATH"), run.path)
+        command = list(action.spec.command)
+        unfit = spawn_problem(command, env)
+        if unfit is not None:
+            return NotStarted(Ended("failed", None, unfit))
+        problem = command_problem(command[0], env.get("PATH"), run.path)
         if problem is not None:
             return NotStarted(Ended("failed", problem[0], problem[1]))
         run.create()
-        pid = spawn_shim(run, list(action.spec.command), env)
+        try:
+            pid = spawn_shim(run, command, env)
+        except OSError as exc:
+            if exc.errno not in LASTING_SPAWN_ERRORS:
+                raise  # e.g. no memory, too many processes: the next round tries again
+            return self._not_started(run, f"could not start: {exc.strerror}")
+        except (ValueError, TypeError) as exc:  # what spawn_problem did not foresee
+            return self._not_started(run, f"could not start: {exc}")
         limit = action.spec.time_limit_s
         self._procs[key] = _Proc(
             action.node,
@@ -202,6 +232,12 @@ class Runner:
             memory_limits=memory_limits(action),
         )
         return Started(pid)
+
+    def _not_started(self, run: RunDir, reason: str) -> NotStarted:
+        """A spawn that failed for good: record why in the run folder, so that if its
+        report is lost the next round (which finds the folder) reports the same."""
+        run.write_reason("failed", reason)
+        return NotStarted(Ended("failed", None, reason))
 
     def _resume(self, action: Ensure, run: RunDir) -> Resumed:
         key = action.key
@@ -219,16 +255,18 @@ class Runner:
             self._procs[key].memory_limits = memory_limits(action)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
-        self._end(key, action.node, run, pid, ended(run.read_exit(), run.read_reason()))
+        self._end(key, action.node, run, pid, _read_end(run))
         return Resumed(None)
 
-    def stop(self, key: JobKey, outcome: Outcome, text: str) -> None:
-        """Record why, then SIGTERM the job's group; the end is reported as `outcome`."""
+    def stop(self, key: JobKey, outcome: Outcome, text: str, grace_s: float | None = None) -> None:
+        """Record why, then SIGTERM the job's group; the end is reported as `outcome`.
+        `grace_s`: wait that long between steps instead of the runner's grace."""
         proc = self._procs.get(key)
         if proc is None or proc.status not in (Status.RUNNING, Status.ORPHAN):
             return
         proc.run.write_reason(outcome, text)
         proc.status = Status.STOPPING
+        proc.grace_s = grace_s
         self._terminate(proc)
 
     def drop(self, key: JobKey) -> None:
@@ -256,7 +294,7 @@ class Runner:
             proc.stage, proc.deadline = 0, time.monotonic()
             return
         proc.stage = 1
-        proc.deadline = time.monotonic() + self.grace_s
+        proc.deadline = time.monotonic() + (proc.grace_s or self.grace_s)
         _signal(proc.pid, signal.SIGTERM)
 
     # --- watching ------------------------------------------------------------------
@@ -297,7 +335,7 @@ class Runner:
             if proc.status is Status.EXITED:
                 continue
             if self._has_ended(proc):
-                self._end(key, proc.node, proc.run, proc.pid, self._read_end(proc))
+                self._end(key, proc.node, proc.run, proc.pid, _read_end(proc.run))
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
 
@@ -326,9 +364,6 @@ class Runner:
             _signal(proc.pid, signal.SIGKILL, group=True)
         return True
 
-    def _read_end(self, proc: _Proc) -> Ended:
-        return ended(proc.run.read_exit(), proc.run.read_reason())
-
     def _escalate(self, key: JobKey, proc: _Proc) -> None:
         if proc.status is Status.RUNNING:
             log.info("job %s attempt %d replica %d exceeded its time limit", *key)
@@ -336,7 +371,7 @@ class Runner:
         elif proc.stage == 0:
             self._terminate(proc)
         elif proc.stage == 1:
-            proc.stage, proc.deadline = 2, time.monotonic() + self.grace_s
+            proc.stage, proc.deadline = 2, time.monotonic() + (proc.grace_s or self.grace_s)
             _signal(proc.pid, signal.SIGUSR1)  # the shim SIGKILLs the command
         elif proc.stage == 2:
             proc.stage, proc.deadline = 3, None

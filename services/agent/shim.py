@@ -8,7 +8,8 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 | `stderr` | the job    | the job's standard error (and the shim's own messages)    |
 | `pid`    | the shim   | the shim's pid, which is also the job's process group id  |
 | `exit`   | the shim   | the command's exit status as the shell reports it (`$?`), |
-|          |            | written to `exit.tmp` then renamed: present means final   |
+|          |            | written to `exit.tmp` then renamed: present means final;  |
+|          |            | its mtime is when the command ended (see `exit_time`)     |
 | `reason` | the agent  | why the agent stopped the job, written before signalling: |
 |          |            | line 1 the outcome (`timed_out`, `cancelled`), line 2 text|
 
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuloom.events import Outcome
@@ -84,6 +86,11 @@ class Ended:
     outcome: Outcome
     exit_code: int | None
     reason: str | None
+    #: When the command ended, by the node's clock (the `exit` file's mtime); None
+    #: when nobody saw it end. Reported as `JobFinished.ended_at`, so the run is
+    #: charged up to its end, not up to when the agent got round to reporting it.
+    #: Not part of equality: the same end read twice is the same end.
+    at: datetime | None = field(default=None, compare=False)
 
 
 def parse_run_leaf(name: str) -> tuple[int, int] | None:
@@ -131,6 +138,19 @@ class RunDir:
 
     def has_exit(self) -> bool:
         return os.path.exists(self.path / "exit")
+
+    def exit_time(self) -> datetime | None:
+        """When the command ended: the mtime of the `exit` file, None while it runs.
+
+        The shim writes `exit.tmp` right after `wait` returns and renames it (which
+        keeps the mtime), so the kernel stamps the file with the moment the shim saw
+        the command end. POSIX sh has no clock of its own, and a `date` process
+        would depend on the job's PATH; the file's own time needs neither.
+        """
+        try:
+            return datetime.fromtimestamp(self.file("exit").stat().st_mtime, UTC)
+        except OSError:
+            return None
 
     def read_exit(self) -> int | None:
         """The command's exit status, or None while it runs (or if the shim died)."""
@@ -187,26 +207,27 @@ def describe_status(status: int) -> str:
     return f"exit code {status}"
 
 
-def ended(status: int | None, reason: tuple[str, str] | None) -> Ended:
+def ended(status: int | None, reason: tuple[str, str] | None, at: datetime | None = None) -> Ended:
     """The outcome of a run from its exit status and the agent's reason file.
 
     A reason file (the agent stopped the job) decides the outcome; otherwise exit
     status 0 is success and anything else a failure. No status and no reason
-    means nobody knows how the command ended: the agent lost it.
+    means nobody knows how the command ended: the agent lost it (and `at`, when
+    the command ended, is then unknown too).
     """
     if reason is not None and reason[0] == "timed_out":
-        return Ended("timed_out", status, reason[1])
+        return Ended("timed_out", status, reason[1], at)
     if reason is not None and reason[0] == "cancelled":
-        return Ended("cancelled", status, reason[1])
+        return Ended("cancelled", status, reason[1], at)
     if reason is not None and reason[0] == "preempted":
-        return Ended("preempted", status, reason[1])
+        return Ended("preempted", status, reason[1], at)
     if reason is not None and reason[0] == "failed":  # e.g. GpuMemoryExceeded
-        return Ended("failed", status, reason[1])
+        return Ended("failed", status, reason[1], at)
     if status is None:
         return Ended("failed", None, "agent lost the process")
     if status == 0:
-        return Ended("succeeded", 0, None)
-    return Ended("failed", status, describe_status(status))
+        return Ended("succeeded", 0, None, at)
+    return Ended("failed", status, describe_status(status), at)
 
 
 def spawn_shim(run: RunDir, command: list[str], env: dict[str, str]) -> int:

@@ -12,14 +12,18 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import make_asgi_app
 
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.service import connect_bus
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway import routes_accounts, routes_cluster, routes_jobs, routes_usage
+from services.gateway.apidocs import add_api_docs
 from services.gateway.deps import Gateway
+from services.gateway.limits import BodyLimit
+from services.gateway.metrics import add_metrics
+from services.gateway.routes_deadletters import router as dead_letters_router
+from services.gateway.routes_projections import router as projections_router
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +64,12 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         summary="Event-sourced GPU cluster scheduler: REST gateway",
         lifespan=lifespan,
+        docs_url=None,  # served by add_api_docs, with assets that need no internet
+        redoc_url=None,
         telemetry={"metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.gateway = gateway
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -80,7 +87,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_cluster.router)
     app.include_router(routes_usage.router)
     app.include_router(routes_accounts.router)
-    app.mount("/metrics", make_asgi_app())
+    app.include_router(projections_router)
+    app.include_router(dead_letters_router)
+    add_api_docs(app)
+    add_metrics(app, gateway)
     return app
 
 

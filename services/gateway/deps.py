@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.runtime.projector import Projector
 
 
@@ -64,3 +65,12 @@ async def get_session(gateway: Annotated[Gateway, Depends(get_gateway)]) -> Any:
 
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+#: Ids in paths become NATS subject tokens (`gpuloom.evt.job.<id>.*`) or keys of the
+#: log: a `*`, `>` or `.` would widen a subject to other jobs' events, so each is
+#: checked as a subject token (422 naming the parameter) before any route reads it.
+JobId = Annotated[
+    str, Path(pattern=SUBJECT_TOKEN.pattern, description="a job id, or a job array's id")
+]
+NodeName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="a node name")]
+AccountName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="an account")]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from fastapi import HTTPException
 from nats.errors import Error as NatsError
 
-from gpuloom.bus import Outgoing
+from gpuloom.bus import EventBus, Outgoing
 from gpuloom.events import Event, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.telemetry import inject
 from services.gateway.deps import Gateway, unavailable
@@ -27,6 +28,7 @@ async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> 
     )
     headers = inject({"Nats-Msg-Id": msg_id or envelope.id})
     message = Outgoing(subject_for(event), encode(envelope), headers)
+    _check_size(bus, message)
     try:
         seq, duplicate = await bus.publish(message, timeout=gateway.settings.publish_timeout_s)
         if duplicate:
@@ -39,3 +41,18 @@ async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> 
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
     gateway.last_written_seq = max(gateway.last_written_seq, seq)
     return recorded
+
+
+def _check_size(bus: EventBus, message: Outgoing) -> None:
+    """413 for an event the bus would refuse as too large (its `max_payload`).
+
+    Without this, the publish fails like an outage and is answered 503 with
+    Retry-After, so a client would retry a request that can never succeed.
+    """
+    size = len(message.body) + sum(len(k) + len(v) + 4 for k, v in message.headers.items())
+    limit = bus.max_payload
+    if limit and size > limit:
+        raise HTTPException(
+            status_code=413,
+            detail=f"the event would be {size} bytes; the event log takes at most {limit}",
+        )

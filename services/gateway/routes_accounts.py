@@ -6,11 +6,13 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuloom.events import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
+from gpuloom.events.accounts import QUOTA_MAX
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.text import Remark, UserName
 from gpuloom.queueing.quota import GPU_MILLI, RESOURCE
 from gpuloom.state import ClusterState
 from gpuloom.state.model import AccountState
-from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.deps import AccountName, Gateway, GatewayDep
 from services.gateway.publish import publish
 
 router = APIRouter(prefix="/v1/accounts", tags=["accounts"])
@@ -20,7 +22,7 @@ class NewAccount(BaseModel):
     name: str = Field(pattern=SUBJECT_TOKEN.pattern)
     parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
     shares: int = Field(default=1, ge=0, le=1_000_000)
-    description: str = Field(default="", max_length=500)
+    description: Remark = ""
 
 
 class Shares(BaseModel):
@@ -33,15 +35,15 @@ class QuotaBody(BaseModel):
     pool). `nominal` null removes the quota of that resource."""
 
     resource: str = Field(default=GPU_MILLI, pattern=RESOURCE.pattern)
-    nominal: int | None = Field(default=None, ge=0)
-    borrowing_limit: int | None = Field(default=None, ge=0)
-    cap: int | None = Field(default=None, ge=0)
+    nominal: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
+    borrowing_limit: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
+    cap: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
 
 
 class Users(BaseModel):
     """Who may submit under the account; an empty list lets anyone."""
 
-    users: list[str] = Field(default_factory=list, max_length=10_000)
+    users: list[UserName] = Field(default_factory=list, max_length=10_000)
 
 
 class Account(BaseModel):
@@ -130,7 +132,7 @@ async def create_account(body: NewAccount, gateway: GatewayDep) -> Account:
 
 
 @router.put("/{name}/shares", response_model=Account, responses={404: {}})
-async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
+async def set_shares(name: AccountName, body: Shares, gateway: GatewayDep) -> Account:
     """Set the account's fair-share shares (event SharesSet)."""
     await _require(gateway, name)
     await publish(gateway, SharesSet(account=name, shares=body.shares))
@@ -138,7 +140,7 @@ async def set_shares(name: str, body: Shares, gateway: GatewayDep) -> Account:
 
 
 @router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
-async def set_users(name: str, body: Users, gateway: GatewayDep) -> Account:
+async def set_users(name: AccountName, body: Users, gateway: GatewayDep) -> Account:
     """Set who may submit under the account (event AccountUsersSet); [] lets anyone."""
     await _require(gateway, name)
     try:
@@ -150,7 +152,7 @@ async def set_users(name: str, body: Users, gateway: GatewayDep) -> Account:
 
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
-async def set_quota(name: str, body: QuotaBody, gateway: GatewayDep) -> Account:
+async def set_quota(name: AccountName, body: QuotaBody, gateway: GatewayDep) -> Account:
     """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet)."""
     await _require(gateway, name)
     await publish(

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, HTTPException, Path
+from pydantic import BaseModel
 from sqlalchemy import select
 
 from gpuloom.decide.queueing import dependency_status, pending_in_order, priority_weights
 from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_schemas
+from gpuloom.events.text import Remark
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.store.models import NodeRow
-from services.gateway.deps import GatewayDep, SessionDep
+from services.gateway.deps import GatewayDep, NodeName, SessionDep
 from services.gateway.publish import publish
 from services.gateway.routes_jobs import UNAVAILABLE
 from services.gateway.schemas import (
@@ -48,7 +49,11 @@ class PoolChange(BaseModel):
     responses={404: {"model": Problem}, 409: {"model": Problem}},
 )
 async def change_pool(
-    node: str, gpu: int, change: PoolChange, gateway: GatewayDep, session: SessionDep
+    node: NodeName,
+    gpu: Annotated[int, Path(ge=0, le=1023)],
+    change: PoolChange,
+    gateway: GatewayDep,
+    session: SessionDep,
 ) -> PoolChangeAccepted:
     """Move an idle GPU to the physical or the vGPU pool (event GpuPoolChanged).
 
@@ -78,7 +83,7 @@ async def change_pool(
 
 
 class Cordon(BaseModel):
-    reason: str = Field(default="", max_length=500)
+    reason: Remark = ""
 
 
 @router.post(
@@ -87,7 +92,7 @@ class Cordon(BaseModel):
     tags=["nodes"],
     responses={404: {"model": Problem}, **UNAVAILABLE},
 )
-async def cordon(node: str, body: Cordon, gateway: GatewayDep, session: SessionDep) -> Node:
+async def cordon(node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
     await _known_node(gateway, session, node)
     await publish(gateway, NodeCordoned(node=node, reason=body.reason))
@@ -100,7 +105,7 @@ async def cordon(node: str, body: Cordon, gateway: GatewayDep, session: SessionD
     tags=["nodes"],
     responses={404: {"model": Problem}, **UNAVAILABLE},
 )
-async def uncordon(node: str, gateway: GatewayDep, session: SessionDep) -> Node:
+async def uncordon(node: NodeName, gateway: GatewayDep, session: SessionDep) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
     row = await _known_node(gateway, session, node)
     if row.cordoned is not None:

@@ -6,16 +6,27 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
 from nats.errors import Error as NatsError
 from sqlalchemy import func, select
 
+from gpuloom.decide.admission import time_limit_problem
 from gpuloom.decide.explain import explain
-from gpuloom.events import JobCancelRequested, JobSpec, JobSubmitted, decode
+from gpuloom.events import (
+    Event,
+    JobArraySubmitted,
+    JobCancelRequested,
+    JobSpec,
+    JobSubmitted,
+    decode,
+)
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
+from gpuloom.events.text import HeaderValue
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
 from gpuloom.store.models import JobRow
-from services.gateway.deps import Gateway, GatewayDep, SessionDep, unavailable
+from services.gateway.arrays import array_view
+from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
 from services.gateway.publish import publish
 from services.gateway.schemas import (
     CancelAccepted,
@@ -48,60 +59,84 @@ async def load_job(gateway: GatewayDep, session: SessionDep, job_id: str) -> Job
     return row
 
 
-@router.post("", status_code=202, response_model=Submitted, responses={**UNAVAILABLE})
+async def load_array(session: SessionDep, array_id: str) -> list[JobRow]:
+    """The rows of an array's tasks (`<array id>-<index>`), by index; [] if none.
+
+    A range on the primary key, not LIKE: ids may hold `_`, a LIKE wildcard, and
+    every id that starts with `<array id>-` sorts between it and `<array id>.`.
+    """
+    rows = await session.scalars(
+        select(JobRow).where(JobRow.id > f"{array_id}-", JobRow.id < f"{array_id}.")
+    )
+    tasks = [row for row in rows if row.id.rsplit("-", 1)[-1].isdigit()]
+    return sorted(tasks, key=lambda row: int(row.id.rsplit("-", 1)[-1]))
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=Submitted,
+    responses={**UNAVAILABLE, 413: {"model": Problem}},
+)
 async def submit_job(
     spec: JobSpec,
     gateway: GatewayDep,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: Annotated[HeaderValue | None, Header()] = None,
 ) -> Submitted:
-    """Accept a job once its JobSubmitted event is acknowledged by the log.
+    """Accept a job (or a whole job array) once its event is acknowledged by the log.
 
     A retry with the same `Idempotency-Key` returns the job the first request
-    created, never a second one.
+    created, never a second one. An array is one JobArraySubmitted event: it is
+    accepted whole or not at all, and its id shows and cancels every task.
     """
-    if spec.array is not None:
-        return await _submit_array(gateway, spec, idempotency_key)
+    _check_time_limit(spec, gateway.settings.max_time_limit_s)
     if idempotency_key is not None:
-        async with gateway.sessions() as session:
-            existing = await session.scalar(
-                select(JobRow).where(JobRow.idempotency_key == idempotency_key)
-            )
+        existing = await _submitted_with(gateway, idempotency_key)
         if existing is not None:
-            return Submitted(id=existing.id, state=existing.state)
-    event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
+            return existing
+    event: JobSubmitted | JobArraySubmitted
+    if spec.array is not None:
+        event = JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
+    else:
+        event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
     msg_id = f"submit:{idempotency_key}" if idempotency_key else None
     recorded = await publish(gateway, event, msg_id)
-    assert isinstance(recorded.event, JobSubmitted)
-    return Submitted(id=recorded.event.job_id, state="submitted")
+    return _accepted(recorded.event, "submitted")
 
 
-async def _submit_array(gateway: Gateway, spec: JobSpec, key: str | None) -> Submitted:
-    """One JobSubmitted per task, `<array id>-<index>`; a retried key returns the same tasks."""
-    size = spec.array or 1
-    keys = [f"{key}:{i}" for i in range(size)] if key else [None] * size
-    if key is not None:
-        async with gateway.sessions() as session:
-            first = await session.scalar(select(JobRow).where(JobRow.idempotency_key == keys[0]))
-        if first is not None:
-            array_id = first.id.rsplit("-", 1)[0]
-            return Submitted(
-                id=array_id, state="submitted", tasks=[f"{array_id}-{i}" for i in range(size)]
-            )
-    array_id = new_event_id()
-    task_spec = spec.model_copy(update={"array": None})
-    tasks = []
-    for index in range(size):
-        event = JobSubmitted(
-            job_id=f"{array_id}-{index}",
-            spec=task_spec,
-            idempotency_key=keys[index],
-            array_id=array_id,
-            array_index=index,
+def _check_time_limit(spec: JobSpec, maximum: int) -> None:
+    """422 over the cluster's MaxTime (admission rejects such a job that got by)."""
+    reason = time_limit_problem(spec, maximum or None)
+    if reason is not None:
+        raise RequestValidationError(
+            [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
         )
-        recorded = await publish(gateway, event, f"submit:{keys[index]}" if key else None)
-        assert isinstance(recorded.event, JobSubmitted)
-        tasks.append(recorded.event.job_id)
-    return Submitted(id=array_id, state="submitted", tasks=tasks)
+
+
+async def _submitted_with(gateway: Gateway, key: str) -> Submitted | None:
+    """What an earlier request with this idempotency key created, if the log has it.
+
+    The log's de-duplication window catches a retry that races the first request;
+    this catches one that comes after the window, from the folded state.
+    """
+    await gateway.catch_up()
+    if gateway.projector is None:
+        return None
+    state = gateway.projector.state
+    job_id = state.idempotency_keys.get(key)
+    if job_id is None:
+        return None
+    if job_id in state.arrays:
+        return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
+    job = state.jobs.get(job_id)
+    return Submitted(id=job_id, state=job.phase if job is not None else "submitted")
+
+
+def _accepted(event: Event, state: str) -> Submitted:
+    if isinstance(event, JobArraySubmitted):
+        return Submitted(id=event.job_id, state=state, tasks=event.task_ids())
+    assert isinstance(event, JobSubmitted)
+    return Submitted(id=event.job_id, state=state)
 
 
 @router.get("", response_model=JobList)
@@ -128,9 +163,20 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})
-async def get_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> Job:
-    """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`)."""
-    job = to_job(await load_job(gateway, session, job_id))
+async def get_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> Job:
+    """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`).
+
+    A job array's id answers with the array as a whole: its tasks' states counted
+    in `array`, and one state for all (`running` while any task runs, ...).
+    """
+    await gateway.catch_up()
+    row = await session.get(JobRow, job_id)
+    if row is None:
+        tasks = await load_array(session, job_id)
+        if not tasks:
+            raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+        return array_view(job_id, [to_job(task) for task in tasks])
+    job = to_job(row)
     if job.state in PENDING_PHASES and gateway.projector is not None:
         found = explain(gateway.projector.state, job_id, brief=True)
         if found is not None and found.reason is not None:
@@ -148,17 +194,28 @@ async def get_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> Job:
     response_model=CancelAccepted,
     responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
 )
-async def cancel_job(job_id: str, gateway: GatewayDep, session: SessionDep) -> CancelAccepted:
-    """Ask for cancellation; the queue (pending job) or the node agent (running job) does it."""
-    row = await load_job(gateway, session, job_id)
-    if row.state in FINAL_PHASES:
-        raise HTTPException(status_code=409, detail=f"job {job_id} already {row.state}")
+async def cancel_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> CancelAccepted:
+    """Ask for cancellation; the queue (pending job) or the node agent (running job) does it.
+
+    With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
+    """
+    await gateway.catch_up()
+    row = await session.get(JobRow, job_id)
+    if row is None:
+        tasks = await load_array(session, job_id)
+        if not tasks:
+            raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+        state = array_view(job_id, [to_job(task) for task in tasks]).state
+    else:
+        state = row.state
+    if state in FINAL_PHASES:
+        raise HTTPException(status_code=409, detail=f"job {job_id} already {state}")
     await publish(gateway, JobCancelRequested(job_id=job_id), f"{job_id}:cancel-request")
-    return CancelAccepted(id=job_id, state=row.state, cancel_requested=True)
+    return CancelAccepted(id=job_id, state=state, cancel_requested=True)
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
-async def explain_job(job_id: str, gateway: GatewayDep) -> JobExplanation:
+async def explain_job(job_id: JobId, gateway: GatewayDep) -> JobExplanation:
     """Why the job is pending: reason code, queue position, per-node verdicts, estimate."""
     await gateway.catch_up()
     if gateway.projector is None:
@@ -179,13 +236,23 @@ async def explain_job(job_id: str, gateway: GatewayDep) -> JobExplanation:
 
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})
-async def job_events(job_id: str, gateway: GatewayDep) -> JobEvents:
-    """The job's audit trail, read from the log itself (not from a projection)."""
+async def job_events(job_id: JobId, gateway: GatewayDep) -> JobEvents:
+    """The job's audit trail, read from the log itself (not from a projection).
+
+    A task of a job array starts with its array's JobArraySubmitted (and any
+    cancellation of the whole array).
+    """
     bus = gateway.live_bus()
+    await gateway.catch_up()
+    subjects = [job_subjects(job_id)]
+    job = gateway.projector.state.jobs.get(job_id) if gateway.projector else None
+    if job is not None and job.array_id is not None:
+        subjects.insert(0, job_subjects(job.array_id))
     try:
-        messages = await bus.read_subject(job_subjects(job_id))
+        messages = [m for subject in subjects for m in await bus.read_subject(subject)]
     except (NatsError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
+    messages.sort(key=lambda message: message.seq)
     if not messages:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     events = []
@@ -197,7 +264,7 @@ async def job_events(job_id: str, gateway: GatewayDep) -> JobEvents:
 
 @router.get("/{job_id}/logs", response_model=JobLogs, responses={**NOT_FOUND, **UNAVAILABLE})
 async def job_logs(
-    job_id: str,
+    job_id: JobId,
     gateway: GatewayDep,
     session: SessionDep,
     tail_bytes: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 65536,

@@ -45,6 +45,14 @@ class Job(BaseModel):
     request: dict[str, Any] | None = None
     #: The current placement: each replica's host and GPU slices (local and remote).
     placement: list[dict[str, Any]] | None = None
+    #: For a job array's own id: its tasks and how many are in each state.
+    array: ArraySummary | None = None
+
+
+class ArraySummary(BaseModel):
+    tasks: list[str]
+    #: State -> number of tasks in it.
+    states: dict[str, int]
 
 
 class JobList(BaseModel):

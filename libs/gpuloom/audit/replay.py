@@ -67,7 +67,7 @@ def snapshot(state: ClusterState) -> Snapshot:
     ]
     running = [
         {"id": job.job_id, "state": job.phase, "node": job.node, "gpus": list(job.gpu_indexes)}
-        for job in sorted(state.jobs.values(), key=lambda j: j.submit_seq)
+        for job in sorted(state.jobs.values(), key=lambda j: j.order)
         if job.phase in ("placed", "running")
     ]
     return Snapshot(state.seq, nodes, queue, running)

@@ -1,5 +1,7 @@
 """NATS JetStream adapter (the only module of the core that imports nats)."""
 
+from gpuloom.bus.deadletters import DeadLetter, DeadLetters
 from gpuloom.bus.jetstream import EventBus, Incoming, Outgoing
+from gpuloom.bus.streams import StreamMissingError
 
-__all__ = ["EventBus", "Incoming", "Outgoing"]
+__all__ = ["DeadLetter", "DeadLetters", "EventBus", "Incoming", "Outgoing", "StreamMissingError"]

@@ -10,21 +10,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-)
-from nats.js.errors import NotFoundError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from gpuloom.bus.deadletters import DeadLetters
+from gpuloom.bus.streams import Expected, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
 log = logging.getLogger(__name__)
@@ -49,15 +44,18 @@ class Incoming:
     headers: dict[str, str]
     #: Messages still in the stream after this one when it was delivered.
     pending: int
+    #: When the stream stored it (JetStream's own timestamp; None where unknown).
+    stored_at: datetime | None = None
 
 
 class EventBus:
-    """A connection to NATS with the gpuloom stream ensured."""
+    """A connection to NATS and the gpuloom stream (see `gpuloom.bus.streams`)."""
 
     def __init__(self, nc: NatsClient, stream: str) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.stream = stream
+        self._dead_letters: dict[str, DeadLetters] = {}
 
     @classmethod
     async def connect(
@@ -66,11 +64,19 @@ class EventBus:
         stream: str,
         *,
         name: str,
-        dedup_window_s: float = 7200,
-        replicas: int = 1,
+        dedup_window_s: float | None = None,
+        replicas: int | None = None,
+        create: bool = True,
         connect_timeout: float = 5,
         **options: object,
     ) -> EventBus:
+        """Connect; with `create`, make the log (and its dead-letter stream) if missing.
+
+        An existing stream is never changed: what differs from `dedup_window_s` or
+        `replicas` (None: no expectation) is logged once. Without `create` (read-only
+        tools) a missing log raises `StreamMissingError`.
+        """
+
         async def on_error(exc: Exception) -> None:
             log.warning("nats error: %s", exc)
 
@@ -84,31 +90,34 @@ class EventBus:
             **options,
         )
         bus = cls(nc, stream)
-        await bus.ensure_stream(dedup_window_s, replicas)
+        try:
+            if create:
+                await bus.ensure_stream(dedup_window_s, replicas)
+            else:
+                await require_stream(bus.js, stream, url)
+        except BaseException:
+            await nc.close()
+            raise
         return bus
 
-    async def ensure_stream(self, dedup_window_s: float, replicas: int) -> None:
-        """Create the stream, or update it to this configuration."""
-        config = StreamConfig(
-            name=self.stream,
-            subjects=[ALL_EVENTS],
-            storage=StorageType.FILE,
-            retention=RetentionPolicy.LIMITS,
-            num_replicas=replicas,
-            duplicate_window=dedup_window_s,
-            allow_direct=True,
-        )
-        try:
-            await self.js.stream_info(self.stream)
-        except NotFoundError:
-            await self.js.add_stream(config)
-        else:
-            await self.js.update_stream(config)
+    async def ensure_stream(
+        self, dedup_window_s: float | None = None, replicas: int | None = None
+    ) -> None:
+        """Create the log and its dead-letter stream when missing; never update them."""
+        await ensure_streams(self.js, self.stream, Expected(dedup_window_s, replicas))
+
+    def dead_letters(self, service: str) -> DeadLetters:
+        """The dead-letter outbox of `service` on this bus (one per service)."""
+        if service not in self._dead_letters:
+            self._dead_letters[service] = DeadLetters(self, service)
+        return self._dead_letters[service]
 
     async def close(self, drain_timeout_s: float = 3.0) -> None:
         """Drain (flush what is in flight, end subscriptions), then close regardless."""
         if self.nc.is_closed:
             return
+        for outbox in self._dead_letters.values():
+            await outbox.flush(1.0)
         try:
             await asyncio.wait_for(self.nc.drain(), drain_timeout_s)
         except Exception as exc:  # a stuck drain must not keep the process alive
@@ -119,6 +128,11 @@ class EventBus:
     @property
     def connected(self) -> bool:
         return self.nc.is_connected
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server takes (its `max_payload`, 1 MiB by default)."""
+        return int(self.nc.max_payload)
 
     async def last_seq(self) -> int:
         info = await self.js.stream_info(self.stream)
@@ -177,6 +191,7 @@ class EventBus:
                     body=msg.data,
                     headers=dict(msg.headers or {}),
                     pending=int(meta.num_pending),
+                    stored_at=meta.timestamp,
                 )
             )
 
@@ -214,6 +229,7 @@ class EventBus:
                         msg.data,
                         dict(msg.headers or {}),
                         int(msg.metadata.num_pending),
+                        msg.metadata.timestamp,
                     )
                 )
                 if msg.metadata.num_pending == 0:

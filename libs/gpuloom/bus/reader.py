@@ -15,9 +15,11 @@ async def read_log(
 ) -> list[Recorded]:
     """Every well-formed event in the stream up to `upto` (default: the last), in order.
 
-    Malformed entries are skipped, as every reactor skips them.
+    Malformed entries are skipped, as every reactor skips them. Read-only: the
+    stream is neither created nor changed; a missing one raises `StreamMissingError`
+    (an audit of an empty log would pass vacuously, pointed at the wrong NATS).
     """
-    bus = await EventBus.connect(nats_url, stream, name="gpuloom-log-reader")
+    bus = await EventBus.connect(nats_url, stream, name="gpuloom-log-reader", create=False)
     try:
         last = await bus.last_seq()
         if upto is not None:
@@ -32,7 +34,7 @@ async def read_log(
                 done.set()
                 return
             with contextlib.suppress(MalformedEvent):
-                records.append(decode(message.seq, message.body))
+                records.append(decode(message.seq, message.body, message.stored_at))
             if message.seq >= last:
                 done.set()
 

@@ -340,6 +340,12 @@ class GpuloomClient:
         """`GET /healthz`."""
         return cast(Health, self._request("GET", "/healthz"))
 
+    def dead_letters(self, limit: int = 50) -> dict[str, Any]:
+        """`GET /v1/deadletters`: messages the services could not handle, newest first."""
+        return cast(
+            dict[str, Any], self._request("GET", "/v1/deadletters", params={"limit": limit})
+        )
+
 
 def _window(since: str | None, until: str | None) -> dict[str, str]:
     return {k: v for k, v in (("since", since), ("until", until)) if v}

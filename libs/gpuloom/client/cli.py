@@ -22,6 +22,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from gpuloom.client import render
 from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
@@ -417,6 +418,32 @@ def health(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         )
     if not healthy:
         raise typer.Exit(1)
+
+
+@app.command()
+def deadletters(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """Messages the services could not handle and skipped (the dead-letter stream)."""
+    with gateway(ctx) as client:
+        answer = client.dead_letters(limit)
+    if as_json:
+        print_json(answer)
+        return
+    table = Table(title=f"{answer['total']} dead letters in {answer['stream']}, newest first")
+    for column in ["at", "service", "seq / subject", "kind", "reason"]:
+        table.add_column(column)
+    for letter in answer["dead_letters"]:
+        where = letter.get("seq") or letter.get("subject") or "-"
+        table.add_row(
+            *(escape(str(letter.get(k) or "-")) for k in ("at", "service")),
+            escape(str(where)),
+            escape(str(letter.get("reason_kind") or "-")),
+            escape(str(letter.get("reason") or "-")),
+        )
+    emit(table)
 
 
 @app.command(context_settings=PASS_THROUGH)

@@ -111,6 +111,10 @@ def job_details(job: Job) -> Table:
         ("started", when(job.get("started_at"))),
         ("finished", when(job.get("finished_at"))),
     ]
+    array = job.get("array")
+    if array:
+        counts = ", ".join(f"{count} {state}" for state, count in array["states"].items())
+        rows.insert(4, ("array", f"{len(array['tasks'])} tasks: {counts}"))
     for key, value in rows:
         table.add_row(key, value)
     return table

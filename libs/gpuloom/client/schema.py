@@ -39,6 +39,13 @@ class Job(TypedDict):
     submitted_at: str | None
     started_at: str | None
     finished_at: str | None
+    #: Only for a job array's own id: its tasks and how many are in each state.
+    array: NotRequired[ArraySummary | None]
+
+
+class ArraySummary(TypedDict):
+    tasks: list[str]
+    states: dict[str, int]
 
 
 class JobList(TypedDict):

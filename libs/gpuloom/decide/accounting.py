@@ -48,7 +48,7 @@ def decide_charges(
     """Final charges of ended runs; with `now` and `interval`, interim charges of runs
     that have gone `interval` or longer without one."""
     decisions: list[Decision] = []
-    for job_id in sorted(state.uncharged, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(state.uncharged, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         for run in job.runs:
             if run.ended_at is None or run.attempt in job.charged_attempts:
@@ -59,7 +59,7 @@ def decide_charges(
     if now is None or interval is None:
         return decisions
     on_node = sorted({j for jobs in state.on_node.values() for j in jobs})
-    for job_id in sorted(on_node, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(on_node, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         current = job.current_run()
         if current is None or now - (current.charged_until or current.started_at) < interval:

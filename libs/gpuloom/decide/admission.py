@@ -80,20 +80,34 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     return f"{needs} but no node has them with the CPU, memory and labels the job asks for"
 
 
-def decide_admission(state: ClusterState) -> list[Decision]:
-    """Answer every submitted job without a pending cancel, in submission order."""
+def time_limit_problem(spec: JobSpec, max_time_limit_s: int | None) -> str | None:
+    """Why the job's time limit is over the cluster's maximum (Slurm's MaxTime), if it is."""
+    if max_time_limit_s is None or spec.time_limit_s is None:
+        return None
+    if spec.time_limit_s > max_time_limit_s:
+        return (
+            f"time_limit_s {spec.time_limit_s} is over the cluster's maximum of "
+            f"{max_time_limit_s} s"
+        )
+    return None
+
+
+def decide_admission(state: ClusterState, max_time_limit_s: int | None = None) -> list[Decision]:
+    """Answer every submitted job without a pending cancel, in submission order.
+
+    `max_time_limit_s` is the cluster's MaxTime (configuration); None: no maximum
+    but the contract's own (a 32-bit number of seconds).
+    """
     decisions: list[Decision] = []
     reasons: dict[object, str | None] = {}  # the same request, the same answer
-    for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue  # the queue cancels it
-        shape = (request_of(job.spec), tuple((d.job, d.when) for d in job.spec.depends_on))
-        reason = membership_problem(state, job.spec)
-        if reason is None:
-            if shape not in reasons:
-                reasons[shape] = rejection_reason(state, job.spec)
-            reason = reasons[shape]
+        try:
+            reason = _judge(state, job.spec, max_time_limit_s, reasons)
+        except Exception as exc:  # containment: one job no rule foresaw cannot stop the rest
+            reason = f"admission could not judge this job: {type(exc).__name__}: {exc}"[:1000]
         event: JobAdmitted | JobRejected = (
             JobAdmitted(job_id=job_id)
             if reason is None
@@ -101,3 +115,19 @@ def decide_admission(state: ClusterState) -> list[Decision]:
         )
         decisions.append(Decision(event, f"{job_id}:admission", job.last_event_id))
     return decisions
+
+
+def _judge(
+    state: ClusterState,
+    spec: JobSpec,
+    max_time_limit_s: int | None,
+    reasons: dict[object, str | None],
+) -> str | None:
+    """Why `spec` is rejected, or None; `reasons` remembers answers by request shape."""
+    reason = time_limit_problem(spec, max_time_limit_s) or membership_problem(state, spec)
+    if reason is not None:
+        return reason
+    shape = (request_of(spec), tuple((d.job, d.when) for d in spec.depends_on))
+    if shape not in reasons:
+        reasons[shape] = rejection_reason(state, spec)
+    return reasons[shape]

@@ -41,9 +41,10 @@ def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencySta
     return "met", None
 
 
-def queue_key(job: JobState) -> tuple[int, int, str]:
-    """Total order of pending jobs: higher priority first, then submission order, then id."""
-    return (-job.priority, job.submit_seq, job.job_id)
+def queue_key(job: JobState) -> tuple[int, tuple[int, int, str]]:
+    """Total order of pending jobs: higher priority first, then submission order
+    (`JobState.order`: an array's tasks by index), then id."""
+    return (-job.priority, job.order)
 
 
 def priority_weights(state: ClusterState) -> PriorityWeights:
@@ -94,7 +95,7 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
                 ),
             )
         )
-    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].submit_seq, pair[0].job_id))
+    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].order))
     return ranked
 
 
@@ -163,13 +164,13 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
     current = state.queue_policy or QueuePolicySet()
     if policy is not None and policy != current:
         decisions.append(Decision(policy, f"queue-policy:{state.seq}"))
-    for job_id in sorted(state.cancel_pending, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(state.cancel_pending, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if job.phase in ("submitted", "admitted", "queued"):
             decisions.append(
                 Decision(JobCancelled(job_id=job_id), f"{job_id}:cancelled", job.last_event_id)
             )
-    for job_id in sorted(state.queued, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(state.queued, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if not job.spec.depends_on or job.cancel_requested:
             continue
@@ -182,7 +183,7 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
                     job.last_event_id,
                 )
             )
-    for job_id in sorted(state.admitted, key=lambda j: state.jobs[j].submit_seq):
+    for job_id in sorted(state.admitted, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue

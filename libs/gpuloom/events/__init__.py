@@ -10,7 +10,12 @@ from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Envelope, Event, JobEvent, NodeEvent
 from gpuloom.events.codec import MalformedEvent, Recorded, decode, encode, make_envelope
-from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
+from gpuloom.events.gateway import (
+    JobArraySubmitted,
+    JobCancelRequested,
+    JobSubmitted,
+    array_task_id,
+)
 from gpuloom.events.inventory import (
     GpuPoolChanged,
     GpuSpec,
@@ -46,6 +51,7 @@ __all__ = [
     "GpuPoolChanged",
     "GpuSpec",
     "JobAdmitted",
+    "JobArraySubmitted",
     "JobCancelRequested",
     "JobCancelled",
     "JobEvent",
@@ -75,6 +81,7 @@ __all__ = [
     "SharesSet",
     "SliceRef",
     "UsageCharged",
+    "array_task_id",
     "decode",
     "encode",
     "json_schemas",

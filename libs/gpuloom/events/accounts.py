@@ -7,7 +7,11 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN, Event
+from gpuloom.events.text import Remark, UserName
 from gpuloom.queueing.quota import RESOURCE
+
+#: The largest quota amount: milli-GPU of a million GPUs, with room to add.
+QUOTA_MAX = 2**53
 
 
 class AccountEvent(Event):
@@ -25,7 +29,7 @@ class AccountCreated(AccountEvent):
 
     TYPE: ClassVar[str] = "AccountCreated"
     parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
-    description: str = Field(default="", max_length=500)
+    description: Remark = ""
 
 
 class SharesSet(AccountEvent):
@@ -48,9 +52,9 @@ class QuotaSet(AccountEvent):
 
     TYPE: ClassVar[str] = "QuotaSet"
     resource: str = Field(default="gpu_milli", pattern=RESOURCE.pattern)
-    nominal: int | None = Field(default=None, ge=0)
-    borrowing_limit: int | None = Field(default=None, ge=0)
-    cap: int | None = Field(default=None, ge=0)
+    nominal: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
+    borrowing_limit: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
+    cap: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
 
 
 class AccountUsersSet(AccountEvent):
@@ -61,12 +65,9 @@ class AccountUsersSet(AccountEvent):
     """
 
     TYPE: ClassVar[str] = "AccountUsersSet"
-    users: list[str] = Field(default_factory=list, max_length=10_000)
+    users: list[UserName] = Field(default_factory=list, max_length=10_000)
 
     @field_validator("users")
     @classmethod
-    def _users_valid(cls, value: list[str]) -> list[str]:
-        for user in value:
-            if not user or len(user) > 100:
-                raise ValueError(f"invalid user name {user!r}")
+    def _users_sorted(cls, value: list[str]) -> list[str]:
         return sorted(set(value))

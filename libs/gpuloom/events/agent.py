@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from gpuloom.events.base import JobEvent
 
@@ -32,3 +32,7 @@ class JobFinished(JobEvent):
     outcome: Outcome
     exit_code: int | None = None
     reason: str | None = None
+    #: When the process ended, by the node's clock (its shim's record), if known. The
+    #: report may come much later (the agent was down); the run is charged up to here,
+    #: kept by the fold within [the run's start, this event's `at`].
+    ended_at: AwareDatetime | None = None

@@ -8,10 +8,9 @@ process. The envelope is the wire shape of one log entry (design §5):
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 #: Names that become NATS subject tokens (node names, job ids) must not contain
 #: `.`, `*`, `>` or whitespace.
@@ -58,11 +57,12 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
-    type: str
+    id: str = Field(min_length=1, max_length=200)
+    type: str = Field(min_length=1, max_length=100)
     v: int
-    at: datetime
-    by: str
-    correlation_id: str | None = None
-    causation_id: str | None = None
+    #: When it happened, with its time zone: the fold compares times from every writer.
+    at: AwareDatetime
+    by: str = Field(min_length=1, max_length=100)
+    correlation_id: str | None = Field(default=None, max_length=200)
+    causation_id: str | None = Field(default=None, max_length=200)
     data: dict[str, Any]

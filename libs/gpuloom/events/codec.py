@@ -30,6 +30,10 @@ class Recorded:
     seq: int
     envelope: Envelope
     event: Event
+    #: When the log stored it (JetStream's own timestamp), where the reader knows it:
+    #: the fold voids an event whose `at` is far from it (a writer's clock, or a forged
+    #: time, must not move the log's clock by years).
+    stored_at: datetime | None = None
 
 
 def new_event_id() -> str:
@@ -62,7 +66,7 @@ def encode(envelope: Envelope) -> bytes:
     return orjson.dumps(envelope.model_dump(mode="json"))
 
 
-def decode(seq: int, raw: bytes) -> Recorded:
+def decode(seq: int, raw: bytes, stored_at: datetime | None = None) -> Recorded:
     """Parse one log entry; raise MalformedEvent with a reason on anything invalid."""
     try:
         doc: Any = orjson.loads(raw)
@@ -77,4 +81,4 @@ def decode(seq: int, raw: bytes) -> Recorded:
         event = cls.model_validate(data)
     except (UnknownVersionError, ValidationError) as exc:
         raise MalformedEvent(f"seq {seq}: invalid {envelope.type} payload: {exc}") from exc
-    return Recorded(seq=seq, envelope=envelope, event=event)
+    return Recorded(seq=seq, envelope=envelope, event=event, stored_at=stored_at)

@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuloom.events.base import NodeEvent
+from gpuloom.events.text import INT32_MAX, LabelKey, LabelValue, ModelName, Remark, UserName
 
 
 class GpuSpec(BaseModel):
@@ -16,10 +17,11 @@ class GpuSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    index: int = Field(ge=0)
-    uuid: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    memory_mib: int = Field(ge=0)
+    index: int = Field(ge=0, le=1023)
+    #: A GPU's UUID (`GPU-8c3f...`): an identifier without blanks, like a user name.
+    uuid: UserName
+    model: ModelName
+    memory_mib: int = Field(ge=0, le=INT32_MAX)
     #: `physical`: allocated whole to one job; `vgpu`: sliced (milli-GPU and memory).
     pool: Literal["physical", "vgpu"] = "physical"
 
@@ -29,10 +31,10 @@ class NodeSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    gpus: list[GpuSpec] = Field(default_factory=list)
-    cpu_milli: int = Field(default=0, ge=0)
-    memory_mib: int = Field(default=0, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: list[GpuSpec] = Field(default_factory=list, max_length=1024)
+    cpu_milli: int = Field(default=0, ge=0, le=INT32_MAX)
+    memory_mib: int = Field(default=0, ge=0, le=2**50)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
     simulated: bool = False
     #: Serves vGPU slices to replicas hosted on other nodes (remote vGPU, as OrionX).
     lends_remote_vgpu: bool = False
@@ -79,7 +81,7 @@ class NodeCordoned(NodeEvent):
     """An admin took the node out of placement: nothing new lands on it; what runs stays."""
 
     TYPE: ClassVar[str] = "NodeCordoned"
-    reason: str = Field(default="", max_length=500)
+    reason: Remark = ""
 
 
 class NodeUncordoned(NodeEvent):

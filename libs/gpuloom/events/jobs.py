@@ -6,13 +6,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.text import (
+    INT32_MAX,
+    EnvName,
+    ExecWord,
+    JobName,
+    LabelKey,
+    LabelValue,
+    ModelName,
+    UserName,
+)
+
 
 class Dependency(BaseModel):
     """Run only after job `job` ended `succeeded` (or ended at all, with `finished`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: str = Field(min_length=1, max_length=64)
+    job: str = Field(pattern=SUBJECT_TOKEN.pattern)
     when: Literal["succeeded", "finished"] = "succeeded"
 
 
@@ -21,33 +33,36 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    user: str = Field(min_length=1, max_length=100)
-    account: str = Field(min_length=1, max_length=100)
-    command: list[str] = Field(min_length=1)
+    name: JobName
+    user: UserName
+    #: An account name is a subject token, like the accounts admins create.
+    account: str = Field(pattern=SUBJECT_TOKEN.pattern)
+    command: list[ExecWord] = Field(min_length=1, max_length=4096)
     gpus: int = Field(ge=0, le=1024)
     #: A fraction of each GPU (1..999 milli-GPU, from the vGPU pool); None: whole GPUs.
     gpu_milli: int | None = Field(default=None, ge=1, le=999)
     #: GPU memory per slice; None: the same share of the GPU's memory as `gpu_milli`.
-    gpu_memory_mib: int | None = Field(default=None, ge=1)
-    gpu_model: list[str] = Field(default_factory=list)
-    cpu_milli: int = Field(default=0, ge=0)
-    memory_mib: int = Field(default=0, ge=0)
+    gpu_memory_mib: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    gpu_model: list[ModelName] = Field(default_factory=list, max_length=64)
+    cpu_milli: int = Field(default=0, ge=0, le=INT32_MAX)
+    memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
     pool: Literal["physical", "vgpu", "any"] = "any"
     locality: Literal["local-only", "local-first", "any"] = "local-only"
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
     #: Replicas placed as a gang: all in one decision, or none.
     replicas: int = Field(default=1, ge=1, le=1024)
     #: Jobs that must end first; the job waits (reason `Dependency`) until they do.
     depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
-    #: A job array: the gateway submits `array` tasks, each with GPULOOM_ARRAY_INDEX.
+    #: A job array of `array` tasks, each with GPULOOM_ARRAY_INDEX (JobArraySubmitted).
     array: int | None = Field(default=None, ge=1, le=10_000)
     #: The job's priority class: higher classes go first and may preempt lower ones.
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     #: May be stopped (and requeued) for a job of a higher priority class.
     preemptible: bool = False
-    time_limit_s: int | None = Field(default=None, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
+    #: Seconds; at most a 32-bit integer here, and at most the configured maximum
+    #: (`GPULOOM_MAX_TIME_LIMIT_S`, Slurm's MaxTime) by admission.
+    time_limit_s: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    env: dict[EnvName, ExecWord] = Field(default_factory=dict, max_length=1024)
 
     @field_validator("command")
     @classmethod
@@ -71,11 +86,3 @@ class JobSpec(BaseModel):
     def share_milli(self) -> int:
         """Milli-GPU per GPU: the fraction, or 1000 for whole GPUs."""
         return self.gpu_milli if self.gpu_milli is not None else 1000
-
-    @field_validator("env")
-    @classmethod
-    def _env_names_valid(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"invalid environment variable name {name!r}")
-        return value

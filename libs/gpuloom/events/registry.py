@@ -8,7 +8,7 @@ from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Event
-from gpuloom.events.gateway import JobCancelRequested, JobSubmitted
+from gpuloom.events.gateway import JobArraySubmitted, JobCancelRequested, JobSubmitted
 from gpuloom.events.inventory import (
     GpuPoolChanged,
     NodeCordoned,
@@ -45,6 +45,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     NodeCordoned,
     NodeUncordoned,
     AccountUsersSet,
+    JobArraySubmitted,
 )
 
 

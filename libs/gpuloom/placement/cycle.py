@@ -109,7 +109,7 @@ def request_of(spec: JobSpec) -> Request:
 
 def typical_workload(state: ClusterState, window: int = WORKLOAD_WINDOW) -> Workload:
     """The shapes of the latest `window` submitted jobs (FGD's typical workload)."""
-    latest = sorted(state.jobs.values(), key=lambda job: job.submit_seq)[-window:]
+    latest = sorted(state.jobs.values(), key=lambda job: job.order)[-window:]
     return Workload.typical(Shape.of(request_of(job.spec)) for job in latest)
 
 
@@ -158,8 +158,15 @@ def to_ms(moment: datetime) -> int:
     return (moment - EPOCH) // _MS
 
 
+#: The last millisecond a datetime can hold: a later time is "never".
+LAST_MS = (datetime.max.replace(tzinfo=UTC) - EPOCH) // _MS
+
+
 def from_ms(ms: int) -> datetime:
-    return EPOCH + ms * _MS
+    """The scheduler's milliseconds as the log's time; past year 9999 is year 9999's
+    end (a reservation that far out means "not in any foreseeable future", and
+    must not raise OverflowError in every placement cycle)."""
+    return EPOCH + min(ms, LAST_MS) * _MS
 
 
 def holdings_of(state: ClusterState) -> list[Holding]:

@@ -6,36 +6,63 @@ each batch writes those rows and the checkpoint in one transaction. Events at or
 below the stored checkpoint are folded but not written again: a restart rebuilds
 the state and resumes writing where it stopped; an empty database is rebuilt
 from sequence 1.
+
+A row the database refuses (a NUL on PostgreSQL, a value out of its column's
+range) is quarantined (`gpuloom.store.quarantine`) and the projection goes on;
+the job or node is tried again when a later event changes it. The row mappers
+are parameters so that a test can make the database refuse a row for real.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events import JobEvent, MalformedEvent, NodeEvent, decode
-from gpuloom.state import ClusterState, apply
-from gpuloom.store.models import JobRow, NodeRow
-from gpuloom.store.rows import job_row, node_row
-from gpuloom.store.upsert import load_checkpoint, save_checkpoint, upsert_newer
+from gpuloom.state import ClusterState, JobState, NodeState, apply
+from gpuloom.store import rows
+from gpuloom.store.models import Base, JobRow, NodeRow
+from gpuloom.store.quarantine import Item, describe, load_quarantined, upsert_items, write_batch
+from gpuloom.store.upsert import load_checkpoint
+from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "gateway.jobs_nodes"
 BATCH = 2000
 
+JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
+NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
+
 
 class Projector:
-    def __init__(self, bus: EventBus, sessions: async_sessionmaker[Any]) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        sessions: async_sessionmaker[Any],
+        *,
+        job_row: JobMapper = rows.job_row,
+        node_row: NodeMapper = rows.node_row,
+        name: str = CHECKPOINT,
+    ) -> None:
         self.bus = bus
         self.sessions = sessions
+        self.name = name
+        self.job_row = job_row
+        self.node_row = node_row
         self.state = ClusterState()
+        #: Rows up to this sequence are written (or quarantined).
         self.written_seq = 0
+        #: The log's last sequence as last seen (deliveries, `lag_behind_stream`).
+        self.stream_seq = 0
         self._checkpoint = 0
+        self._quarantined: set[tuple[str, str]] = set()
         self._inbox: asyncio.Queue[Incoming] = asyncio.Queue()
         self._dirty_jobs: set[str] = set()
         self._dirty_nodes: set[str] = set()
@@ -44,12 +71,34 @@ class Projector:
     async def _enqueue(self, message: Incoming) -> None:
         self._inbox.put_nowait(message)
 
+    @property
+    def quarantined(self) -> int:
+        """Rows of this projection now in the quarantine."""
+        return len(self._quarantined)
+
+    @property
+    def lag(self) -> int:
+        """Events of the log, as last seen, not yet folded and written."""
+        return max(0, self.stream_seq - min(self.written_seq, self.state.seq))
+
+    async def lag_behind_stream(self) -> int:
+        """The lag, after asking the stream for its last sequence."""
+        self.stream_seq = max(self.stream_seq, await self.bus.last_seq())
+        self._report()
+        return self.lag
+
+    def _report(self) -> None:
+        PROJECTION_LAG.labels(self.name).set(self.lag)
+        PROJECTION_QUARANTINED.labels(self.name).set(self.quarantined)
+
     def _fold(self, message: Incoming) -> None:
+        self.stream_seq = max(self.stream_seq, message.seq + message.pending)
         try:
-            recorded = decode(message.seq, message.body)
+            recorded = decode(message.seq, message.body, message.stored_at)
         except MalformedEvent as exc:
             log.error("projector skipping malformed event: %s", exc)
             self.state.seq = max(self.state.seq, message.seq)
+            self.bus.dead_letters("gateway").from_log(message, "malformed", str(exc))
             return
         event = recorded.event
         touched_nodes: list[str] = []
@@ -68,33 +117,58 @@ class Projector:
             after = self.state.jobs.get(event.job_id)
             if after is not None:
                 touched_nodes.extend(sorted(after.nodes_held()))
+            else:  # an array's id: its submission or cancellation touches every task
+                touched_jobs.extend(self.state.array_tasks(event.job_id))
         if message.seq > self._checkpoint:
             self._dirty_jobs.update(touched_jobs)
             self._dirty_nodes.update(touched_nodes)
 
-    async def _flush(self) -> None:
-        jobs = [
-            job_row(self.state.jobs[j], self.state)
+    def _item(
+        self, kind: str, key: str, seq: int, model: type[Base], row: Callable[[], dict[str, Any]]
+    ) -> Item:
+        """The item of one row; a row that cannot be computed is quarantined, not retried."""
+        try:
+            return Item(kind, key, seq, ((model, row()),))
+        except Exception as exc:
+            log.exception("projector could not compute the %s row of %s", kind, key)
+            return Item(kind, key, seq, (), error=f"row not computed: {describe(exc)}")
+
+    def _items(self) -> list[Item]:
+        state = self.state
+        items = [
+            self._item("job", j, job.last_seq, JobRow, partial(self.job_row, job, state))
             for j in sorted(self._dirty_jobs)
-            if j in self.state.jobs
+            if (job := state.jobs.get(j)) is not None
         ]
-        nodes = [
-            node_row(self.state.nodes[n], self.state)
+        items += [
+            self._item("node", n, state.seq, NodeRow, partial(self.node_row, node, state))
             for n in sorted(self._dirty_nodes)
-            if n in self.state.nodes
+            if (node := state.nodes.get(n)) is not None
         ]
+        return items
+
+    async def _flush(self) -> None:
         seq = self.state.seq
         if seq > self._checkpoint:
-            async with self.sessions.begin() as session:
-                if jobs:
-                    await upsert_newer(session, JobRow, jobs, ["id"])
-                if nodes:
-                    await upsert_newer(session, NodeRow, nodes, ["name"])
-                await save_checkpoint(session, CHECKPOINT, seq)
+            items = self._items()
+            refused = await write_batch(
+                self.sessions, self.name, items, upsert_items, seq, self._quarantined
+            )
+            self._quarantined.difference_update(item.entry_key for item in items)
+            for entry in refused:
+                self._quarantined.add(entry.item.entry_key)
+                log.error(
+                    "projector quarantined %s %s (seq %d): %s",
+                    entry.item.kind,
+                    entry.item.entry_key[1],
+                    entry.item.seq,
+                    entry.error,
+                )
             self._checkpoint = seq
         self._dirty_jobs.clear()
         self._dirty_nodes.clear()
         self.written_seq = seq
+        self._report()
         async with self.changed:
             self.changed.notify_all()
 
@@ -103,6 +177,7 @@ class Projector:
             await self._flush()
         except Exception:  # the database is away: keep the dirty rows, retry on the next round
             log.exception("projector could not write rows up to seq %d", self.state.seq)
+            self._report()
             await asyncio.sleep(1.0)
 
     async def wait_for(self, seq: int, timeout: float) -> bool:
@@ -118,9 +193,22 @@ class Projector:
             return False
         return True
 
+    async def _load(self, stop: asyncio.Event) -> bool:
+        """Read the checkpoint and the quarantine, waiting for the database; False: stopped."""
+        while not stop.is_set():
+            try:
+                async with self.sessions() as session:
+                    self._checkpoint = await load_checkpoint(session, self.name)
+                    self._quarantined = await load_quarantined(session, self.name)
+                return True
+            except Exception:  # the database is away (or not migrated yet): not ready
+                log.exception("projector cannot read its checkpoint; retrying")
+                await asyncio.sleep(1.0)
+        return False
+
     async def run(self, stop: asyncio.Event) -> None:
-        async with self.sessions() as session:
-            self._checkpoint = await load_checkpoint(session, CHECKPOINT)
+        if not await self._load(stop):
+            return
         self.written_seq = self._checkpoint
         log.info("projector resumes writing after seq %d", self._checkpoint)
         unsubscribe = await self.bus.follow(self._enqueue)

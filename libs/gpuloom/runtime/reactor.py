@@ -75,6 +75,7 @@ class Reactor:
         self._retry = False
         self._tracer = tracer(f"gpuloom.{service}")
         self.caught_up = asyncio.Event()
+        self.dead_letters = bus.dead_letters(service)
 
     # --- folding -------------------------------------------------------------------
 
@@ -82,21 +83,42 @@ class Reactor:
         self._inbox.put_nowait(message)
 
     def _fold(self, message: Incoming) -> None:
+        """Fold one message; one that cannot be handled is dead-lettered, never raised."""
         try:
-            recorded = decode(message.seq, message.body)
+            recorded = decode(message.seq, message.body, message.stored_at)
         except MalformedEvent as exc:
-            MALFORMED.labels(self.service).inc()
-            log.error("skipping malformed event: %s", exc)
-            self.state.seq = max(self.state.seq, message.seq)
+            self._skip_malformed(message, str(exc))
             return
-        apply(self.state, recorded)
-        key = _aggregate_key(message.subject)
-        if "traceparent" in message.headers:
-            self._trace_headers[key] = {
-                k: v for k, v in message.headers.items() if k in ("traceparent", "tracestate")
-            }
-        if self.on_recorded is not None:
-            self.on_recorded(recorded)
+        except Exception as exc:  # an upcaster's bug: the same containment
+            self._skip_malformed(message, f"seq {message.seq}: {type(exc).__name__}: {exc}")
+            return
+        faults = self.state.faults
+        try:
+            apply(self.state, recorded)
+            if "traceparent" in message.headers:
+                self._trace_headers[_aggregate_key(message.subject)] = {
+                    k: v for k, v in message.headers.items() if k in ("traceparent", "tracestate")
+                }
+            if self.on_recorded is not None:
+                self.on_recorded(recorded)
+        except Exception as exc:  # a bug around the fold must cost this event, not the service
+            log.exception("%s failed on seq %d", self.service, message.seq)
+            reason = f"{self.service} failed on it: {type(exc).__name__}: {exc}"
+            self.state.seq = max(self.state.seq, message.seq)
+            self.dead_letters.from_log(message, "fault", reason, recorded.envelope.id)
+            return
+        if self.state.faults > faults:  # a fold rule failed on it: voided, and a bug to see
+            reason = self.state.recent_voided[-1].reason
+            log.error(
+                "%s voided seq %d and dead-lettered it: %s", self.service, message.seq, reason
+            )
+            self.dead_letters.from_log(message, "fault", reason, recorded.envelope.id)
+
+    def _skip_malformed(self, message: Incoming, reason: str) -> None:
+        MALFORMED.labels(self.service).inc()
+        log.error("skipping malformed event: %s", reason)
+        self.state.seq = max(self.state.seq, message.seq)
+        self.dead_letters.from_log(message, "malformed", reason)
 
     def _drain(self, first: Incoming) -> None:
         message: Incoming | None = first

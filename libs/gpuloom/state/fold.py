@@ -12,7 +12,7 @@ randomness or anything outside its arguments. Time comes from envelopes (`at`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuloom.events import (
     AccountCreated,
@@ -21,6 +21,7 @@ from gpuloom.events import (
     Event,
     GpuPoolChanged,
     JobAdmitted,
+    JobArraySubmitted,
     JobCancelled,
     JobCancelRequested,
     JobFinished,
@@ -60,6 +61,9 @@ from gpuloom.state.model import (
 )
 
 WHOLE_GPU = 1000
+#: How far an event's `at` may be from the log's own timestamp of it: writers' clocks
+#: (NTP keeps them within a second) and publish retries, with a wide margin.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 
 class Invalid(Exception):
@@ -81,17 +85,35 @@ def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
     try:
         if handler is None:
             raise Invalid(f"no fold rule for {recorded.envelope.type}")
+        at = recorded.envelope.at
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise Invalid("the envelope's time has no time zone")
+        stored = recorded.stored_at
+        if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
+            raise Invalid(
+                f"the envelope's time {at.isoformat()} is {abs(at - stored).total_seconds():.0f} s "
+                f"from when the log stored it (at most {MAX_CLOCK_SKEW.total_seconds():.0f} s)"
+            )
         handler(state, recorded.event, recorded)
     except Invalid as why:
-        state.voided += 1
-        state.recent_voided.append(Voided(recorded.seq, recorded.envelope.type, str(why)))
-        del state.recent_voided[:-VOIDED_KEPT]
+        _void(state, recorded, str(why), fault=False)
+    except Exception as exc:  # containment: one bad event must never stop a fold
+        # A rule failed where its checks did not expect it. Rules check before they
+        # change anything, so the event is voided like an invalid one; the fault is
+        # counted apart so that services dead-letter the event and an operator sees it.
+        _void(state, recorded, f"fold rule failed: {type(exc).__name__}: {exc}", fault=True)
     else:
         state.applied += 1
-        at = recorded.envelope.at
         if state.clock is None or at > state.clock:
             state.clock = at  # the log's time: the latest applied event
     return state
+
+
+def _void(state: ClusterState, recorded: Recorded, reason: str, *, fault: bool) -> None:
+    state.voided += 1
+    state.faults += fault
+    state.recent_voided.append(Voided(recorded.seq, recorded.envelope.type, reason, fault))
+    del state.recent_voided[:-VOIDED_KEPT]
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -137,8 +159,17 @@ def _touch(job: JobState, recorded: Recorded) -> None:
     job.last_seq = recorded.seq
 
 
-def _release(state: ClusterState, job: JobState, at: datetime) -> None:
-    """Free everything the job's placement holds and close its running run, if any."""
+def _release(
+    state: ClusterState, job: JobState, at: datetime, ended: datetime | None = None
+) -> None:
+    """Free everything the job's placement holds and close its running run, if any.
+
+    The run ends at `at` (the event's time), or at `ended`, when the process really
+    ended as its node saw it (reported late when the agent was down). `ended` is a
+    node's claim, so it is kept within what the log knows: not after `at` (no run
+    is charged past its report) and not before the run's start, nor before an
+    interim charge already billed (charges are never taken back, and the run's
+    charges must add up to its time)."""
     for name in job.nodes_held():
         node = state.nodes.get(name)
         if node is None:
@@ -148,9 +179,12 @@ def _release(state: ClusterState, job: JobState, at: datetime) -> None:
             gpu.holders.pop(job.job_id, None)
     run = job.current_run()
     if run is not None:
-        run.ended_at = at
+        end = at
+        if ended is not None and ended.utcoffset() is not None:
+            end = min(max(ended, run.charged_until or run.started_at), at)
+        run.ended_at = end
         state.uncharged.add(job.job_id)
-        _add_fair_share_usage(state, job.spec.account, run.gpu_milli_seconds(), at)
+        _add_fair_share_usage(state, job.spec.account, run.gpu_milli_seconds(), end)
 
 
 def _add_fair_share_usage(state: ClusterState, account: str, amount: int, at: datetime) -> None:
@@ -177,28 +211,62 @@ def _forget_placement(state: ClusterState, job: JobState) -> None:
 
 
 def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> None:
-    if event.job_id in state.jobs:
+    if event.job_id in state.jobs or event.job_id in state.arrays:
         raise Invalid(f"job {event.job_id} already submitted")
     key = event.idempotency_key
     if key is not None and key in state.idempotency_keys:
         raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
+    _add_job(state, event.job_id, event.spec, recorded, key, event.array_id, event.array_index)
+    if event.array_id is not None and event.array_index is not None:
+        tasks = state.arrays.get(event.array_id, 0)
+        state.arrays[event.array_id] = max(tasks, event.array_index + 1)
+
+
+def _array_submitted(state: ClusterState, event: JobArraySubmitted, recorded: Recorded) -> None:
+    """Every task at once, or (voided) none."""
+    if event.job_id in state.jobs or event.job_id in state.arrays:
+        raise Invalid(f"job {event.job_id} already submitted")
+    key = event.idempotency_key
+    if key is not None and key in state.idempotency_keys:
+        raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
+    tasks = event.task_ids()
+    taken = [task for task in tasks if task in state.jobs]
+    if taken:
+        raise Invalid(f"task {taken[0]} already submitted")
+    task_spec = event.spec.model_copy(update={"array": None})
+    for index, task in enumerate(tasks):
+        _add_job(state, task, task_spec, recorded, None, event.job_id, index)
+    state.arrays[event.job_id] = len(tasks)
+    if key is not None:
+        state.idempotency_keys[key] = event.job_id
+
+
+def _add_job(
+    state: ClusterState,
+    job_id: str,
+    spec: JobSpec,
+    recorded: Recorded,
+    key: str | None,
+    array_id: str | None,
+    array_index: int | None,
+) -> None:
     job = JobState(
-        job_id=event.job_id,
-        spec=event.spec,
+        job_id=job_id,
+        spec=spec,
         phase="submitted",
         submitted_at=recorded.envelope.at,
         submit_seq=recorded.seq,
         idempotency_key=key,
-        priority=event.spec.priority,
-        array_id=event.array_id,
-        array_index=event.array_index,
+        priority=spec.priority,
+        array_id=array_id,
+        array_index=array_index,
     )
-    state.jobs[event.job_id] = job
-    state.submitted.add(event.job_id)
-    for dependency in event.spec.depends_on:
-        state.dependents.setdefault(dependency.job, set()).add(event.job_id)
+    state.jobs[job_id] = job
+    state.submitted.add(job_id)
+    for dependency in spec.depends_on:
+        state.dependents.setdefault(dependency.job, set()).add(job_id)
     if key is not None:
-        state.idempotency_keys[key] = event.job_id
+        state.idempotency_keys[key] = job_id
     _touch(job, recorded)
 
 
@@ -227,9 +295,26 @@ def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
 
 
 def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: Recorded) -> None:
+    if event.job_id not in state.jobs and event.job_id in state.arrays:
+        _cancel_array(state, event.job_id, recorded)
+        return
     job = _job(state, event.job_id)
     if job.is_final:
         raise Invalid(f"job {job.job_id} already {job.phase}")
+    _request_cancel(state, job, recorded)
+
+
+def _cancel_array(state: ClusterState, array_id: str, recorded: Recorded) -> None:
+    """`scancel <array id>`: every task that has not ended (voided if none is left)."""
+    tasks = (state.jobs.get(task) for task in state.array_tasks(array_id))
+    live = [job for job in tasks if job is not None and not job.is_final]
+    if not live:
+        raise Invalid(f"every task of array {array_id} has ended")
+    for job in live:
+        _request_cancel(state, job, recorded)
+
+
+def _request_cancel(state: ClusterState, job: JobState, recorded: Recorded) -> None:
     job.cancel_requested = True
     if job.phase not in ("placed", "running"):
         state.cancel_pending.add(job.job_id)
@@ -452,7 +537,10 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
     outcome = min((end[0] for end in ends), key=_OUTCOME_ORDER.index)
     first_bad = next((end for end in ends if end[0] == outcome), ends[0])
-    _release(state, job, recorded.envelope.at)
+    # A gang's run ends with its last replica, which need not be the last reported:
+    # only a single replica's own end time is the run's end.
+    ended = event.ended_at if len(job.replicas) == 1 else None
+    _release(state, job, recorded.envelope.at, ended)
     if outcome == "preempted" and not job.cancel_requested:
         by = job.preempted_by
         _set_phase(state, job, "queued")
@@ -663,6 +751,7 @@ _HANDLERS: dict[type[Event], Handler] = {
     JobAdmitted: _admitted,  # type: ignore[dict-item]
     JobRejected: _rejected,  # type: ignore[dict-item]
     JobQueued: _queued,  # type: ignore[dict-item]
+    JobArraySubmitted: _array_submitted,  # type: ignore[dict-item]
     JobCancelRequested: _cancel_requested,  # type: ignore[dict-item]
     JobCancelled: _cancelled,  # type: ignore[dict-item]
     JobPlaced: _placed,  # type: ignore[dict-item]

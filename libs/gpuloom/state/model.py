@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Literal
 
 from gpuloom.events.audit import AuditCompleted
+from gpuloom.events.gateway import array_task_id
 from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import JobReserved, ReplicaAssignment
@@ -193,6 +194,12 @@ class JobState:
         held.update(piece.node for replica in self.replicas for piece in replica.slices)
         return held
 
+    @property
+    def order(self) -> tuple[int, int, str]:
+        """Submission order, total: the tasks of one JobArraySubmitted share its
+        sequence and go by index, and the job id breaks any other tie."""
+        return (self.submit_seq, self.array_index or 0, self.job_id)
+
     def current_run(self) -> Run | None:
         if self.runs and self.runs[-1].attempt == self.attempt and self.runs[-1].ended_at is None:
             return self.runs[-1]
@@ -206,6 +213,9 @@ class Voided:
     seq: int
     type: str
     reason: str
+    #: True when a rule failed unexpectedly (a bug or a hostile event the contract let
+    #: through), not by an `Invalid` check: the services dead-letter such events.
+    fault: bool = False
 
 
 #: How many voided events are kept for inspection (all are counted).
@@ -247,6 +257,8 @@ class ClusterState:
     #: Pending jobs with a cancel request (queue's work list).
     cancel_pending: set[str] = field(default_factory=set)
     idempotency_keys: dict[str, str] = field(default_factory=dict)
+    #: Job arrays by id: how many tasks (`<id>-0` .. `<id>-<n-1>`).
+    arrays: dict[str, int] = field(default_factory=dict)
     #: Job id -> the jobs that depend on it (depends_on), to refresh their reason.
     dependents: dict[str, set[str]] = field(default_factory=dict)
     usage_by_account: dict[str, int] = field(default_factory=dict)
@@ -265,4 +277,10 @@ class ClusterState:
     decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
     applied: int = 0
     voided: int = 0
+    #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).
+    faults: int = 0
     recent_voided: list[Voided] = field(default_factory=list)
+
+    def array_tasks(self, array_id: str) -> list[str]:
+        """The job ids of the tasks of array `array_id`, by index (none if unknown)."""
+        return [array_task_id(array_id, index) for index in range(self.arrays.get(array_id, 0))]

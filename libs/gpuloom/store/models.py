@@ -12,7 +12,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, MetaData, String
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -54,6 +65,26 @@ class ProjectionCheckpoint(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     last_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class ProjectionQuarantine(Base):
+    """Rows a projection's database refused: kept, escaped, so the projection goes on.
+
+    One entry per projection and aggregate (`kind` job, node or charge; `key` its
+    id, escaped): a newer refusal replaces it, a later write that goes in removes it.
+    """
+
+    __tablename__ = "projection_quarantine"
+
+    projection: Mapped[str] = mapped_column(String(100), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    #: Stream sequence of the event that last changed the refused row.
+    seq: Mapped[int] = mapped_column(BigInteger)
+    error: Mapped[str] = mapped_column(String(1000))
+    #: The refused rows as JSON text, by table, with unprintable characters escaped.
+    row: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class JobRow(Base):

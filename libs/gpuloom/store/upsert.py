@@ -34,6 +34,17 @@ async def upsert_newer(
         await session.execute(stmt)
 
 
+async def upsert_on_key(
+    session: AsyncSession, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]
+) -> None:
+    """Insert `rows`; on a key conflict replace the stored row whatever it holds."""
+    table: Table = model.__table__  # type: ignore[assignment]
+    for start in range(0, len(rows), CHUNK):
+        stmt = _insert(session, table).values(list(rows[start : start + CHUNK]))
+        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in key}
+        await session.execute(stmt.on_conflict_do_update(index_elements=list(key), set_=updates))
+
+
 async def insert_ignore(
     session: AsyncSession, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]
 ) -> None:

@@ -11,11 +11,27 @@ EVENTS_PUBLISHED = Counter(
 )
 MALFORMED = Counter("gpuloom_events_malformed_total", "Malformed messages skipped", ["service"])
 STATE_SEQ = Gauge("gpuloom_state_seq", "Stream sequence the service has folded to", ["service"])
+DEAD_LETTERS = Counter(
+    "gpuloom_dead_letters_total",
+    "Messages the service could not handle, sent to the dead-letter stream",
+    ["service", "reason_kind"],
+)
 DECIDE_SECONDS = Histogram(
     "gpuloom_decide_seconds",
     "Time spent in one decision cycle",
     ["service"],
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+)
+
+PROJECTION_LAG = Gauge(
+    "gpuloom_projection_lag",
+    "Events in the log that a SQL projection has not written yet",
+    ["projection"],
+)
+PROJECTION_QUARANTINED = Gauge(
+    "gpuloom_projection_quarantined",
+    "Rows a SQL projection's database refused, kept in projection_quarantine",
+    ["projection"],
 )
 
 

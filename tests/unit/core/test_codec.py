@@ -16,6 +16,7 @@ from gpuloom.events import (
     Event,
     GpuPoolChanged,
     JobAdmitted,
+    JobArraySubmitted,
     JobCancelled,
     JobCancelRequested,
     JobFinished,
@@ -56,6 +57,9 @@ EXAMPLES: dict[type[Event], Event] = {
         idempotency_key="key-1",
     ),
     JobCancelRequested: JobCancelRequested(job_id="j1", requested_by="alice"),
+    JobArraySubmitted: JobArraySubmitted(
+        job_id="a1", spec=make_job_spec(gpus=0, array=3), idempotency_key="sweep-1"
+    ),
     JobAdmitted: JobAdmitted(job_id="j1"),
     JobRejected: JobRejected(job_id="j1", reason="no node has GPU model B200"),
     JobQueued: JobQueued(job_id="j1", priority=5),

@@ -1,0 +1,149 @@
+"""GET /metrics: the process's Prometheus metrics plus gauges of the cluster, computed
+at scrape time from the state the gateway's projector has folded.
+
+The route answers at exactly /metrics (a mounted ASGI app answers 307 to /metrics/,
+which some scrapers do not follow). It is async on purpose: the collector then reads
+the folded state on the event loop, where the projector changes it, never in a thread
+while a fold is half done. Before collecting it asks the stream for its last sequence,
+so that `gpuloom_projection_lag` is that of the scrape, not of the last batch.
+
+The cluster collector lives in a registry of its own app, not the process-wide one:
+tests build several apps in one process, and each must report its own gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import get_args
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+from nats.errors import Error as NatsError
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+
+from gpuloom.state import ClusterState
+from gpuloom.state.model import JobPhase
+from services.gateway.deps import Gateway
+
+log = logging.getLogger(__name__)
+
+#: The window of `gpuloom_placements_last_minute`.
+RECENT = timedelta(seconds=60)
+#: How long a scrape waits for the stream's last sequence before it uses the last known.
+STREAM_SEQ_TIMEOUT_S = 1.0
+
+
+def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
+    """The cluster's gauges in `state`; `now` bounds the last minute of placements.
+
+    Capacity and allocation count the GPUs of nodes that are not lost (cordoned ones
+    included), by pool and model: a GPU is allocated when anything holds it, and its
+    milli-GPU allocated are what its holders hold (1000 for a whole GPU)."""
+    jobs = GaugeMetricFamily("gpuloom_jobs", "Jobs by state", labels=["state"])
+    by_phase = Counter(job.phase for job in state.jobs.values())
+    for phase in get_args(JobPhase):
+        jobs.add_metric([phase], by_phase[phase])
+    queue = GaugeMetricFamily(
+        "gpuloom_queue_length", "Jobs queued, waiting for placement", value=len(state.queued)
+    )
+
+    nodes = GaugeMetricFamily("gpuloom_nodes", "Nodes by state", labels=["state"])
+    node_states = Counter(
+        "lost" if n.phase == "lost" else "cordoned" if n.cordoned else "ready"
+        for n in state.nodes.values()
+    )
+    for node_state in ("ready", "cordoned", "lost"):
+        nodes.add_metric([node_state], node_states[node_state])
+
+    pools = ["pool", "model"]
+    gpus = GaugeMetricFamily("gpuloom_gpus", "GPUs of nodes not lost", labels=pools)
+    gpus_held = GaugeMetricFamily(
+        "gpuloom_gpus_allocated", "GPUs something holds (whole or a slice)", labels=pools
+    )
+    milli = GaugeMetricFamily(
+        "gpuloom_gpu_milli", "Milli-GPU of nodes not lost (1000 per GPU)", labels=pools
+    )
+    milli_held = GaugeMetricFamily(
+        "gpuloom_gpu_milli_allocated", "Milli-GPU held by jobs", labels=pools
+    )
+    count: Counter[tuple[str, str]] = Counter()
+    held: Counter[tuple[str, str]] = Counter()
+    milli_used: Counter[tuple[str, str]] = Counter()
+    for node in state.nodes.values():
+        if node.phase == "lost":
+            continue
+        for gpu in node.gpus.values():
+            key = (gpu.pool, gpu.model)
+            count[key] += 1
+            held[key] += not gpu.idle
+            milli_used[key] += gpu.milli_used
+    for key in sorted(count):
+        gpus.add_metric(list(key), count[key])
+        gpus_held.add_metric(list(key), held[key])
+        milli.add_metric(list(key), 1000 * count[key])
+        milli_held.add_metric(list(key), milli_used[key])
+
+    placements = CounterMetricFamily(
+        "gpuloom_placements",
+        "Placement decisions folded (JobPlaced): rate() is decisions per second",
+        value=sum(job.attempt for job in state.jobs.values()),
+    )
+    since = now - RECENT
+    recent = GaugeMetricFamily(
+        "gpuloom_placements_last_minute",
+        "Jobs whose current placement was made in the last 60 s",
+        value=sum(
+            1 for job in state.jobs.values() if job.placed_at is not None and job.placed_at >= since
+        ),
+    )
+    return [jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent]
+
+
+class ClusterCollector(Collector):
+    """`cluster_metrics` of the gateway's projection; nothing until it has one."""
+
+    def __init__(self, gateway: Gateway, clock: Callable[[], datetime]) -> None:
+        self.gateway = gateway
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        projector = self.gateway.projector
+        if projector is not None:
+            yield from cluster_metrics(projector.state, self.clock())
+
+
+async def refresh_stream_seq(gateway: Gateway) -> None:
+    """Ask the stream for its last sequence (the lag's reference); on failure the lag
+    stays the one known, and the scrape still answers."""
+    projector = gateway.projector
+    if projector is None or gateway.bus is None or not gateway.bus.connected:
+        return
+    try:
+        await asyncio.wait_for(projector.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
+    except (TimeoutError, NatsError) as exc:
+        log.warning("metrics: could not read the stream's last sequence: %r", exc)
+
+
+def exposition(registries: Iterable[CollectorRegistry]) -> bytes:
+    return b"".join(generate_latest(registry) for registry in registries)
+
+
+def add_metrics(
+    app: FastAPI, gateway: Gateway, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> None:
+    """Serve GET /metrics on `app`: the process-wide registry, then `gateway`'s cluster."""
+    cluster = CollectorRegistry()
+    cluster.register(ClusterCollector(gateway, clock))
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        await refresh_stream_seq(gateway)
+        # The classic text format, which every Prometheus reads (no content negotiation).
+        return Response(exposition([REGISTRY, cluster]), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,0 +1,212 @@
+"""/v1/projections (each SQL projection's checkpoint, lag and quarantined rows) and
+/readyz (whether this gateway's read model keeps up with the log).
+
+/healthz stays liveness: the process answers. /readyz is readiness: a load
+balancer should send requests elsewhere while this gateway replays the log after
+a start, or while its projection falls behind (the database is away, or slow),
+because its reads would miss accepted jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from gpuloom.bus import EventBus
+from gpuloom.store.models import ProjectionCheckpoint, ProjectionQuarantine
+from gpuloom.store.quarantine import count_quarantined
+from services.accounting import ledger
+from services.gateway.deps import Gateway, GatewayDep, SessionDep
+
+router = APIRouter()
+
+
+@dataclass
+class Readiness:
+    """Readiness from successive lag samples (one per probe).
+
+    Not ready until the projection has once come within `max_lag` of the log since
+    the gateway started; after that, not ready only while it stays more than
+    `max_lag` behind for longer than `grace_s` (a burst of writes is not an outage).
+    """
+
+    max_lag: int
+    grace_s: float
+    caught_up: bool = False
+    lagging_since: float | None = None
+
+    def observe(self, lag: int, now: float) -> Literal["ready", "starting", "lagging"]:
+        if lag <= self.max_lag:
+            self.caught_up = True
+            self.lagging_since = None
+            return "ready"
+        if not self.caught_up:
+            return "starting"
+        if self.lagging_since is None:
+            self.lagging_since = now
+        return "lagging" if now - self.lagging_since > self.grace_s else "ready"
+
+
+class Ready(BaseModel):
+    ready: bool
+    status: Literal["ready", "starting", "lagging", "unavailable"]
+    #: Events in the log the projection has not folded and written yet (None: unknown).
+    lag: int | None
+    stream_seq: int | None
+    written_seq: int
+    max_lag: int
+    quarantined: int
+    detail: str
+
+
+class QuarantinedRow(BaseModel):
+    kind: str
+    key: str
+    seq: int
+    error: str
+    row: Any
+    at: datetime
+
+
+class Projection(BaseModel):
+    name: str
+    #: Last stream sequence the projection committed (its checkpoint row).
+    checkpoint: int
+    #: This gateway's live projection only: sequence it has folded and written.
+    written_seq: int | None = None
+    #: Events it has not written yet (None: unknown, the log is unreachable).
+    lag: int | None
+    quarantined: int
+    rows: list[QuarantinedRow]
+
+
+class Projections(BaseModel):
+    stream_seq: int | None
+    projections: list[Projection]
+
+
+def _readiness(gateway: Gateway) -> Readiness:
+    found = gateway.extra.get("readiness")
+    if not isinstance(found, Readiness):
+        settings = gateway.settings
+        found = Readiness(settings.ready_max_lag, settings.ready_grace_s)
+        gateway.extra["readiness"] = found
+    return found
+
+
+@router.get("/readyz", response_model=Ready, tags=["health"], responses={503: {"model": Ready}})
+async def readyz(gateway: GatewayDep) -> JSONResponse:
+    """200 when the projection keeps up with the log, else 503; the lag in both."""
+    readiness = _readiness(gateway)
+    projector = gateway.projector
+    written = projector.written_seq if projector is not None else 0
+    quarantined = projector.quarantined if projector is not None else 0
+    lag: int | None = None
+    if projector is not None and gateway.bus is not None and gateway.bus.connected:
+        try:
+            lag = await projector.lag_behind_stream()
+        except (NatsError, TimeoutError, OSError):
+            lag = None
+    if projector is None or lag is None:
+        status: Literal["ready", "starting", "lagging", "unavailable"] = "unavailable"
+        detail = "the event log (NATS) is unreachable: the lag is unknown"
+    else:
+        status = readiness.observe(lag, time.monotonic())
+        detail = {
+            "ready": f"{lag} events behind the log",
+            "starting": f"replaying the log since start: {lag} events to go",
+            "lagging": f"{lag} events behind the log for over {readiness.grace_s:g} s",
+        }[status]
+    view = Ready(
+        ready=status == "ready",
+        status=status,
+        lag=lag,
+        stream_seq=projector.stream_seq if projector is not None and lag is not None else None,
+        written_seq=written,
+        max_lag=readiness.max_lag,
+        quarantined=quarantined,
+        detail=detail,
+    )
+    return JSONResponse(status_code=200 if view.ready else 503, content=view.model_dump())
+
+
+async def _consumer_lag(bus: EventBus, durable: str) -> int | None:
+    """Messages a durable consumer has not had acked yet; None if it does not exist."""
+    try:
+        info = await bus.js.consumer_info(bus.stream, durable)
+    except NotFoundError:
+        return None
+    return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+
+@router.get("/v1/projections", response_model=Projections, tags=["health"])
+async def projections(
+    gateway: GatewayDep,
+    session: SessionDep,
+    limit: Annotated[
+        int, Query(ge=0, le=10_000, description="quarantined rows per projection")
+    ] = 100,
+) -> Projections:
+    """Each SQL projection: its checkpoint, its lag behind the log, the rows quarantined."""
+    checkpoints = {
+        row.name: row.last_seq for row in await session.scalars(select(ProjectionCheckpoint))
+    }
+    counts = await count_quarantined(session)
+    projector = gateway.projector
+    names = set(checkpoints) | set(counts) | ({projector.name} if projector is not None else set())
+    bus = gateway.bus if gateway.bus is not None and gateway.bus.connected else None
+    stream_seq: int | None = None
+    if bus is not None:
+        try:
+            stream_seq = await bus.last_seq()
+        except (NatsError, TimeoutError, OSError):
+            bus = None
+    views = []
+    for name in sorted(names):
+        checkpoint = checkpoints.get(name, 0)
+        live = projector if projector is not None and projector.name == name else None
+        lag: int | None = None
+        if live is not None and stream_seq is not None:
+            live.stream_seq = max(live.stream_seq, stream_seq)
+            lag = live.lag
+        elif name == ledger.CHECKPOINT and bus is not None:
+            lag = await _consumer_lag(bus, ledger.DURABLE)
+        if lag is None and live is None and stream_seq is not None:
+            lag = max(0, stream_seq - checkpoint)  # an upper bound for a filtered projection
+        entries = await session.scalars(
+            select(ProjectionQuarantine)
+            .where(ProjectionQuarantine.projection == name)
+            .order_by(ProjectionQuarantine.kind, ProjectionQuarantine.key)
+            .limit(limit)
+        )
+        views.append(
+            Projection(
+                name=name,
+                checkpoint=checkpoint,
+                written_seq=live.written_seq if live is not None else None,
+                lag=lag,
+                quarantined=counts.get(name, 0),
+                rows=[_quarantined(entry) for entry in entries],
+            )
+        )
+    return Projections(stream_seq=stream_seq, projections=views)
+
+
+def _quarantined(entry: ProjectionQuarantine) -> QuarantinedRow:
+    try:
+        row: Any = json.loads(entry.row)
+    except ValueError:
+        row = entry.row
+    return QuarantinedRow(
+        kind=entry.kind, key=entry.key, seq=entry.seq, error=entry.error, row=row, at=entry.at
+    )

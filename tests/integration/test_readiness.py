@@ -1,0 +1,170 @@
+"""/readyz and /v1/projections: the projection's lag and quarantine, as operators see them.
+
+Real NATS and real databases; the first tests mount the router over a projector
+the test drives (to hold it back, or to make its database refuse a row), the last
+one runs the whole gateway application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from projection_helpers import Refusing, put, refused_value, submit
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from gpuloom.bus import EventBus
+from gpuloom.config import Settings
+from gpuloom.runtime.projector import CHECKPOINT, Projector
+from gpuloom.store.migrate import upgrade
+from gpuloom.store.session import make_engine, make_sessionmaker
+from services.gateway.app import create_app
+from services.gateway.deps import Gateway
+from services.gateway.routes_projections import Readiness, router
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("lags", "expected"),
+    [
+        ([5], "starting"),
+        ([5, 0], "ready"),
+        ([0, 5], "ready"),
+        ([0, 5, 5], "lagging"),
+        ([0, 5, 5, 1], "ready"),
+        ([0, 5, 1, 5], "ready"),
+    ],
+    ids=[
+        "behind since start: not ready",
+        "caught up once: ready",
+        "a burst within the grace: still ready",
+        "behind longer than the grace: not ready",
+        "back within the lag: ready again",
+        "the grace restarts after catching up",
+    ],
+)
+def test_readiness_from_lag_samples(lags: list[int], expected: str) -> None:
+    readiness = Readiness(max_lag=1, grace_s=5)
+    status = ""
+    for sample, lag in enumerate(lags):  # one probe every 6 s
+        status = readiness.observe(lag, now=sample * 6.0)
+    assert status == expected
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[Any]]:
+    await upgrade(database_url)
+    engine = make_engine(database_url)
+    yield make_sessionmaker(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[EventBus]:
+    connected = await EventBus.connect(nats_url, "GPULOOM", name="test-readiness")
+    yield connected
+    await connected.close()
+
+
+def mounted(gateway: Gateway) -> httpx.AsyncClient:
+    app = FastAPI()
+    app.state.gateway = gateway
+    app.include_router(router)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
+    database_url: str, nats_url: str, sessions: async_sessionmaker[Any], bus: EventBus
+) -> None:
+    settings = Settings(nats_url=nats_url, database_url=database_url)
+    projector = Projector(bus, sessions)
+    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, projector=projector)
+    gateway.extra["readiness"] = Readiness(max_lag=1, grace_s=0.3)
+    last = await put(bus, *(submit(f"job-{i}") for i in range(5)))
+    async with mounted(gateway) as http:
+        response = await http.get("/readyz")  # the projector has not replayed the log yet
+        assert response.status_code == 503
+        assert response.json()["status"] == "starting"
+        assert response.json()["lag"] == last
+
+        stop = asyncio.Event()
+        task = asyncio.create_task(projector.run(stop))
+        assert await projector.wait_for(last, 15)
+        response = await http.get("/readyz")
+        assert response.status_code == 200
+        assert response.json() | {"detail": ""} == {
+            "ready": True, "status": "ready", "lag": 0, "stream_seq": last, "written_seq": last,
+            "max_lag": 1, "quarantined": 0, "detail": "",
+        }  # fmt: skip
+
+        stop.set()  # the projection stalls while the log grows
+        await task
+        behind = await put(bus, submit("late-1"), submit("late-2"))
+        response = await http.get("/readyz")
+        assert response.status_code == 200  # within the grace
+        await asyncio.sleep(0.4)
+        response = await http.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["status"] == "lagging"
+        assert response.json()["lag"] == behind - last
+
+
+async def test_projections_list_checkpoint_lag_and_the_quarantined_row(
+    database_url: str, nats_url: str, sessions: async_sessionmaker[Any], bus: EventBus
+) -> None:
+    settings = Settings(nats_url=nats_url, database_url=database_url)
+    projector = Projector(bus, sessions, job_row=Refusing(refused_value(database_url)))
+    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, projector=projector)
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    try:
+        last = await put(bus, submit("good-1"), submit("bad-forever"), submit("good-2"))
+        assert await projector.wait_for(last, 15)
+        async with mounted(gateway) as http:
+            body = (await http.get("/v1/projections")).json()
+            assert (await http.get("/readyz")).json()["quarantined"] == 1
+    finally:
+        stop.set()
+        await task
+    assert body["stream_seq"] == last
+    (view,) = [p for p in body["projections"] if p["name"] == CHECKPOINT]
+    assert (view["checkpoint"], view["written_seq"], view["lag"]) == (last, last, 0)
+    assert view["quarantined"] == 1
+    (row,) = view["rows"]
+    assert (row["kind"], row["key"], row["seq"]) == ("job", "bad-forever", 2)
+    assert row["error"]
+    assert row["row"]["jobs"]["id"] == "bad-forever"
+
+
+async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
+    database_url: str, nats_url: str, tmp_path: Path
+) -> None:
+    await upgrade(database_url)
+    settings = Settings(nats_url=nats_url, database_url=database_url, data_dir=tmp_path)
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://gw") as http,
+    ):
+        job = {"name": "n", "user": "u", "account": "a", "command": ["true"], "gpus": 0}
+        for _ in range(200):  # the gateway connects to NATS in the background
+            submitted = await http.post("/v1/jobs", json=job)
+            if submitted.status_code != 503:
+                break
+            await asyncio.sleep(0.05)
+        assert submitted.status_code in (201, 202), submitted.text
+        assert (await http.get(f"/v1/jobs/{submitted.json()['id']}")).status_code == 200
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["lag"] == 0 and ready.json()["status"] == "ready"
+        projections = (await http.get("/v1/projections")).json()
+        (view,) = [p for p in projections["projections"] if p["name"] == CHECKPOINT]
+        assert view["lag"] == 0 and view["checkpoint"] == projections["stream_seq"] >= 1
+        assert (await http.get("/healthz")).json()["status"] == "ok"  # liveness unchanged

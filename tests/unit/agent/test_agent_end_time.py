@@ -1,0 +1,53 @@
+"""A job's end carries when the job ended (its shim's `exit` file), not when the agent
+reported it: a job that ends while its agent is down is charged up to its own end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent_fakelog import FakeLog
+from test_agent_flow import agent_running, drive, finishes, phase
+
+from services.agent.shim import RunDir, ended
+
+
+def test_the_exit_time_is_when_the_shim_wrote_the_exit_status(tmp_path: Path) -> None:
+    run = RunDir(tmp_path, "node-a", "j1", 1)
+    run.create()
+    assert run.exit_time() is None
+    before = datetime.now(UTC)
+    run.file("exit").write_text("0\n")
+
+    at = run.exit_time()
+
+    assert at is not None and before.timestamp() - 0.05 <= at.timestamp() <= time.time() + 0.05
+    assert ended(run.read_exit(), run.read_reason(), at).at == at
+    assert ended(None, None, at).at is None, "a lost process has no known end"
+
+
+async def test_a_job_that_ended_while_its_agent_was_down_reports_its_own_end(
+    fake_log: FakeLog, run_root: Path
+) -> None:
+    fake_log.run("j1", ["sh", "-c", "sleep 0.3"], gpus=1, gpu_indexes=[0])
+    async with agent_running(fake_log, run_root, watch=False) as first:
+        await drive(first, fake_log, lambda: fake_log.state.jobs["j1"].phase == "running")
+    run = RunDir(run_root.resolve(), "node-a", "j1", 1)
+    while run.read_exit() is None:  # the job ends unwatched...
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(1.5)  # ...and the agent comes back well after
+
+    async with agent_running(fake_log, run_root) as second:
+        second.runner.scan(["node-a"])
+        await drive(second, fake_log, phase(fake_log, "j1"))
+
+    [finished] = finishes(fake_log, "j1")
+    exit_time = run.exit_time()
+    assert finished.ended_at == exit_time and exit_time is not None
+    reported = fake_log.recorded[-1].envelope.at
+    assert (reported - exit_time).total_seconds() >= 1.4
+    [run_state] = fake_log.state.jobs["j1"].runs
+    assert run_state.ended_at == exit_time
+    assert 0.2 <= run_state.seconds <= 1.2, "charged for the job's time, not the agent's absence"

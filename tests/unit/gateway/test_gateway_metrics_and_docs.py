@@ -1,0 +1,99 @@
+"""The gateway's /metrics and /docs, in process: the cluster gauges computed from a
+folded log, /metrics at its exact path, and API docs that need no internet."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client.core import Metric
+
+from gpuloom.config import Settings
+from gpuloom.testing.builders import LogBuilder
+from services.gateway.app import create_app
+from services.gateway.metrics import cluster_metrics
+
+
+def samples(metrics: list[Metric]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for metric in metrics
+        for sample in metric.samples
+    }
+
+
+def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
+    log = LogBuilder()
+    log.register("a", gpus=4, model="A100-80GB")
+    log.register("h", gpus=2, model="H100-80GB")
+    log.register("gone", gpus=8, model="A100-80GB")
+    log.lose("gone")
+    log.run_to_queue("early", gpus=1, gpu_model=["H100-80GB"])
+    log.place("early", "h", [0])
+    log.start("early", "h")
+    log.finish("early", "h")
+    log.run_to_queue("train", gpus=2)
+    log.place("train", "a", [1, 2], after=120)  # the only placement in the last minute
+    log.start("train", "a")
+    log.run_to_queue("waits", gpus=4)
+    got = samples(cluster_metrics(log.state(), log.now))
+
+    def job_count(state: str) -> float:
+        return got[("gpuloom_jobs", (("state", state),))]
+
+    assert (job_count("running"), job_count("queued"), job_count("succeeded")) == (1, 1, 1)
+    assert job_count("cancelled") == 0
+    assert got[("gpuloom_queue_length", ())] == 1
+    a100 = (("model", "A100-80GB"), ("pool", "physical"))
+    h100 = (("model", "H100-80GB"), ("pool", "physical"))
+    assert got[("gpuloom_gpus", a100)] == 4  # the lost node's 8 are not capacity
+    assert got[("gpuloom_gpus_allocated", a100)] == 2
+    assert got[("gpuloom_gpu_milli", a100)] == 4000
+    assert got[("gpuloom_gpu_milli_allocated", a100)] == 2000
+    assert got[("gpuloom_gpus", h100)] == 2
+    assert got[("gpuloom_gpus_allocated", h100)] == 0
+    assert got[("gpuloom_nodes", (("state", "lost"),))] == 1
+    assert got[("gpuloom_nodes", (("state", "ready"),))] == 2
+    assert got[("gpuloom_placements_total", ())] == 2
+    assert got[("gpuloom_placements_last_minute", ())] == 1
+    later = samples(cluster_metrics(log.state(), log.now + timedelta(minutes=5)))
+    assert later[("gpuloom_placements_last_minute", ())] == 0
+
+
+async def get(app: FastAPI, path: str) -> httpx.Response:
+    """GET on the app itself, without its lifespan (no NATS needed for these routes)."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        return await http.get(path, follow_redirects=False)
+
+
+def gateway_app(tmp_path: Path, name: str = "gw") -> FastAPI:
+    return create_app(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/{name}.db"))
+
+
+async def test_metrics_answers_at_its_path_in_every_app_of_a_process(tmp_path: Path) -> None:
+    apps = [gateway_app(tmp_path, "one"), gateway_app(tmp_path, "two")]
+    for app in apps:
+        response = await get(app, "/metrics")
+        assert response.status_code == 200, response.headers
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert "# TYPE gpuloom_events_folded_total counter" in response.text
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_api_docs_load_only_assets_the_gateway_serves(tmp_path: Path, page: str) -> None:
+    app = gateway_app(tmp_path)
+    html = await get(app, page)
+    assert html.status_code == 200
+    urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html.text)
+    assert urls, html.text
+    for url in urls:
+        assert not urlsplit(url).netloc, f"{page} loads {url} from elsewhere"
+        asset = await get(app, url)
+        assert asset.status_code == 200, url
+        assert len(asset.content) > 1000, url
