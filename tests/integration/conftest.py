@@ -11,11 +11,16 @@ is one cluster for a whole module, for tests that only read or add jobs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from gpuloom.bus import EventBus
+from gpuloom.store.migrate import upgrade
+from gpuloom.store.session import make_engine, make_sessionmaker
 from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
 from gpuloom.testing.servers import nats_jetstream
 
@@ -66,3 +71,20 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
         running_cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data") as c,
     ):
         yield c
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[Any]]:
+    """Sessions on an empty database migrated to the latest schema."""
+    await upgrade(database_url)
+    engine = make_engine(database_url)
+    yield make_sessionmaker(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[EventBus]:
+    """A connection to the test's own NATS, the log created."""
+    connected = await EventBus.connect(nats_url, "GPULOOM", name="test")
+    yield connected
+    await connected.close()

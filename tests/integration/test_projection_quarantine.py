@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,21 +31,6 @@ from gpuloom.testing.builders import LogBuilder
 from services.accounting import ledger
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[Any]]:
-    await upgrade(database_url)
-    engine = make_engine(database_url)
-    yield make_sessionmaker(engine)
-    await engine.dispose()
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[EventBus]:
-    connected = await EventBus.connect(nats_url, "GPULOOM", name="test-quarantine")
-    yield connected
-    await connected.close()
 
 
 async def quarantine(sessions: async_sessionmaker[Any]) -> dict[str, ProjectionQuarantine]:

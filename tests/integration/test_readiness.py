@@ -8,7 +8,6 @@ one runs the whole gateway application.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
 from gpuloom.store.migrate import upgrade
-from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway.app import create_app
 from services.gateway.deps import Gateway
 from services.gateway.routes_projections import Readiness, router
@@ -55,21 +53,6 @@ def test_readiness_from_lag_samples(lags: list[int], expected: str) -> None:
     for sample, lag in enumerate(lags):  # one probe every 6 s
         status = readiness.observe(lag, now=sample * 6.0)
     assert status == expected
-
-
-@pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[Any]]:
-    await upgrade(database_url)
-    engine = make_engine(database_url)
-    yield make_sessionmaker(engine)
-    await engine.dispose()
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[EventBus]:
-    connected = await EventBus.connect(nats_url, "GPULOOM", name="test-readiness")
-    yield connected
-    await connected.close()
 
 
 def mounted(gateway: Gateway) -> httpx.AsyncClient:

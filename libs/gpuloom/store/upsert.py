@@ -24,25 +24,31 @@ async def upsert_newer(
     session: AsyncSession, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]
 ) -> None:
     """Insert `rows`; on a key conflict replace the stored row only if `last_seq` grew."""
-    table: Table = model.__table__  # type: ignore[assignment]
-    for start in range(0, len(rows), CHUNK):
-        stmt = _insert(session, table).values(list(rows[start : start + CHUNK]))
-        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in key}
-        stmt = stmt.on_conflict_do_update(
-            index_elements=list(key), set_=updates, where=table.c.last_seq < stmt.excluded.last_seq
-        )
-        await session.execute(stmt)
+    await _upsert(session, model, rows, key, newer_only=True)
 
 
 async def upsert_on_key(
     session: AsyncSession, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]
 ) -> None:
     """Insert `rows`; on a key conflict replace the stored row whatever it holds."""
+    await _upsert(session, model, rows, key, newer_only=False)
+
+
+async def _upsert(
+    session: AsyncSession,
+    model: type[Base],
+    rows: Sequence[dict[str, Any]],
+    key: Sequence[str],
+    *,
+    newer_only: bool,
+) -> None:
     table: Table = model.__table__  # type: ignore[assignment]
     for start in range(0, len(rows), CHUNK):
         stmt = _insert(session, table).values(list(rows[start : start + CHUNK]))
         updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in key}
-        await session.execute(stmt.on_conflict_do_update(index_elements=list(key), set_=updates))
+        where = table.c.last_seq < stmt.excluded.last_seq if newer_only else None
+        stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=updates, where=where)
+        await session.execute(stmt)
 
 
 async def insert_ignore(
