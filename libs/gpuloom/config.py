@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
     heartbeat_interval_s: float = 1.0
-    node_lost_timeout_s: float = 10.0
+    node_lost_timeout_s: float = 30.0
     #: More silent nodes at once than this share of the ready ones (and more than one)
     #: looks like inventory's own stall: each is lost only after one more timeout,
     #: and at most `node_loss_max_per_timeout` per timeout. 1 turns this off.

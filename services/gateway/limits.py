@@ -10,11 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class BodyTooLarge(Exception):
-    """The streamed body passed the limit (raised inside `receive`)."""
+class BodyTooLarge(HTTPException):
+    """The streamed body passed the limit (raised inside `receive`).
+
+    An HTTPException so that FastAPI, which answers any other error while it reads a
+    body with 400, lets it through and answers 413.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(status_code=413, detail=_detail(max_bytes, f"passed {max_bytes} bytes"))
 
 
 class BodyLimit:
@@ -39,7 +47,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise BodyTooLarge
+                    raise BodyTooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -55,11 +63,7 @@ class BodyLimit:
                 await self._refuse(send, f"passed {self.max_bytes} bytes")
 
     async def _refuse(self, send: Send, what: str) -> None:
-        detail = (
-            f"the request body {what}; the gateway takes at most {self.max_bytes} bytes "
-            "(GPULOOM_MAX_BODY_BYTES)"
-        )
-        await send_json(send, 413, {"detail": detail})
+        await send_json(send, 413, {"detail": _detail(self.max_bytes, what)})
 
 
 async def send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
@@ -76,6 +80,13 @@ async def send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _detail(max_bytes: int, what: str) -> str:
+    return (
+        f"the request body {what}; the gateway takes at most {max_bytes} bytes "
+        "(GPULOOM_MAX_BODY_BYTES)"
+    )
 
 
 def _content_length(scope: Scope) -> int | None:

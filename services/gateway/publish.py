@@ -49,7 +49,12 @@ def _check_size(bus: EventBus, message: Outgoing) -> None:
     Without this, the publish fails like an outage and is answered 503 with
     Retry-After, so a client would retry a request that can never succeed.
     """
-    size = len(message.body) + sum(len(k) + len(v) + 4 for k, v in message.headers.items())
+    # What the server counts: "NATS/1.0\r\n", "Name: value\r\n" per header, "\r\n", body.
+    size = (
+        len(message.body)
+        + len(b"NATS/1.0\r\n\r\n")
+        + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in message.headers.items())
+    )
     limit = bus.max_payload
     if limit and size > limit:
         raise HTTPException(

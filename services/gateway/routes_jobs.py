@@ -18,6 +18,7 @@ from gpuloom.events import (
     JobCancelRequested,
     JobSpec,
     JobSubmitted,
+    MalformedEvent,
     decode,
 )
 from gpuloom.events.codec import new_event_id
@@ -59,17 +60,21 @@ async def load_job(gateway: GatewayDep, session: SessionDep, job_id: str) -> Job
     return row
 
 
-async def load_array(session: SessionDep, array_id: str) -> list[JobRow]:
-    """The rows of an array's tasks (`<array id>-<index>`), by index; [] if none.
+async def load_array(gateway: Gateway, session: SessionDep, array_id: str) -> list[JobRow]:
+    """The rows of an array's tasks, by index; [] if `array_id` is no array.
 
-    A range on the primary key, not LIKE: ids may hold `_`, a LIKE wildcard, and
-    every id that starts with `<array id>-` sorts between it and `<array id>.`.
+    The task ids come from the folded state, not from a range or LIKE on the id
+    column: a PostgreSQL collation such as en_US does not sort `-` and `.` bytewise.
     """
-    rows = await session.scalars(
-        select(JobRow).where(JobRow.id > f"{array_id}-", JobRow.id < f"{array_id}.")
-    )
-    tasks = [row for row in rows if row.id.rsplit("-", 1)[-1].isdigit()]
-    return sorted(tasks, key=lambda row: int(row.id.rsplit("-", 1)[-1]))
+    if gateway.projector is None:
+        raise unavailable("the gateway has not read the log yet")
+    tasks = gateway.projector.state.array_tasks(array_id)
+    if not tasks:
+        return []
+    rows = {
+        row.id: row for row in await session.scalars(select(JobRow).where(JobRow.id.in_(tasks)))
+    }
+    return [rows[task] for task in tasks if task in rows]
 
 
 @router.post(
@@ -158,7 +163,9 @@ async def list_jobs(
     if account:
         query = query.where(JobRow.account == account)
     total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = await session.scalars(query.order_by(JobRow.submit_seq).limit(limit).offset(offset))
+    rows = await session.scalars(
+        query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
+    )
     return JobList(jobs=[to_job(row) for row in rows], total=total)
 
 
@@ -172,7 +179,7 @@ async def get_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> Jo
     await gateway.catch_up()
     row = await session.get(JobRow, job_id)
     if row is None:
-        tasks = await load_array(session, job_id)
+        tasks = await load_array(gateway, session, job_id)
         if not tasks:
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
         return array_view(job_id, [to_job(task) for task in tasks])
@@ -202,7 +209,7 @@ async def cancel_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) ->
     await gateway.catch_up()
     row = await session.get(JobRow, job_id)
     if row is None:
-        tasks = await load_array(session, job_id)
+        tasks = await load_array(gateway, session, job_id)
         if not tasks:
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
         state = array_view(job_id, [to_job(task) for task in tasks]).state
@@ -257,7 +264,10 @@ async def job_events(job_id: JobId, gateway: GatewayDep) -> JobEvents:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     events = []
     for message in messages:
-        envelope = decode(message.seq, message.body).envelope
+        try:
+            envelope = decode(message.seq, message.body).envelope
+        except MalformedEvent:
+            continue  # every service skipped it too; GET /v1/deadletters shows it
         events.append(LoggedEvent(seq=message.seq, **envelope.model_dump()))
     return JobEvents(job_id=job_id, events=events)
 

@@ -43,7 +43,7 @@ MAX_QUEUED = 1000
 Source = Literal["log", "heartbeat"]
 #: `malformed`: not a valid envelope; `fault`: a fold rule failed on it;
 #: `heartbeat`: a heartbeat inventory refused.
-ReasonKind = Literal["malformed", "fault", "heartbeat"]
+ReasonKind = Literal["malformed", "fault", "skew", "heartbeat"]
 
 
 def dead_letter_subject(service: str, source: Source) -> str:
@@ -87,9 +87,25 @@ class DeadLetter:
         )
 
 
+def redacted(body: bytes) -> bytes:
+    """The body with a job's environment values replaced by `<redacted>`, when it is
+    an envelope: they hold secrets, and a dead letter is read by operators."""
+    try:
+        doc = orjson.loads(body)
+        env = doc["data"]["spec"]["env"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return body
+    if not isinstance(env, dict) or not env:
+        return body
+    doc["data"]["spec"]["env"] = {name: "<redacted>" for name in env}
+    return orjson.dumps(doc)
+
+
 def excerpt_of(body: bytes, limit: int = EXCERPT_BYTES) -> tuple[str, str]:
     """The first `limit` bytes as text when they are UTF-8 (JSON escapes the rest),
-    else as base64; with the encoding used ("utf-8" or "base64")."""
+    else as base64; with the encoding used ("utf-8" or "base64"). Environment values
+    of a job are redacted first."""
+    body = redacted(body)
     cut = body[:limit]
     for trim in range(4 if len(body) > limit else 1):  # a cut may split one character
         with contextlib.suppress(UnicodeDecodeError):

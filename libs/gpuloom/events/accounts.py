@@ -28,6 +28,8 @@ class AccountCreated(AccountEvent):
     """An account joined the hierarchy (organisation -> team -> ...), under `parent`."""
 
     TYPE: ClassVar[str] = "AccountCreated"
+    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    VERSION: ClassVar[int] = 2
     parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
     description: Remark = ""
 
@@ -65,6 +67,8 @@ class AccountUsersSet(AccountEvent):
     """
 
     TYPE: ClassVar[str] = "AccountUsersSet"
+    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    VERSION: ClassVar[int] = 2
     users: list[UserName] = Field(default_factory=list, max_length=10_000)
 
     @field_validator("users")

@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuloom.events import sanitize
+
 Payload = dict[str, Any]
 Upcaster = Callable[[Payload], Payload]
 
-#: No event has needed an upcaster yet: every type is at version 1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+#: v2 of these types narrowed their strings and integers to what storage, the bus and
+#: `exec` hold (issue #9); their v1 payloads are brought within it (`sanitize`).
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("JobSubmitted", 1): sanitize.job_submitted,
+    ("NodeRegistered", 1): sanitize.node_registered,
+    ("AccountCreated", 1): sanitize.remark("description"),
+    ("AccountUsersSet", 1): sanitize.account_users,
+    ("NodeCordoned", 1): sanitize.remark("reason"),
+}
 
 
 class UnknownVersionError(ValueError):

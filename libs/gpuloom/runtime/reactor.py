@@ -92,7 +92,7 @@ class Reactor:
         except Exception as exc:  # an upcaster's bug: the same containment
             self._skip_malformed(message, f"seq {message.seq}: {type(exc).__name__}: {exc}")
             return
-        faults = self.state.faults
+        faults, skewed = self.state.faults, self.state.skewed
         try:
             apply(self.state, recorded)
             if "traceparent" in message.headers:
@@ -113,6 +113,10 @@ class Reactor:
                 "%s voided seq %d and dead-lettered it: %s", self.service, message.seq, reason
             )
             self.dead_letters.from_log(message, "fault", reason, recorded.envelope.id)
+        elif self.state.skewed > skewed:  # kept, with its time bounded: a clock to fix
+            reason = self.state.recent_skewed[-1].reason
+            log.warning("%s bounded the time of seq %d: %s", self.service, message.seq, reason)
+            self.dead_letters.from_log(message, "skew", reason, recorded.envelope.id)
 
     def _skip_malformed(self, message: Incoming, reason: str) -> None:
         MALFORMED.labels(self.service).inc()

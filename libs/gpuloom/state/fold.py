@@ -11,6 +11,7 @@ randomness or anything outside its arguments. Time comes from envelopes (`at`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
@@ -90,23 +91,45 @@ def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
             raise Invalid("the envelope's time has no time zone")
         stored = recorded.stored_at
         if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
-            raise Invalid(
-                f"the envelope's time {at.isoformat()} is {abs(at - stored).total_seconds():.0f} s "
-                f"from when the log stored it (at most {MAX_CLOCK_SKEW.total_seconds():.0f} s)"
-            )
+            recorded = _clamped(state, recorded, stored)
+            at = recorded.envelope.at
         handler(state, recorded.event, recorded)
     except Invalid as why:
         _void(state, recorded, str(why), fault=False)
     except Exception as exc:  # containment: one bad event must never stop a fold
-        # A rule failed where its checks did not expect it. Rules check before they
-        # change anything, so the event is voided like an invalid one; the fault is
-        # counted apart so that services dead-letter the event and an operator sees it.
+        # A rule failed where its checks did not expect it. Rules mostly check before
+        # they change anything, so the event is voided like an invalid one (a rule that
+        # failed half-way leaves what it changed, the same in every service); the fault
+        # is counted apart so that services dead-letter the event and an operator sees it.
         _void(state, recorded, f"fold rule failed: {type(exc).__name__}: {exc}", fault=True)
     else:
         state.applied += 1
         if state.clock is None or at > state.clock:
             state.clock = at  # the log's time: the latest applied event
     return state
+
+
+def _clamped(state: ClusterState, recorded: Recorded, stored: datetime) -> Recorded:
+    """The event with its time moved to within MAX_CLOCK_SKEW of when the log stored it.
+
+    A fact is kept (a JobFinished from a host whose clock drifted is still true), but
+    a writer's clock, or a forged time, cannot move the log's clock (ageing, decay,
+    reservations, charges) by more than the bound. Counted, and kept for inspection.
+    """
+    at = recorded.envelope.at
+    bounded = min(max(at, stored - MAX_CLOCK_SKEW), stored + MAX_CLOCK_SKEW)
+    state.skewed += 1
+    state.recent_skewed.append(
+        Voided(
+            recorded.seq,
+            recorded.envelope.type,
+            f"time {at.isoformat()} is {abs(at - stored).total_seconds():.0f} s from when the "
+            f"log stored it; taken as {bounded.isoformat()}",
+        )
+    )
+    del state.recent_skewed[:-VOIDED_KEPT]
+    envelope = recorded.envelope.model_copy(update={"at": bounded})
+    return dataclasses.replace(recorded, envelope=envelope)
 
 
 def _void(state: ClusterState, recorded: Recorded, reason: str, *, fault: bool) -> None:

@@ -280,6 +280,9 @@ class ClusterState:
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).
     faults: int = 0
     recent_voided: list[Voided] = field(default_factory=list)
+    #: Events whose `at` was too far from the log's own timestamp, and was bounded.
+    skewed: int = 0
+    recent_skewed: list[Voided] = field(default_factory=list)
 
     def array_tasks(self, array_id: str) -> list[str]:
         """The job ids of the tasks of array `array_id`, by index (none if unknown)."""

@@ -50,4 +50,4 @@ async def test_a_job_that_ended_while_its_agent_was_down_reports_its_own_end(
     assert (reported - exit_time).total_seconds() >= 1.4
     [run_state] = fake_log.state.jobs["j1"].runs
     assert run_state.ended_at == exit_time
-    assert 0.2 <= run_state.seconds <= 1.2, "charged for the job's time, not the agent's absence"
+    assert 0 < run_state.seconds <= 1.2, "charged for the job's time, not the agent's absence"

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from gpuloom.bus.deadletters import excerpt_of
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.queueing import pending_in_order
 from gpuloom.events import (
@@ -213,17 +214,33 @@ def test_admission_judges_each_job_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(bad, JobRejected) and "OverflowError" in bad.reason
 
 
-def test_an_event_far_from_when_the_log_stored_it_is_void() -> None:
+def test_an_event_far_from_when_the_log_stored_it_keeps_its_fact_with_a_bounded_time() -> None:
     """A forged `at` in year 9999 would move the log's clock (ageing, decay,
-    reservations) by millennia; the log's own timestamp bounds it."""
+    reservations) by millennia, and a drifting host's facts are still facts: the time
+    is bounded by the log's own timestamp, counted, and the event applied."""
     log = LogBuilder()
     recorded = log.submit("j1")
     stored = recorded.envelope.at
     state = fold([])
     far = dataclasses.replace(recorded, stored_at=stored - timedelta(hours=1))
     apply(state, far)
-    assert state.voided == 1 and "from when the log stored it" in state.recent_voided[-1].reason
-    assert state.clock is None
-    near = dataclasses.replace(recorded, seq=2, stored_at=stored + timedelta(seconds=30))
-    apply(state, near)
-    assert "j1" in state.jobs and state.clock == stored
+    assert state.voided == 0 and state.skewed == 1
+    assert state.jobs["j1"].submitted_at == stored - timedelta(hours=1) + timedelta(minutes=5)
+    assert "from when the log stored it" in state.recent_skewed[-1].reason
+    assert state.clock == stored - timedelta(minutes=55)
+    near = log.submit("j2")
+    apply(state, dataclasses.replace(near, stored_at=near.envelope.at + timedelta(seconds=30)))
+    assert state.skewed == 1 and state.jobs["j2"].submitted_at == near.envelope.at
+
+
+def test_dead_letters_never_show_a_jobs_environment() -> None:
+    body = encode(
+        make_envelope(
+            JobSubmitted(job_id="j1", spec=make_job_spec(env={"TOKEN": "s3cret"})),
+            at=datetime(2026, 12, 3, tzinfo=UTC),
+            by="x",
+        )
+    )
+    excerpt, _ = excerpt_of(body)
+    assert "s3cret" not in excerpt and "TOKEN" in excerpt
+    assert excerpt_of(b"\xff\x00 not json")[1] == "base64"
