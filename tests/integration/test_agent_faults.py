@@ -164,9 +164,10 @@ def alive(pid: int) -> bool:
 def test_an_agent_cut_off_from_the_bus_stops_its_jobs_before_its_node_is_lost(
     nats_url: str, tmp_path: Path
 ) -> None:
-    lost_after_s = 6.0  # Cluster's GPULOOM_NODE_LOST_TIMEOUT_S; the fence is half of it
+    lost_after_s = 10.0  # the fence is half of it: seconds of margin on each side
     partition = Partition(nats_url)
-    with one_node_cluster(nats_url, tmp_path, {}, with_agent=False) as cluster:
+    env = {"GPULOOM_NODE_LOST_TIMEOUT_S": str(lost_after_s)}
+    with one_node_cluster(nats_url, tmp_path, env, with_agent=False) as cluster:
         assert cluster.stack is not None
         # agent-a reaches NATS through the partition; every other service directly
         agent = Stack(
