@@ -38,7 +38,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def submit_all(url: str, count: int, command: list[str], concurrency: int) -> float:
+async def submit_all(
+    url: str, count: int, command: list[str], concurrency: int, token: str
+) -> float:
     """POST `count` jobs with `concurrency` keep-alive clients; return the seconds it took.
 
     aiohttp rather than httpx: the client shares the machine's two cores with the
@@ -65,7 +67,8 @@ async def submit_all(url: str, count: int, command: list[str], concurrency: int)
 
     started = time.perf_counter()
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(url, connector=connector) as session:
+    auth = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(url, connector=connector, headers=auth) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return time.perf_counter() - started
 
@@ -168,7 +171,10 @@ def run(args: argparse.Namespace) -> None:
             pids["nats-server"] = nats.process.pid
         pids["bench client"] = os.getpid()
         cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
-        submit_s = asyncio.run(submit_all(cluster.gateway_url, jobs, command, args.concurrency))
+        token = cluster.token_for("bench")
+        submit_s = asyncio.run(
+            submit_all(cluster.gateway_url, jobs, command, args.concurrency, token)
+        )
         print(
             f"submitted {jobs} jobs in {submit_s:.2f} s ({jobs / submit_s:.0f} submissions/s)",
             flush=True,

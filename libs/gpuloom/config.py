@@ -38,6 +38,44 @@ class Settings(BaseSettings):
     #: The largest request body the gateway reads (413 above it), bytes.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
+    # --- Who is asking (gateway): bearer tokens ---------------------------------------
+    #: "jwt": every route but health and readiness (and /metrics where public) needs a
+    #: bearer token; "off": anyone may do anything, which is logged at every start.
+    auth: Literal["jwt", "off"] = "jwt"
+    #: The stack's HS256 secret (made on first start, mode 0600); None: <data_dir>/auth/jwt.key.
+    auth_secret_file: Path | None = None
+    #: An identity provider's JWKS (OIDC): RS256/ES256 tokens are verified with its keys.
+    auth_jwks_url: str | None = None
+    #: Required `iss` and `aud` of accepted tokens (None: not checked).
+    auth_issuer: str | None = None
+    auth_audience: str | None = None
+    #: The claim that names the user, and the one that lists roles.
+    auth_user_claim: str = "sub"
+    auth_roles_claim: str = "roles"
+    #: Clock skew allowed on `exp`, `iat` and `nbf`, seconds.
+    auth_leeway_s: float = Field(default=60.0, ge=0, le=600)
+    #: The longest lifetime (exp - iat) a token may have, seconds (`gpuloom token issue` too).
+    auth_max_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
+    #: Whether the gateway's /metrics answers without a token (for a Prometheus scraper).
+    metrics_public: bool = True
+
+    # --- This process's identity on the bus (NATS) --------------------------------------
+    #: The nkey seed file of this process's NATS identity (None: connect without one).
+    nats_seed_file: Path | None = None
+    #: TLS to NATS: the CA that signed the server's certificate, and this client's own.
+    nats_tls_ca_file: Path | None = None
+    nats_tls_cert_file: Path | None = None
+    nats_tls_key_file: Path | None = None
+
+    # --- Who jobs run as (agent) --------------------------------------------------------
+    #: The unprivileged account jobs run as; None: "nobody" when the agent is root,
+    #: else the agent's own user (which cannot switch users). A root agent refuses to
+    #: start when it does not exist or is root's: jobs never run as root.
+    agent_job_user: str | None = None
+    #: Run each job as its submitting user's local account where that name exists
+    #: (as Slurm does) and is not root's, else as `agent_job_user`.
+    agent_map_users: bool = False
+
     heartbeat_interval_s: float = 1.0
     node_lost_timeout_s: float = 30.0
     #: More silent nodes at once than this share of the ready ones (and more than one)
@@ -90,6 +128,9 @@ class Settings(BaseSettings):
         if self.agent_fence_after_s is None:
             return self.node_lost_timeout_s / 2
         return self.agent_fence_after_s
+
+    def secret_file(self) -> Path:
+        return self.auth_secret_file or self.data_dir / "auth" / "jwt.key"
 
     def run_dir(self) -> Path:
         return self.agent_run_dir or self.data_dir / "agent"

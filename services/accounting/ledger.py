@@ -150,7 +150,7 @@ async def _consume(
             seq = int(msg.metadata.sequence.stream)
             last = max(last, seq)
             try:
-                recorded = decode(seq, msg.data, msg.metadata.timestamp)
+                recorded = decode(seq, msg.data, msg.metadata.timestamp, subject=msg.subject)
             except MalformedEvent as exc:
                 log.error("ledger skipping malformed event: %s", exc)
                 continue

@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from gpuloom.bus import EventBus
-from gpuloom.config import Settings
+from gpuloom.config import Settings, load_settings
 from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
@@ -35,6 +35,7 @@ from services.agent import fence, logs
 from services.agent.agent import Agent
 from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
+from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
 
 log = logging.getLogger("services.agent")
@@ -117,7 +118,11 @@ async def fencing(
 
 
 async def serve(
-    settings: Settings, bus: EventBus, stop: asyncio.Event, nodes: Sequence[ServedNode]
+    settings: Settings,
+    bus: EventBus,
+    stop: asyncio.Event,
+    nodes: Sequence[ServedNode],
+    accounts: Accounts | None = None,
 ) -> None:
     """The agent's whole life for `nodes`, until `stop`."""
     names = [n.name for n in nodes]
@@ -126,7 +131,12 @@ async def serve(
     simulated = all(node.spec.simulated for node in nodes)
     probe = None if simulated else nvml_probe()
     guard, probe_every_s = make_fence(settings)
-    agent = Agent(names, root, grace_s=settings.cancel_grace_s, probe=probe, fence=guard)
+    if accounts is None:
+        accounts = job_accounts(settings.agent_job_user, settings.agent_map_users)
+    log.info("%s", accounts.describe())
+    agent = Agent(
+        names, root, grace_s=settings.cancel_grace_s, probe=probe, fence=guard, accounts=accounts
+    )
     runner = agent.runner
     orphans = runner.scan(names)
     for node in nodes:
@@ -187,9 +197,15 @@ def entrypoint(argv: list[str] | None = None) -> None:
     except (InventoryError, DiscoveryError) as exc:
         print(f"agent: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    configured = load_settings()
+    try:  # checked before connecting: jobs never run as root, nor as nobody known
+        accounts = job_accounts(configured.agent_job_user, configured.agent_map_users)
+    except AccountError as exc:
+        print(f"agent: GPULOOM_AGENT_JOB_USER: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
 
     async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
-        await serve(settings, bus, stop, nodes)
+        await serve(settings, bus, stop, nodes, accounts)
 
     run_service("agent", main)
 

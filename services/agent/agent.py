@@ -30,6 +30,7 @@ from gpuloom.decide import Decision
 from gpuloom.state import ClusterState
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
+from services.agent.identity import Accounts
 from services.agent.reconcile import (
     Action,
     Drop,
@@ -76,10 +77,17 @@ class Agent:
         environ: Mapping[str, str] | None = None,
         probe: GpuMemoryProbe | None = None,
         fence: Fence | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
         self.runner = Runner(
-            root, self.on_exit, grace_s=grace_s, poll_s=poll_s, environ=environ, probe=probe
+            root,
+            self.on_exit,
+            grace_s=grace_s,
+            poll_s=poll_s,
+            environ=environ,
+            probe=probe,
+            accounts=accounts,
         )
         self.outbox: dict[JobKey, Exited] = {}
         self.fence = fence

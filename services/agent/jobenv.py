@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpuloom.events import JobSpec, SliceRef
+from gpuloom.events.text import reserved_env_reason
+from services.agent.reconcile import Ensure
+
+log = logging.getLogger(__name__)
 
 #: Variables passed from the agent's own environment, when set; nothing else leaks.
-INHERITED = ("PATH", "HOME", "LANG", "TMPDIR")
+#: (HOME, USER and LOGNAME are the job's account's: see `account_environment`.)
+INHERITED = ("PATH", "LANG", "TMPDIR")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: The kernel's limit on one argument or `NAME=value` string, its NUL included.
+MAX_ARG_STRLEN = 32 * 4096
 
 
 def base_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -18,6 +27,38 @@ def base_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     base = {name: environ[name] for name in INHERITED if name in environ}
     base.setdefault("PATH", DEFAULT_PATH)
     return base
+
+
+def account_environment(name: str, home: Path) -> dict[str, str]:
+    """Who the job runs as, and its HOME (its working directory)."""
+    return {"HOME": str(home), "USER": name, "LOGNAME": name}
+
+
+def reserved_names(env: Mapping[str, str]) -> list[str]:
+    """The names in `env` that a job may not set (`reserved_env_reason`), sorted."""
+    return sorted(name for name in env if reserved_env_reason(name) is not None)
+
+
+def ensure_environment(
+    base: Mapping[str, str], action: Ensure, user: str, home: Path
+) -> dict[str, str]:
+    """The environment of `action`'s command, run as the account `user` in `home`."""
+    dropped = reserved_names(action.spec.env)
+    if dropped:  # admission rejects these now; an older log may still hold one
+        log.warning("job %s: env sets reserved %s: left out", action.job_id, ", ".join(dropped))
+    return job_environment(
+        {**base, **account_environment(user, home)},
+        action.spec,
+        job_id=action.job_id,
+        attempt=action.attempt,
+        node=action.node,
+        gpu_indexes=action.gpu_indexes,
+        gpu_uuids=action.gpu_uuids,
+        slices=action.slices,
+        replica=action.replica,
+        hosts=action.hosts,
+        array=(action.array_id, action.array_index) if action.array_id is not None else None,
+    )
 
 
 def job_environment(
@@ -39,10 +80,13 @@ def job_environment(
     The user cannot override the `GPULOOM_*` variables nor the GPU selection:
     `CUDA_VISIBLE_DEVICES` lists the assigned GPU indexes (empty for no GPU), in
     the PCI bus order that nvidia-smi and NVML number them by. For vGPU slices
-    see `sharing_environment`.
+    see `sharing_environment`. A name of `spec.env` the scheduler reserves (which
+    admission rejects, but an older log may hold) is left out, so one the agent
+    does not set this time (`CUDA_MPS_*` of a whole GPU, `LD_PRELOAD`) cannot
+    slip through either.
     """
     env = dict(base)
-    env.update(spec.env)
+    env.update({k: v for k, v in spec.env.items() if reserved_env_reason(k) is None})
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indexes),
@@ -138,6 +182,22 @@ def spawn_problem(command: Sequence[str], env: Mapping[str, str]) -> str | None:
         if problem is not None:
             shown = name[:80] if name.isprintable() else repr(name)[:80]
             return f"could not start: {problem} in env {shown}"
+    return None
+
+
+def exec_size_problem(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why `execve` would refuse `command` and `env` for their size (E2BIG), or None.
+
+    Checked before the spawn: the command is executed by `launch.py`, whose
+    failure would only show as exit status 126. Limits: one string (argument or
+    `NAME=value`) at most `MAX_ARG_STRLEN` bytes with its NUL; all of them, with
+    their pointers, at most `ARG_MAX`.
+    """
+    words = [os.fsencode(word) for word in command]
+    words += [os.fsencode(f"{name}={value}") for name, value in env.items()]
+    total = sum(len(word) + 1 + 8 for word in words)
+    if any(len(word) + 1 > MAX_ARG_STRLEN for word in words) or total > os.sysconf("SC_ARG_MAX"):
+        return f"could not start: {os.strerror(errno.E2BIG)}"
     return None
 
 

@@ -27,10 +27,12 @@ from pathlib import Path
 
 from gpuloom.events import Outcome
 from services.agent.gpuwatch import GpuMemoryProbe, Limit, over_limit, process_groups
+from services.agent.identity import Accounts, job_accounts, prepare_workdir
 from services.agent.jobenv import (
     base_environment,
     command_problem,
-    job_environment,
+    ensure_environment,
+    exec_size_problem,
     spawn_problem,
 )
 from services.agent.reconcile import Ensure, JobKey, Local, Status
@@ -132,8 +134,11 @@ class Runner:
         poll_s: float = 0.1,
         environ: Mapping[str, str] | None = None,
         probe: GpuMemoryProbe | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         self.root = root.resolve()
+        #: Who jobs run as (default: "nobody" when the agent is root, else itself).
+        self.accounts = accounts if accounts is not None else job_accounts()
         self.probe = probe
         self._memory_checked = 0.0
         self.on_exit = on_exit
@@ -191,29 +196,22 @@ class Runner:
         if action.phase != "placed":
             self._end(key, action.node, run, None, Ended("failed", None, "agent lost the process"))
             return Resumed(None)
-        env = job_environment(
-            self.base_env,
-            action.spec,
-            job_id=action.job_id,
-            attempt=action.attempt,
-            node=action.node,
-            gpu_indexes=action.gpu_indexes,
-            gpu_uuids=action.gpu_uuids,
-            slices=action.slices,
-            replica=action.replica,
-            hosts=action.hosts,
-            array=(action.array_id, action.array_index) if action.array_id is not None else None,
-        )
+        account = self.accounts.for_user(action.spec.user)
+        env = ensure_environment(self.base_env, action, account.name, run.work)
         command = list(action.spec.command)
         unfit = spawn_problem(command, env)
         if unfit is not None:
             return NotStarted(Ended("failed", None, unfit))
-        problem = command_problem(command[0], env.get("PATH"), run.path)
+        problem = command_problem(command[0], env.get("PATH"), run.work)
         if problem is not None:
             return NotStarted(Ended("failed", problem[0], problem[1]))
         run.create()
+        too_big = exec_size_problem(command, env)
+        if too_big is not None:
+            return self._not_started(run, too_big)
+        prepare_workdir(run.work, account)
         try:
-            pid = spawn_shim(run, command, env)
+            pid = spawn_shim(run, command, env, account)
         except OSError as exc:
             if exc.errno not in LASTING_SPAWN_ERRORS:
                 raise  # e.g. no memory, too many processes: the next round tries again

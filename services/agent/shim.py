@@ -4,7 +4,8 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 
 | file     | written by | content                                                   |
 | -------- | ---------- | --------------------------------------------------------- |
-| `stdout` | the job    | the job's standard output (opened by the agent at spawn)  |
+| `stdout` | the job    | the job's standard output (opened by the agent at spawn,  |
+|          |            | mode 0600, then given to the job's account by `launch.py`)|
 | `stderr` | the job    | the job's standard error (and the shim's own messages)    |
 | `pid`    | the shim   | the shim's pid, which is also the job's process group id  |
 | `exit`   | the shim   | the command's exit status as the shell reports it (`$?`), |
@@ -12,29 +13,42 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 |          |            | its mtime is when the command ended (see `exit_time`)     |
 | `reason` | the agent  | why the agent stopped the job, written before signalling: |
 |          |            | line 1 the outcome (`timed_out`, `cancelled`), line 2 text|
+| `launch` | the agent  | what `launch.py` starts (argv, env, account), mode 0600;  |
+|          |            | deleted by `launch.py` once read                          |
+| `work/`  | the job    | the job's own working directory and HOME: owned by the    |
+|          |            | job's account, mode 0700                                  |
+
+The folder and the records in it belong to the agent's user: the job, which runs
+as an unprivileged account (see `identity`), cannot forge its records nor touch
+another job's. Only `work/` and the two logs are the job's account's.
 
 The shim is started by the agent in a new session (so a new process group whose
-id is the shim's pid) and outlives the agent. It runs the command as its child
-in the same group and waits for it. Its traps give the agent two levers that
-never hit the shim itself:
+id is the shim's pid), as the agent's user with a clean environment, and
+outlives the agent. It runs `launch.py` as its child in the same group, which
+becomes the command (as the job's account, with the job's environment), and
+waits for it. Its traps give the agent two levers that never hit the shim itself:
 
 * SIGTERM to the shim: the shim sends SIGTERM once to its whole process group
   (the job and everything the job started); its own copy is ignored.
 * SIGUSR1 to the shim: the shim SIGKILLs the command, then records its status.
 
 So a cancelled or timed-out job still gets an `exit` file; the agent sweeps what
-is left of the group with SIGKILL after the shim is gone. No Python runs per job.
+is left of the group with SIGKILL after the shim is gone. Python runs per job
+only for the moment `launch.py` takes to switch the account and exec the command.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuloom.events import Outcome
+from services.agent.identity import Account
 
 SHIM = r"""cd "$1" || exit 125
 shift
@@ -77,6 +91,10 @@ _DEFAULT_SIGNALS = frozenset(
     }
 )
 SHIM_ARGV0 = "gpuloom-shim"
+#: The program the shim runs, which becomes the job's command (see its docstring).
+LAUNCHER = str(Path(__file__).with_name("launch.py"))
+#: The shim's own environment: nothing of the job's reaches a process of the agent's user.
+SHIM_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,11 @@ class RunDir:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    @property
+    def work(self) -> Path:
+        """The job's own working directory (and HOME)."""
+        return self.path / "work"
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -230,24 +253,37 @@ def ended(status: int | None, reason: tuple[str, str] | None, at: datetime | Non
     return Ended("failed", status, describe_status(status), at)
 
 
-def spawn_shim(run: RunDir, command: list[str], env: dict[str, str]) -> int:
-    """Start the shim for `command` in `run` (created beforehand); return the shim's pid.
+def spawn_shim(run: RunDir, command: list[str], env: dict[str, str], account: Account) -> int:
+    """Start the shim for `command` in `run` (created beforehand, with its `work`
+    folder); return the shim's pid. The command runs as `account` with `env`.
 
     The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
     folder's files, default signal dispositions and an empty signal mask.
     Raises OSError if the shim cannot be spawned.
     """
+    launch = {
+        "argv": command,
+        "env": env,
+        "uid": account.uid,
+        "gid": account.gid,
+        "groups": list(account.groups),
+        "cwd": str(run.work),
+    }
+    fd = os.open(run.file("launch"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(json.dumps(launch).encode())
     append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o644),
-        (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o644),
+        (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o600),
+        (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o600),
     ]
-    argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), *command]
+    launcher = [sys.executable, "-I", "-S", LAUNCHER, "launch"]
+    argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), *launcher]
     return os.posix_spawn(
         "/bin/sh",
         argv,
-        env,
+        SHIM_ENV,
         file_actions=actions,
         setsid=True,
         setsigdef=_DEFAULT_SIGNALS,

@@ -1,6 +1,9 @@
 """The FastAPI application and its lifespan: connect to NATS (in the background, so
 the API answers 503 rather than failing to start while NATS is away) and run the
-projector that keeps the SQL read models in step with the log."""
+projector that keeps the SQL read models in step with the log.
+
+Every router but the `public` ones (/healthz, /readyz) is included behind
+`authenticate`; errors answer as RFC 9457 problem details (`detail` says why)."""
 
 from __future__ import annotations
 
@@ -9,21 +12,28 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI
 
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.service import connect_bus
 from gpuloom.store.session import make_engine, make_sessionmaker
-from services.gateway import routes_accounts, routes_cluster, routes_jobs, routes_usage
-from services.gateway.apidocs import add_api_docs
+from services.gateway import (
+    routes_accounts,
+    routes_cluster,
+    routes_jobs,
+    routes_policies,
+    routes_projections,
+    routes_submit,
+    routes_usage,
+)
+from services.gateway.apidocs import add_api_docs, add_openapi
+from services.gateway.auth import authenticate, make_verifier
 from services.gateway.deps import Gateway
 from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics
+from services.gateway.problems import add_problem_handlers
 from services.gateway.routes_deadletters import router as dead_letters_router
-from services.gateway.routes_projections import router as projections_router
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +49,9 @@ async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
 
 def create_app(settings: Settings) -> FastAPI:
     engine = make_engine(settings.database_url)
-    gateway = Gateway(settings=settings, sessions=make_sessionmaker(engine))
+    gateway = Gateway(
+        settings=settings, sessions=make_sessionmaker(engine), verifier=make_verifier(settings)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -71,28 +83,23 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.gateway = gateway
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        """422 naming every bad field, e.g. `body.gpus: Input should be >= 0`."""
-        errors = exc.errors()
-        summary = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors
-        )
-        return JSONResponse(
-            status_code=422,
-            content={"detail": summary, "errors": [_plain(err) for err in errors]},
-        )
+    add_problem_handlers(app)
 
-    app.include_router(routes_jobs.router)
-    app.include_router(routes_cluster.router)
-    app.include_router(routes_usage.router)
-    app.include_router(routes_accounts.router)
-    app.include_router(projections_router)
-    app.include_router(dead_letters_router)
+    authenticated = [Depends(authenticate)]
+    for router in (
+        routes_submit.router,
+        routes_jobs.router,
+        routes_cluster.router,
+        routes_usage.router,
+        routes_accounts.router,
+        routes_policies.router,
+        routes_projections.router,
+        dead_letters_router,
+    ):
+        app.include_router(router, dependencies=authenticated)
+    app.include_router(routes_cluster.public)
+    app.include_router(routes_projections.public)
     add_api_docs(app)
-    add_metrics(app, gateway)
+    add_openapi(app)
+    add_metrics(app, gateway, dependencies=[] if settings.metrics_public else authenticated)
     return app
-
-
-def _plain(error: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in error.items() if k in ("loc", "msg", "type")}

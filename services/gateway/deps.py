@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gpuloom.auth import TokenVerifier
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.events.base import SUBJECT_TOKEN
@@ -20,6 +21,8 @@ class Gateway:
     sessions: async_sessionmaker[Any]
     bus: EventBus | None = None
     projector: Projector | None = None
+    #: Checks bearer tokens; None: authentication is off (every request an operator).
+    verifier: TokenVerifier | None = None
     #: Highest stream sequence this gateway wrote (reads wait for it: read-your-writes).
     last_written_seq: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

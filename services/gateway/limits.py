@@ -13,6 +13,8 @@ import orjson
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.gateway.problems import MEDIA_TYPE, problem_body
+
 
 class BodyTooLarge(HTTPException):
     """The streamed body passed the limit (raised inside `receive`).
@@ -63,7 +65,7 @@ class BodyLimit:
                 await self._refuse(send, f"passed {self.max_bytes} bytes")
 
     async def _refuse(self, send: Send, what: str) -> None:
-        await send_json(send, 413, {"detail": _detail(self.max_bytes, what)})
+        await send_json(send, 413, problem_body(413, _detail(self.max_bytes, what)))
 
 
 async def send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
@@ -73,7 +75,7 @@ async def send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", MEDIA_TYPE.encode()),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
             ],

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import get_args
+from typing import Any, get_args
 
 from fastapi import FastAPI
 from fastapi.responses import Response
@@ -136,13 +136,18 @@ def exposition(registries: Iterable[CollectorRegistry]) -> bytes:
 
 
 def add_metrics(
-    app: FastAPI, gateway: Gateway, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    app: FastAPI,
+    gateway: Gateway,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    dependencies: Sequence[Any] = (),
 ) -> None:
-    """Serve GET /metrics on `app`: the process-wide registry, then `gateway`'s cluster."""
+    """Serve GET /metrics on `app`: the process-wide registry, then `gateway`'s cluster.
+
+    `dependencies`: what guards it (authentication, unless metrics are public)."""
     cluster = CollectorRegistry()
     cluster.register(ClusterCollector(gateway, clock))
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))
     async def metrics() -> Response:
         await refresh_stream_seq(gateway)
         # The classic text format, which every Prometheus reads (no content negotiation).

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from fastapi import HTTPException
 from nats.errors import Error as NatsError
 
+from gpuloom.auth import Principal
 from gpuloom.bus import EventBus, Outgoing
 from gpuloom.events import Event, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.telemetry import inject
@@ -16,8 +17,12 @@ from services.gateway.deps import Gateway, unavailable
 log = logging.getLogger(__name__)
 
 
-async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> Recorded:
+async def publish(
+    gateway: Gateway, event: Event, msg_id: str | None = None, *, principal: Principal
+) -> Recorded:
     """Publish `event` and wait for JetStream's ack; return what the log holds under it.
+
+    The envelope names `principal`, who asked for it (the authenticated caller).
 
     With a `msg_id` that JetStream has seen within its de-duplication window the
     publish is a duplicate, and the original event is returned instead.
@@ -25,7 +30,7 @@ async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> 
     bus = gateway.live_bus()
     envelope = make_envelope(
         event, at=datetime.now(UTC), by="gateway", correlation_id=event.aggregate_id()
-    )
+    ).model_copy(update={"principal": principal.name})
     headers = inject({"Nats-Msg-Id": msg_id or envelope.id})
     message = Outgoing(subject_for(event), encode(envelope), headers)
     _check_size(bus, message)
@@ -33,7 +38,7 @@ async def publish(gateway: Gateway, event: Event, msg_id: str | None = None) -> 
         seq, duplicate = await bus.publish(message, timeout=gateway.settings.publish_timeout_s)
         if duplicate:
             stored = await bus.get(seq)
-            recorded = decode(seq, stored.body)
+            recorded = decode(seq, stored.body, subject=stored.subject)
         else:
             recorded = Recorded(seq, envelope, event)
     except (TimeoutError, NatsError, OSError) as exc:

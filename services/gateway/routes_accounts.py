@@ -1,17 +1,30 @@
-"""/v1/accounts: the account hierarchy and fair-share shares (admin)."""
+"""/v1/accounts: the account hierarchy, members, coordinators, shares and quotas.
+
+Anyone authenticated lists accounts; who may change what is `gpuloom.auth.policy`
+(operators everything; an account's coordinators its members, sub-accounts and
+their shares)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from gpuloom.events import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
+from gpuloom.auth.policy import account_problem
+from gpuloom.events import (
+    AccountCoordinatorsSet,
+    AccountCreated,
+    AccountUsersSet,
+    QuotaSet,
+    SharesSet,
+)
 from gpuloom.events.accounts import QUOTA_MAX
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
 from gpuloom.queueing.quota import GPU_MILLI, RESOURCE
 from gpuloom.state import ClusterState
 from gpuloom.state.model import AccountState
+from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import AccountName, Gateway, GatewayDep
 from services.gateway.publish import publish
 
@@ -46,6 +59,12 @@ class Users(BaseModel):
     users: list[UserName] = Field(default_factory=list, max_length=10_000)
 
 
+class Coordinators(BaseModel):
+    """Who coordinates the account and every account below it; [] names none."""
+
+    coordinators: list[UserName] = Field(default_factory=list, max_length=1000)
+
+
 class Account(BaseModel):
     name: str
     parent: str | None
@@ -53,6 +72,8 @@ class Account(BaseModel):
     description: str
     #: Who may submit under it; empty: anyone.
     users: list[str] = Field(default_factory=list)
+    #: Who coordinates it and its sub-accounts (AccountCoordinatorsSet).
+    coordinators: list[str] = Field(default_factory=list)
     #: The quota of all GPU time (`gpu_milli`), if set.
     quota: QuotaBody | None = None
     #: Every quota, by resource.
@@ -86,6 +107,7 @@ def _view(account: AccountState) -> Account:
         quota=next((q for q in quotas if q.resource == GPU_MILLI), None),
         quotas=quotas,
         users=list(account.users),
+        coordinators=list(account.coordinators),
     )
 
 
@@ -110,11 +132,13 @@ async def list_accounts(gateway: GatewayDep) -> AccountList:
     return AccountList(accounts=[_view(a) for _, a in sorted(state.accounts.items())])
 
 
-@router.post("", status_code=201, response_model=Account)
-async def create_account(body: NewAccount, gateway: GatewayDep) -> Account:
-    """Create an account under `parent` (events AccountCreated, SharesSet)."""
+@router.post("", status_code=201, response_model=Account, responses={404: {}, 409: {}})
+async def create_account(body: NewAccount, gateway: GatewayDep, principal: PrincipalDep) -> Account:
+    """Create an account under `parent` (events AccountCreated, SharesSet): operators,
+    or coordinators of `parent`."""
     await gateway.catch_up()
     state = _state(gateway)
+    forbidden(account_problem(principal, "create", body.name, state.accounts, body.parent))
     if body.name in state.accounts:
         raise HTTPException(status_code=409, detail=f"account {body.name} already exists")
     if body.parent is not None and body.parent not in state.accounts:
@@ -122,39 +146,56 @@ async def create_account(body: NewAccount, gateway: GatewayDep) -> Account:
     created = await publish(
         gateway,
         AccountCreated(account=body.name, parent=body.parent, description=body.description),
+        principal=principal,
     )
     reason = await gateway.voided_reason(created.seq)
     if reason is not None:  # created meanwhile by another request
         raise HTTPException(status_code=409, detail=reason)
     if body.shares != 1:
-        await publish(gateway, SharesSet(account=body.name, shares=body.shares))
+        await publish(
+            gateway, SharesSet(account=body.name, shares=body.shares), principal=principal
+        )
     return await _after_write(gateway, body.name)
 
 
 @router.put("/{name}/shares", response_model=Account, responses={404: {}})
-async def set_shares(name: AccountName, body: Shares, gateway: GatewayDep) -> Account:
-    """Set the account's fair-share shares (event SharesSet)."""
+async def set_shares(
+    name: AccountName, body: Shares, gateway: GatewayDep, principal: PrincipalDep
+) -> Account:
+    """Set the account's fair-share shares (event SharesSet): operators, or
+    coordinators of its parent."""
     await _require(gateway, name)
-    await publish(gateway, SharesSet(account=name, shares=body.shares))
+    forbidden(account_problem(principal, "shares", name, accounts_of(gateway)))
+    await publish(gateway, SharesSet(account=name, shares=body.shares), principal=principal)
     return await _after_write(gateway, name)
 
 
 @router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
-async def set_users(name: AccountName, body: Users, gateway: GatewayDep) -> Account:
-    """Set who may submit under the account (event AccountUsersSet); [] lets anyone."""
+async def set_users(
+    name: AccountName, body: Users, gateway: GatewayDep, principal: PrincipalDep
+) -> Account:
+    """Set who may submit under the account (event AccountUsersSet); [] lets anyone.
+    Operators, or the account's coordinators."""
     await _require(gateway, name)
+    forbidden(account_problem(principal, "members", name, accounts_of(gateway)))
     try:
         event = AccountUsersSet(account=name, users=body.users)
     except ValidationError as exc:
-        raise HTTPException(status_code=422, detail=str(exc.errors()[0]["msg"])) from exc
-    await publish(gateway, event)
+        raise RequestValidationError(
+            [{**err, "loc": ("body", *err["loc"])} for err in exc.errors()]
+        ) from exc
+    await publish(gateway, event, principal=principal)
     return await _after_write(gateway, name)
 
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
-async def set_quota(name: AccountName, body: QuotaBody, gateway: GatewayDep) -> Account:
-    """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet)."""
+async def set_quota(
+    name: AccountName, body: QuotaBody, gateway: GatewayDep, principal: PrincipalDep
+) -> Account:
+    """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet):
+    operators only."""
     await _require(gateway, name)
+    forbidden(account_problem(principal, "quota", name, accounts_of(gateway)))
     await publish(
         gateway,
         QuotaSet(
@@ -164,5 +205,19 @@ async def set_quota(name: AccountName, body: QuotaBody, gateway: GatewayDep) -> 
             borrowing_limit=body.borrowing_limit,
             cap=body.cap,
         ),
+        principal=principal,
     )
+    return await _after_write(gateway, name)
+
+
+@router.put("/{name}/coordinators", response_model=Account, responses={404: {}})
+async def set_coordinators(
+    name: AccountName, body: Coordinators, gateway: GatewayDep, principal: PrincipalDep
+) -> Account:
+    """Name who coordinates the account and its subtree (event AccountCoordinatorsSet):
+    operators only; [] names none."""
+    await _require(gateway, name)
+    forbidden(account_problem(principal, "coordinators", name, accounts_of(gateway)))
+    event = AccountCoordinatorsSet(account=name, coordinators=body.coordinators)
+    await publish(gateway, event, principal=principal)
     return await _after_write(gateway, name)

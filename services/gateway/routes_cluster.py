@@ -1,10 +1,13 @@
-"""/v1/nodes, /v1/audit, /v1/schemas/events, /healthz."""
+"""/v1/nodes, /v1/queue, /v1/audit, /v1/schemas/events, and /healthz (on `public`).
+
+Any authenticated user reads nodes, the queue and the audit (as `sinfo`, `squeue`,
+`sprio`); pools and cordons are the operators'."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path
 from pydantic import BaseModel
 from sqlalchemy import select
 
@@ -13,6 +16,7 @@ from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_sc
 from gpuloom.events.text import Remark
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.store.models import NodeRow
+from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import GatewayDep, NodeName, SessionDep
 from services.gateway.publish import publish
 from services.gateway.routes_jobs import UNAVAILABLE
@@ -28,6 +32,8 @@ from services.gateway.schemas import (
 )
 
 router = APIRouter()
+#: Routes that answer without a token (a liveness probe has none).
+public = APIRouter()
 
 
 @router.get("/v1/nodes", response_model=NodeList, tags=["nodes"])
@@ -47,6 +53,7 @@ class PoolChange(BaseModel):
     response_model=PoolChangeAccepted,
     tags=["nodes"],
     responses={404: {"model": Problem}, 409: {"model": Problem}},
+    dependencies=[Depends(operator("move GPUs between pools"))],
 )
 async def change_pool(
     node: NodeName,
@@ -54,6 +61,7 @@ async def change_pool(
     change: PoolChange,
     gateway: GatewayDep,
     session: SessionDep,
+    principal: PrincipalDep,
 ) -> PoolChangeAccepted:
     """Move an idle GPU to the physical or the vGPU pool (event GpuPoolChanged).
 
@@ -75,7 +83,9 @@ async def change_pool(
         )
     if found.get("pool") == change.pool:
         return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=None)
-    recorded = await publish(gateway, GpuPoolChanged(node=node, index=gpu, pool=change.pool))
+    recorded = await publish(
+        gateway, GpuPoolChanged(node=node, index=gpu, pool=change.pool), principal=principal
+    )
     voided = await gateway.voided_reason(recorded.seq)
     if voided is not None:
         raise HTTPException(status_code=409, detail=voided)
@@ -91,11 +101,14 @@ class Cordon(BaseModel):
     response_model=Node,
     tags=["nodes"],
     responses={404: {"model": Problem}, **UNAVAILABLE},
+    dependencies=[Depends(operator("cordon nodes"))],
 )
-async def cordon(node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep) -> Node:
+async def cordon(
+    node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
     await _known_node(gateway, session, node)
-    await publish(gateway, NodeCordoned(node=node, reason=body.reason))
+    await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal)
     return await _node_after_write(gateway, session, node)
 
 
@@ -104,12 +117,15 @@ async def cordon(node: NodeName, body: Cordon, gateway: GatewayDep, session: Ses
     response_model=Node,
     tags=["nodes"],
     responses={404: {"model": Problem}, **UNAVAILABLE},
+    dependencies=[Depends(operator("uncordon nodes"))],
 )
-async def uncordon(node: NodeName, gateway: GatewayDep, session: SessionDep) -> Node:
+async def uncordon(
+    node: NodeName, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
     row = await _known_node(gateway, session, node)
     if row.cordoned is not None:
-        await publish(gateway, NodeUncordoned(node=node))
+        await publish(gateway, NodeUncordoned(node=node), principal=principal)
     return await _node_after_write(gateway, session, node)
 
 
@@ -195,7 +211,7 @@ async def event_schemas() -> dict[str, Any]:
     return json_schemas()
 
 
-@router.get("/healthz", response_model=Health, tags=["health"])
+@public.get("/healthz", response_model=Health, tags=["health"])
 async def healthz(gateway: GatewayDep) -> Health:
     nats_ok = gateway.bus is not None and gateway.bus.connected
     seq = gateway.projector.written_seq if gateway.projector else 0

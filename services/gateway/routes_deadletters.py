@@ -1,14 +1,16 @@
-"""/v1/deadletters: what the services could not handle, newest first (the DLQ stream)."""
+"""/v1/deadletters: what the services could not handle, newest first (the DLQ stream).
+Operators only: an excerpt may hold any job's command and environment."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict
 
 from gpuloom.bus.deadletters import read_dead_letters
 from gpuloom.bus.streams import dead_letter_stream
+from services.gateway.auth import operator
 from services.gateway.deps import GatewayDep
 from services.gateway.routes_jobs import UNAVAILABLE
 
@@ -44,7 +46,12 @@ class DeadLetterList(BaseModel):
     dead_letters: list[DeadLetterView]
 
 
-@router.get("/v1/deadletters", response_model=DeadLetterList, responses={**UNAVAILABLE})
+@router.get(
+    "/v1/deadletters",
+    response_model=DeadLetterList,
+    responses={**UNAVAILABLE},
+    dependencies=[Depends(operator("read dead letters (they hold excerpts of any job)"))],
+)
 async def dead_letters(
     gateway: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> DeadLetterList:

@@ -1,34 +1,31 @@
-"""/v1/jobs: submit, list, show, cancel, audit trail, logs."""
+"""/v1/jobs: list, show, cancel, audit trail, logs (submission: routes_submit).
+
+Anyone authenticated lists and shows jobs, but another user's command is hidden;
+cancelling, reading logs and events is for the job's user, the coordinators of its
+account and operators (`gpuloom.auth.policy.job_problem`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, HTTPException, Query
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, HTTPException, Query
 from nats.errors import Error as NatsError
 from sqlalchemy import func, select
 
-from gpuloom.decide.admission import time_limit_problem
+from gpuloom.auth import Principal
+from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.decide.explain import explain
-from gpuloom.events import (
-    Event,
-    JobArraySubmitted,
-    JobCancelRequested,
-    JobSpec,
-    JobSubmitted,
-    MalformedEvent,
-    decode,
-)
-from gpuloom.events.codec import new_event_id
+from gpuloom.events import JobCancelRequested, MalformedEvent, decode
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
-from gpuloom.events.text import HeaderValue
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
 from gpuloom.store.models import JobRow
+from services.agent.logs import MAX_TAIL
 from services.gateway.arrays import array_view
+from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
 from services.gateway.publish import publish
+from services.gateway.routes_submit import UNAVAILABLE
 from services.gateway.schemas import (
     CancelAccepted,
     Job,
@@ -38,18 +35,24 @@ from services.gateway.schemas import (
     JobLogs,
     LoggedEvent,
     Problem,
-    Submitted,
 )
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
-UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}
-}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}, 403: {"model": Problem}}
+__all__ = ["UNAVAILABLE", "router"]
 
 
-def to_job(row: JobRow) -> Job:
-    return Job.model_validate(row, from_attributes=True)
+def to_job(row: JobRow, principal: Principal, accounts: Accounts) -> Job:
+    """The job as `principal` may see it: its command hidden unless the policy allows."""
+    job = Job.model_validate(row, from_attributes=True)
+    if job_problem(principal, "details", row.user, row.account, accounts) is not None:
+        job = job.model_copy(update={"command": None})
+    return job
+
+
+def check_job(gateway: Gateway, principal: Principal, act: JobAct, user: str, account: str) -> None:
+    """403 unless `principal` may `act` on a job of `user` under `account`."""
+    forbidden(job_problem(principal, act, user, account, accounts_of(gateway)))
 
 
 async def load_job(gateway: GatewayDep, session: SessionDep, job_id: str) -> JobRow:
@@ -77,77 +80,11 @@ async def load_array(gateway: Gateway, session: SessionDep, array_id: str) -> li
     return [rows[task] for task in tasks if task in rows]
 
 
-@router.post(
-    "",
-    status_code=202,
-    response_model=Submitted,
-    responses={**UNAVAILABLE, 413: {"model": Problem}},
-)
-async def submit_job(
-    spec: JobSpec,
-    gateway: GatewayDep,
-    idempotency_key: Annotated[HeaderValue | None, Header()] = None,
-) -> Submitted:
-    """Accept a job (or a whole job array) once its event is acknowledged by the log.
-
-    A retry with the same `Idempotency-Key` returns the job the first request
-    created, never a second one. An array is one JobArraySubmitted event: it is
-    accepted whole or not at all, and its id shows and cancels every task.
-    """
-    _check_time_limit(spec, gateway.settings.max_time_limit_s)
-    if idempotency_key is not None:
-        existing = await _submitted_with(gateway, idempotency_key)
-        if existing is not None:
-            return existing
-    event: JobSubmitted | JobArraySubmitted
-    if spec.array is not None:
-        event = JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
-    else:
-        event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
-    msg_id = f"submit:{idempotency_key}" if idempotency_key else None
-    recorded = await publish(gateway, event, msg_id)
-    return _accepted(recorded.event, "submitted")
-
-
-def _check_time_limit(spec: JobSpec, maximum: int) -> None:
-    """422 over the cluster's MaxTime (admission rejects such a job that got by)."""
-    reason = time_limit_problem(spec, maximum or None)
-    if reason is not None:
-        raise RequestValidationError(
-            [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
-        )
-
-
-async def _submitted_with(gateway: Gateway, key: str) -> Submitted | None:
-    """What an earlier request with this idempotency key created, if the log has it.
-
-    The log's de-duplication window catches a retry that races the first request;
-    this catches one that comes after the window, from the folded state.
-    """
-    await gateway.catch_up()
-    if gateway.projector is None:
-        return None
-    state = gateway.projector.state
-    job_id = state.idempotency_keys.get(key)
-    if job_id is None:
-        return None
-    if job_id in state.arrays:
-        return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
-    job = state.jobs.get(job_id)
-    return Submitted(id=job_id, state=job.phase if job is not None else "submitted")
-
-
-def _accepted(event: Event, state: str) -> Submitted:
-    if isinstance(event, JobArraySubmitted):
-        return Submitted(id=event.job_id, state=state, tasks=event.task_ids())
-    assert isinstance(event, JobSubmitted)
-    return Submitted(id=event.job_id, state=state)
-
-
 @router.get("", response_model=JobList)
 async def list_jobs(
     gateway: GatewayDep,
     session: SessionDep,
+    principal: PrincipalDep,
     state: str | None = None,
     user: str | None = None,
     account: str | None = None,
@@ -166,24 +103,28 @@ async def list_jobs(
     rows = await session.scalars(
         query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
     )
-    return JobList(jobs=[to_job(row) for row in rows], total=total)
+    accounts = accounts_of(gateway)
+    return JobList(jobs=[to_job(row, principal, accounts) for row in rows], total=total)
 
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})
-async def get_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> Job:
+async def get_job(
+    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> Job:
     """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`).
 
     A job array's id answers with the array as a whole: its tasks' states counted
     in `array`, and one state for all (`running` while any task runs, ...).
     """
     await gateway.catch_up()
+    accounts = accounts_of(gateway)
     row = await session.get(JobRow, job_id)
     if row is None:
         tasks = await load_array(gateway, session, job_id)
         if not tasks:
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-        return array_view(job_id, [to_job(task) for task in tasks])
-    job = to_job(row)
+        return array_view(job_id, [to_job(task, principal, accounts) for task in tasks])
+    job = to_job(row, principal, accounts)
     if job.state in PENDING_PHASES and gateway.projector is not None:
         found = explain(gateway.projector.state, job_id, brief=True)
         if found is not None and found.reason is not None:
@@ -201,7 +142,9 @@ async def get_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> Jo
     response_model=CancelAccepted,
     responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
 )
-async def cancel_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> CancelAccepted:
+async def cancel_job(
+    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> CancelAccepted:
     """Ask for cancellation; the queue (pending job) or the node agent (running job) does it.
 
     With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
@@ -212,12 +155,20 @@ async def cancel_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) ->
         tasks = await load_array(gateway, session, job_id)
         if not tasks:
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-        state = array_view(job_id, [to_job(task) for task in tasks]).state
+        check_job(gateway, principal, "cancel", tasks[0].user, tasks[0].account)
+        accounts = accounts_of(gateway)
+        state = array_view(job_id, [to_job(task, principal, accounts) for task in tasks]).state
     else:
+        check_job(gateway, principal, "cancel", row.user, row.account)
         state = row.state
     if state in FINAL_PHASES:
         raise HTTPException(status_code=409, detail=f"job {job_id} already {state}")
-    await publish(gateway, JobCancelRequested(job_id=job_id), f"{job_id}:cancel-request")
+    await publish(
+        gateway,
+        JobCancelRequested(job_id=job_id, requested_by=principal.name),
+        f"{job_id}:cancel-request",
+        principal=principal,
+    )
     return CancelAccepted(id=job_id, state=state, cancel_requested=True)
 
 
@@ -243,18 +194,28 @@ async def explain_job(job_id: JobId, gateway: GatewayDep) -> JobExplanation:
 
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})
-async def job_events(job_id: JobId, gateway: GatewayDep) -> JobEvents:
-    """The job's audit trail, read from the log itself (not from a projection).
+async def job_events(job_id: JobId, gateway: GatewayDep, principal: PrincipalDep) -> JobEvents:
+    """The job's audit trail, read from the log itself (not from a projection); each
+    event a request caused names its `principal`.
 
     A task of a job array starts with its array's JobArraySubmitted (and any
     cancellation of the whole array).
     """
     bus = gateway.live_bus()
     await gateway.catch_up()
+    if gateway.projector is None:
+        raise unavailable("the gateway has not read the log yet")
+    state = gateway.projector.state
     subjects = [job_subjects(job_id)]
-    job = gateway.projector.state.jobs.get(job_id) if gateway.projector else None
-    if job is not None and job.array_id is not None:
+    job = state.jobs.get(job_id)
+    if job is None and job_id in state.arrays:
+        job = state.jobs.get(state.array_tasks(job_id)[0])
+    elif job is not None and job.array_id is not None:
         subjects.insert(0, job_subjects(job.array_id))
+    if job is not None:
+        check_job(gateway, principal, "events", job.spec.user, job.spec.account)
+    elif not principal.operator:  # the fold voided it, or it is not folded yet
+        raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     try:
         messages = [m for subject in subjects for m in await bus.read_subject(subject)]
     except (NatsError, TimeoutError) as exc:
@@ -265,22 +226,28 @@ async def job_events(job_id: JobId, gateway: GatewayDep) -> JobEvents:
     events = []
     for message in messages:
         try:
-            envelope = decode(message.seq, message.body).envelope
+            envelope = decode(message.seq, message.body, subject=message.subject).envelope
         except MalformedEvent:
             continue  # every service skipped it too; GET /v1/deadletters shows it
         events.append(LoggedEvent(seq=message.seq, **envelope.model_dump()))
     return JobEvents(job_id=job_id, events=events)
 
 
-@router.get("/{job_id}/logs", response_model=JobLogs, responses={**NOT_FOUND, **UNAVAILABLE})
+@router.get(
+    "/{job_id}/logs",
+    response_model=JobLogs,
+    responses={**NOT_FOUND, **UNAVAILABLE, 502: {"model": Problem}},
+)
 async def job_logs(
     job_id: JobId,
     gateway: GatewayDep,
     session: SessionDep,
-    tail_bytes: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 65536,
+    principal: PrincipalDep,
+    tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = 65536,  # what the agent sends
 ) -> JobLogs:
     """stdout and stderr of the job's latest run, fetched from the agent of its node."""
     row = await load_job(gateway, session, job_id)
+    check_job(gateway, principal, "logs", row.user, row.account)
     if row.node is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")
     bus = gateway.live_bus()

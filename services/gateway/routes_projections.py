@@ -1,7 +1,8 @@
 """/v1/projections (each SQL projection's checkpoint, lag and quarantined rows) and
 /readyz (whether this gateway's read model keeps up with the log).
 
-/healthz stays liveness: the process answers. /readyz is readiness: a load
+/healthz stays liveness: the process answers. /readyz answers without a token (on
+`public`); /v1/projections shows rows of jobs, for operators only. /readyz is readiness: a load
 balancer should send requests elsewhere while this gateway replays the log after
 a start, or while its projection falls behind (the database is away, or slow),
 because its reads would miss accepted jobs.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
@@ -26,9 +27,12 @@ from gpuloom.bus import EventBus
 from gpuloom.store.models import ProjectionCheckpoint, ProjectionQuarantine
 from gpuloom.store.quarantine import count_quarantined
 from services.accounting import ledger
+from services.gateway.auth import operator
 from services.gateway.deps import Gateway, GatewayDep, SessionDep
 
 router = APIRouter()
+#: Routes that answer without a token (a load balancer's probe has none).
+public = APIRouter()
 
 
 @dataclass
@@ -104,7 +108,7 @@ def _readiness(gateway: Gateway) -> Readiness:
     return found
 
 
-@router.get("/readyz", response_model=Ready, tags=["health"], responses={503: {"model": Ready}})
+@public.get("/readyz", response_model=Ready, tags=["health"], responses={503: {"model": Ready}})
 async def readyz(gateway: GatewayDep) -> JSONResponse:
     """200 when the projection keeps up with the log, else 503; the lag in both."""
     readiness = _readiness(gateway)
@@ -149,7 +153,12 @@ async def _consumer_lag(bus: EventBus, durable: str) -> int | None:
     return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
 
-@router.get("/v1/projections", response_model=Projections, tags=["health"])
+@router.get(
+    "/v1/projections",
+    response_model=Projections,
+    tags=["health"],
+    dependencies=[Depends(operator("read the projections' state"))],
+)
 async def projections(
     gateway: GatewayDep,
     session: SessionDep,

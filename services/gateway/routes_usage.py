@@ -1,4 +1,8 @@
-"""/v1/usage (like `sreport`) and /v1/usage/jobs (like `sacct`), as JSON or CSV."""
+"""/v1/usage (like `sreport`) and /v1/usage/jobs (like `sacct`), as JSON or CSV.
+
+Each caller sees the charges they may read (`gpuloom.auth.policy.usage_scope`): an
+operator all of them; anyone else their own and those of the accounts they
+coordinate (and below)."""
 
 from __future__ import annotations
 
@@ -9,10 +13,13 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
-from sqlalchemy import func, select
+from pydantic import BeforeValidator
+from sqlalchemy import ColumnElement, false, func, or_, select
 
+from gpuloom.auth.policy import Scope, usage_scope
 from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
-from services.gateway.deps import SessionDep
+from services.gateway.auth import PrincipalDep, accounts_of
+from services.gateway.deps import GatewayDep, SessionDep
 from services.gateway.schemas import (
     AccountUsage,
     ModelUsage,
@@ -24,9 +31,26 @@ from services.gateway.schemas import (
 
 router = APIRouter(tags=["usage"])
 
-Since = Annotated[datetime | None, Query(description="charges at or after (ISO 8601)")]
-Until = Annotated[datetime | None, Query(description="charges before (ISO 8601)")]
+
+def _not_a_number(value: object) -> object:
+    """Refuse `0.5`, which pydantic would read as seconds since 1970: the schema says
+    a date-time (422 naming the parameter)."""
+    try:
+        float(str(value))
+    except ValueError:
+        return value
+    raise ValueError("must be an ISO 8601 time (2026-01-01T00:00:00Z), not a number")
+
+
+_TIME = BeforeValidator(_not_a_number)
+Since = Annotated[datetime | None, _TIME, Query(description="charges at or after (ISO 8601)")]
+Until = Annotated[datetime | None, _TIME, Query(description="charges before (ISO 8601)")]
 Format = Annotated[Literal["json", "csv"], Query(description="json, or csv for spreadsheets")]
+#: The answer with `format=csv`: a header row, then one row per line of the report.
+CSV: dict[str, Any] = {
+    "description": "The report: JSON, or with `format=csv` a CSV file (a header row first)",
+    "content": {"text/csv": {"schema": {"type": "string"}}},
+}
 
 
 Q = TypeVar("Q")
@@ -42,6 +66,14 @@ def _window(query: Q, column: Any, since: datetime | None, until: datetime | Non
     return cast(Q, restricted)
 
 
+def _visible(scope: Scope | None, user: Any, account: Any) -> ColumnElement[bool] | None:
+    """The condition on a ledger's rows that `scope` may read (None: every row)."""
+    if scope is None:
+        return None
+    accounts = sorted(scope.accounts)
+    return or_(user == scope.user, account.in_(accounts) if accounts else false())
+
+
 def _csv(header: list[str], rows: list[list[object]], name: str) -> Response:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -54,9 +86,11 @@ def _csv(header: list[str], rows: list[list[object]], name: str) -> Response:
     )
 
 
-@router.get("/v1/usage", response_model=Usage)
+@router.get("/v1/usage", response_model=Usage, responses={200: CSV})
 async def usage(
     session: SessionDep,
+    gateway: GatewayDep,
+    principal: PrincipalDep,
     since: Since = None,
     until: Until = None,
     group_by: Annotated[
@@ -66,33 +100,34 @@ async def usage(
 ) -> Any:
     """GPU time charged per account, per user and per GPU model (from the accounting ledger)."""
     charges, by_model = UsageChargeRow, UsageModelChargeRow
+    scope = usage_scope(principal, accounts_of(gateway))
+    mine = _visible(scope, charges.user, charges.account)
+    mine_by_model = _visible(scope, by_model.user, by_model.account)
     gpu_ms = func.sum(charges.gpu_milli_seconds)
     jobs = func.count(func.distinct(charges.job_id))
-    accounts = await session.execute(
-        _window(select(charges.account, gpu_ms, jobs), charges.charged_at, since, until)
-        .group_by(charges.account)
-        .order_by(charges.account)
+    by_account = _window(select(charges.account, gpu_ms, jobs), charges.charged_at, since, until)
+    by_user = _window(
+        select(charges.user, charges.account, gpu_ms, jobs), charges.charged_at, since, until
     )
+    per_model = _window(
+        select(
+            by_model.gpu_model,
+            func.sum(by_model.gpu_milli_seconds),
+            func.count(func.distinct(by_model.job_id)),
+        ),
+        by_model.charged_at,
+        since,
+        until,
+    )
+    if mine is not None and mine_by_model is not None:
+        by_account, by_user = by_account.where(mine), by_user.where(mine)
+        per_model = per_model.where(mine_by_model)
+    accounts = await session.execute(by_account.group_by(charges.account).order_by(charges.account))
     users = await session.execute(
-        _window(
-            select(charges.user, charges.account, gpu_ms, jobs), charges.charged_at, since, until
-        )
-        .group_by(charges.user, charges.account)
-        .order_by(charges.user, charges.account)
+        by_user.group_by(charges.user, charges.account).order_by(charges.user, charges.account)
     )
     models = await session.execute(
-        _window(
-            select(
-                by_model.gpu_model,
-                func.sum(by_model.gpu_milli_seconds),
-                func.count(func.distinct(by_model.job_id)),
-            ),
-            by_model.charged_at,
-            since,
-            until,
-        )
-        .group_by(by_model.gpu_model)
-        .order_by(by_model.gpu_model)
+        per_model.group_by(by_model.gpu_model).order_by(by_model.gpu_model)
     )
     report = Usage(
         since=since,
@@ -117,9 +152,11 @@ async def usage(
     return _csv(["gpu_model", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-gpu-model")
 
 
-@router.get("/v1/usage/jobs", response_model=UsageRecords)
+@router.get("/v1/usage/jobs", response_model=UsageRecords, responses={200: CSV})
 async def usage_records(
     session: SessionDep,
+    gateway: GatewayDep,
+    principal: PrincipalDep,
     since: Since = None,
     until: Until = None,
     user: str | None = None,
@@ -132,6 +169,11 @@ async def usage_records(
     A run still going has its interim charges so far; `charged_at` is the latest.
     """
     query = _window(select(UsageChargeRow), UsageChargeRow.charged_at, since, until)
+    mine = _visible(
+        usage_scope(principal, accounts_of(gateway)), UsageChargeRow.user, UsageChargeRow.account
+    )
+    if mine is not None:
+        query = query.where(mine)
     if user:
         query = query.where(UsageChargeRow.user == user)
     if account:

@@ -33,7 +33,9 @@ class Job(BaseModel):
     gpus_requested: int
     gpu_model: list[str]
     priority: int
-    command: list[str]
+    #: Hidden (null) unless the caller may see the job's details: its user, a
+    #: coordinator of its account, or an operator.
+    command: list[str] | None
     time_limit_s: int | None
     attempt: int
     cancel_requested: bool
@@ -70,6 +72,8 @@ class LoggedEvent(BaseModel):
     correlation_id: str | None = None
     causation_id: str | None = None
     data: dict[str, Any]
+    #: Who asked, for an event a request caused (the authenticated user at the gateway).
+    principal: str | None = None
 
 
 class JobEvents(BaseModel):
@@ -180,7 +184,29 @@ class Health(BaseModel):
 
 
 class Problem(BaseModel):
+    """An error (RFC 9457 problem details, `application/problem+json`): `detail` says
+    what went wrong (services/gateway/problems.py answers every error so)."""
+
+    #: Always `about:blank`: the status says what kind of error it is.
+    type: str
+    #: The status phrase (`Not Found`).
+    title: str
+    status: int
     detail: str
+
+
+class FieldError(BaseModel):
+    """One invalid field: where (`["body", "gpus"]`), what is wrong, and its kind."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationProblem(Problem):
+    """A 422: `detail` sums up every field error, `errors` lists them."""
+
+    errors: list[FieldError]
 
 
 class PoolChangeAccepted(BaseModel):

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -107,8 +108,9 @@ class Partition:
     as a partition does: the connections stay open, nothing gets through."""
 
     def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.removeprefix("nats://").rpartition(":")
-        self.upstream = (host, int(port))
+        parts = urlsplit(upstream)  # an admin URL carries user:password@
+        assert parts.hostname is not None and parts.port is not None
+        self.upstream = (parts.hostname, parts.port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"nats://127.0.0.1:{self.listener.getsockname()[1]}"
         self.cut = threading.Event()
@@ -171,16 +173,18 @@ def test_an_agent_cut_off_from_the_bus_stops_its_jobs_before_its_node_is_lost(
         assert cluster.stack is not None
         # agent-a reaches NATS through the partition; every other service directly
         agent = Stack(
-            {**cluster.stack.env, "GPULOOM_NATS_URL": partition.url}, cluster.stack.log_dir
+            {**cluster.stack.env, "GPULOOM_NATS_URL": partition.url},
+            cluster.stack.log_dir,
+            server=cluster.stack.server,
         )
         inventory = write_inventory(cluster.data_dir / "agent-a.yaml", [NODE])
-        agent.start("agent-a", "agent", ["--inventory", str(inventory)])
+        agent.start("agent-a", "agent", ["--inventory", str(inventory)], nodes=[NODE.name])
         try:
             cluster.wait_nodes_ready(1)
             script = 'echo $$ > job.pid; [ "$GPULOOM_ATTEMPT" = 1 ] && exec sleep 300; exit 0'
             job_id = cluster.submit(gpus=1, command=["sh", "-c", script])
             cluster.wait_state([job_id], "running", timeout=30)
-            pid_file = run_folder(cluster, job_id) / "job.pid"
+            pid_file = run_folder(cluster, job_id) / "work" / "job.pid"  # its cwd
             wait_for("the job's pid", lambda: pid_file.exists() and pid_file.read_text(), 10)
             pid = int(pid_file.read_text())
 

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from gpuloom.auth import OPERATOR
 from gpuloom.bus import EventBus, Outgoing
 from gpuloom.client.cli import app
 from gpuloom.events import JobSubmitted, subject_for
@@ -104,10 +105,13 @@ def test_bad_entries_on_the_log_stop_no_service_and_are_dead_lettered(cluster: C
     metrics = cluster.http.get("/metrics", follow_redirects=True).text
     assert 'gpuloom_dead_letters_total{reason_kind="malformed",service="gateway"} 2.0' in metrics
 
-    cli = CliRunner().invoke(app, ["--url", cluster.gateway_url, "deadletters", "--json"])
+    as_ops = {"GPULOOM_TOKEN": cluster.token_for("ops", [OPERATOR])}
+    cli = CliRunner(env=as_ops).invoke(app, ["--url", cluster.gateway_url, "deadletters", "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(cli.stdout)["total"] == 2 * len(FOLDERS)
-    table = CliRunner().invoke(app, ["--url", cluster.gateway_url, "deadletters", "--limit", "3"])
+    table = CliRunner(env=as_ops).invoke(
+        app, ["--url", cluster.gateway_url, "deadletters", "--limit", "3"]
+    )
     assert table.exit_code == 0 and "malformed" in table.stdout
 
     # A restarted service replays the log past both entries without dead-lettering again.

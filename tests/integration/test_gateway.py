@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gpuloom.auth import OPERATOR, ensure_secret, issue_token
 from gpuloom.devstack import NatsServer, Stack, free_port, migrate, wait_http
 from gpuloom.testing.cluster import Cluster, read_log
 
@@ -19,7 +21,7 @@ GOOD = {"name": "n", "user": "u", "account": "a", "command": ["true"], "gpus": 1
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({k: v for k, v in GOOD.items() if k != "user"}, "body.user"),
+        ({k: v for k, v in GOOD.items() if k != "account"}, "body.account"),
         ({**GOOD, "gpus": -1}, "body.gpus"),
         ({**GOOD, "command": []}, "body.command"),
         ({**GOOD, "command": [""]}, "body.command"),
@@ -27,7 +29,7 @@ GOOD = {"name": "n", "user": "u", "account": "a", "command": ["true"], "gpus": 1
         ({**GOOD, "surprise": 1}, "body.surprise"),
     ],
     ids=[
-        "missing user",
+        "missing account",
         "negative gpus",
         "empty command",
         "empty program",
@@ -88,7 +90,10 @@ def test_gateway_answers_503_while_nats_is_down_and_loses_nothing(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/healthz")
-        with httpx.Client(base_url=url, timeout=30) as http:
+        secret = ensure_secret(tmp_path / "auth" / "jwt.key")
+        token = issue_token(secret, "ops", now=datetime.now(UTC), ttl_s=600, roles=[OPERATOR])
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url, timeout=30, headers=auth) as http:
             accepted = [http.post("/v1/jobs", json=GOOD).json()["id"] for _ in range(3)]
             nats.kill()
             time.sleep(0.5)

@@ -382,6 +382,7 @@ def test_admins_create_accounts_and_set_shares(pools: Cluster) -> None:
         "quota": None,
         "quotas": [],
         "users": [],
+        "coordinators": [],
     }
     members = pools.http.put("/v1/accounts/team-a/users", json={"users": ["carol", "alice"]})
     assert members.status_code == 200 and members.json()["users"] == ["alice", "carol"]

@@ -8,22 +8,25 @@ one runs the whole gateway application.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from projection_helpers import Refusing, put, refused_value, submit
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from gpuloom.auth import OPERATOR, Principal, issue_token, read_secret
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
 from gpuloom.store.migrate import upgrade
 from services.gateway.app import create_app
+from services.gateway.auth import authenticate
 from services.gateway.deps import Gateway
-from services.gateway.routes_projections import Readiness, router
+from services.gateway.routes_projections import Readiness, public, router
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +61,9 @@ def test_readiness_from_lag_samples(lags: list[int], expected: str) -> None:
 def mounted(gateway: Gateway) -> httpx.AsyncClient:
     app = FastAPI()
     app.state.gateway = gateway
-    app.include_router(router)
+    app.include_router(router, dependencies=[Depends(authenticate)])
+    app.include_router(public)
+    app.dependency_overrides[authenticate] = lambda: Principal("ops", frozenset({OPERATOR}))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
 
 
@@ -132,9 +137,12 @@ async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
     settings = Settings(nats_url=nats_url, database_url=database_url, data_dir=tmp_path)
     app = create_app(settings)
     transport = httpx.ASGITransport(app=app)
+    secret = read_secret(settings.secret_file())  # made by the gateway
+    token = issue_token(secret, "ops", now=datetime.now(UTC), ttl_s=600, roles=[OPERATOR])
+    auth = {"Authorization": f"Bearer {token}"}
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://gw") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://gw", headers=auth) as http,
     ):
         job = {"name": "n", "user": "u", "account": "a", "command": ["true"], "gpus": 0}
         for _ in range(200):  # the gateway connects to NATS in the background

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
+from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.jetstream import EventBus
+from gpuloom.config import load_settings
 from gpuloom.events import MalformedEvent, Recorded, decode
 
 
 async def read_log(
-    nats_url: str, stream: str = "GPULOOM", timeout: float = 120, upto: int | None = None
+    nats_url: str,
+    stream: str = "GPULOOM",
+    timeout: float = 120,
+    upto: int | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> list[Recorded]:
     """Every well-formed event in the stream up to `upto` (default: the last), in order.
 
     Malformed entries are skipped, as every reactor skips them. Read-only: the
     stream is neither created nor changed; a missing one raises `StreamMissingError`
     (an audit of an empty log would pass vacuously, pointed at the wrong NATS).
+    `options`: connect options; default, this process's identity (`connect_options`).
     """
-    bus = await EventBus.connect(nats_url, stream, name="gpuloom-log-reader", create=False)
+    if options is None:
+        options = connect_options(load_settings())
+    bus = await EventBus.connect(
+        nats_url, stream, name="gpuloom-log-reader", create=False, **options
+    )
     try:
         last = await bus.last_seq()
         if upto is not None:
@@ -34,7 +46,9 @@ async def read_log(
                 done.set()
                 return
             with contextlib.suppress(MalformedEvent):
-                records.append(decode(message.seq, message.body, message.stored_at))
+                records.append(
+                    decode(message.seq, message.body, message.stored_at, subject=message.subject)
+                )
             if message.seq >= last:
                 done.set()
 

@@ -8,7 +8,10 @@ Contract:
 - a gateway that cannot be reached (refused, DNS, timeout) raises
   `GatewayUnreachableError`, whose message names the URL;
 - no retries: the caller decides (a 503 carries `retry_after_s` when the
-  gateway sent `Retry-After`).
+  gateway sent `Retry-After`);
+- a `token` is sent as `Authorization: Bearer`; a 401 (no token, or one the
+  gateway refuses) and a 403 (an act the token's user may not do) raise an
+  `ApiError` whose message says which, and what to do.
 
 A `transport` can be injected (tests use `httpx.MockTransport`).
 """
@@ -106,6 +109,13 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+#: What to do about a 401.
+TOKEN_HINT = (
+    "set GPULOOM_TOKEN, or save a token in ~/.config/gpuloom/token "
+    "(an operator makes one with `gpuloom token issue --user NAME`)"
+)
+
+
 def error_from_response(response: httpx.Response) -> ApiError:
     """The `ApiError` for a 4xx/5xx answer, with the server's `detail` when it sent one."""
     try:
@@ -116,6 +126,10 @@ def error_from_response(response: httpx.Response) -> ApiError:
         detail = _format_detail(body["detail"])
     else:
         detail = response.text.strip()[:200] or response.reason_phrase or "error"
+    if response.status_code == 401:
+        detail = f"not authenticated: {detail}; {TOKEN_HINT}"
+    elif response.status_code == 403:
+        detail = f"not allowed: {detail}"
     return ApiError(response.status_code, detail, _retry_after(response))
 
 
@@ -127,10 +141,14 @@ class GpuloomClient:
         base_url: str = DEFAULT_GATEWAY_URL,
         timeout: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -181,12 +199,13 @@ class GpuloomClient:
         self,
         *,
         name: str,
-        user: str,
+        user: str | None = None,
         account: str,
         command: list[str],
         gpus: int = 0,
         gpu_model: list[str] | None = None,
-        priority: int = 0,
+        priority: int | None = None,
+        priority_class: str | None = None,
         time_limit_s: int | None = None,
         env: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
@@ -194,18 +213,24 @@ class GpuloomClient:
     ) -> SubmitAnswer:
         """`POST /v1/jobs`. The same `idempotency_key` sent twice yields one job.
 
+        `user` None: the token's user (only an operator may name another);
+        `priority_class` None: the default class; `priority` None: the class's.
         `resources` carries the optional request fields (gpu_milli, gpu_memory_mib,
         cpu_milli, memory_mib, pool, locality, node_selector, replicas, preemptible); None values
         are left out so the gateway's defaults apply.
         """
         body: dict[str, Any] = {
             "name": name,
-            "user": user,
             "account": account,
             "command": list(command),
             "gpus": gpus,
-            "priority": priority,
         }
+        if priority is not None:
+            body["priority"] = priority
+        if priority_class is not None:
+            body["priority_class"] = priority_class
+        if user is not None:
+            body["user"] = user
         if gpu_model:
             body["gpu_model"] = list(gpu_model)
         if time_limit_s is not None:
@@ -251,6 +276,12 @@ class GpuloomClient:
         path = f"/v1/accounts/{_segment(name)}/users"
         return cast(dict[str, Any], self._request("PUT", path, json={"users": users}))
 
+    def set_coordinators(self, name: str, coordinators: list[str]) -> dict[str, Any]:
+        """`PUT /v1/accounts/{name}/coordinators` (operators; an empty list names none)."""
+        path = f"/v1/accounts/{_segment(name)}/coordinators"
+        body = {"coordinators": coordinators}
+        return cast(dict[str, Any], self._request("PUT", path, json=body))
+
     def set_quota(
         self,
         name: str,
@@ -268,6 +299,12 @@ class GpuloomClient:
             "cap": cap,
         }
         return cast(dict[str, Any], self._request("PUT", path, json=body))
+
+    # -- policies (priority classes, limits) -----------------------------------
+
+    def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """Any other route: `method` on `path` (segments already quoted), the JSON answer."""
+        return cast(dict[str, Any], self._request(method, path, json=body))
 
     def queue(self) -> dict[str, Any]:
         """`GET /v1/queue`: pending jobs in order with their priority factors."""

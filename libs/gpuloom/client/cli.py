@@ -12,9 +12,7 @@ Tests pass `obj=CliState(transport=...)` to the runner to talk to a fake gateway
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
 import sys
 import time
 from pathlib import PurePath
@@ -26,10 +24,13 @@ from rich.table import Table
 
 from gpuloom.client import render
 from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
+from gpuloom.client.buscmds import app as bus_app
 from gpuloom.client.context import CliState, emit, err, fail, gateway, print_json
 from gpuloom.client.logcmds import audit_command, replay_command
+from gpuloom.client.policycmds import limits_app, priority_class_app
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
+from gpuloom.client.tokencmds import token_app
 from gpuloom.sim.cli import sim as sim_command
 
 app = typer.Typer(
@@ -78,13 +79,6 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def default_user() -> str:
-    try:
-        return os.environ.get("USER") or getpass.getuser()
-    except (OSError, KeyError):
-        fail("no --user given and the current user is unknown ($USER is not set)", 2)
-
-
 def wait_for_final(client: GpuloomClient, job_id: str, poll_interval_s: float) -> Job:
     """Poll the job until it reaches a final state; report each new state on stderr.
 
@@ -115,7 +109,10 @@ def submit(
     command: Annotated[
         list[str], typer.Argument(help="Program and its arguments (after --).", show_default=False)
     ],
-    user: Annotated[str | None, typer.Option(help="User \\[default: $USER].")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(help="Submit for this user (operators only) \\[default: the token's user]."),
+    ] = None,
     account: Annotated[str, typer.Option(help="Account charged for the GPU time.")] = "default",
     name: Annotated[str | None, typer.Option(help="Job name \\[default: the program].")] = None,
     gpus: Annotated[int, typer.Option(min=0, help="Whole GPUs.")] = 0,
@@ -123,12 +120,23 @@ def submit(
         list[str] | None, typer.Option("--gpu-model", help="Allowed GPU model (repeatable).")
     ] = None,
     priority: Annotated[
-        int, typer.Option(help="Priority class: higher runs first and may preempt lower.")
-    ] = 0,
+        int | None,
+        typer.Option(
+            help="Priority, at most the class's (higher runs first) \\[default: the class's]."
+        ),
+    ] = None,
+    priority_class: Annotated[
+        str | None,
+        typer.Option(
+            "--priority-class",
+            help="Priority class (gpuloom priority-class list) \\[default: the default class].",
+        ),
+    ] = None,
     preemptible: Annotated[
         bool,
         typer.Option(
-            "--preemptible", help="A higher priority class may stop and requeue this job."
+            "--preemptible",
+            help="A job of higher priority, in a class that may preempt, may stop and requeue it.",
         ),
     ] = False,
     time_limit: Annotated[
@@ -167,16 +175,16 @@ def submit(
     state = ctx.ensure_object(CliState)
     job_env = parse_env(env or [])
     job_name = name or PurePath(command[0]).name or command[0]
-    job_user = user or default_user()
     with gateway(ctx) as client:
         answer = client.submit(
             name=job_name,
-            user=job_user,
+            user=user,
             account=account,
             command=command,
             gpus=gpus,
             gpu_model=gpu_model or [],
             priority=priority,
+            priority_class=priority_class,
             time_limit_s=time_limit,
             env=job_env,
             idempotency_key=idempotency_key,
@@ -228,11 +236,16 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     """Show one job and its event trail."""
     with gateway(ctx) as client:
         job = client.get_job(job_id)
-        events = client.job_events(job_id)
+        try:
+            trail = client.job_events(job_id)["events"]
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            trail = []  # another user's job: its details and trail are not ours to see
     if as_json:
-        print_json({"job": job, "events": events["events"]})
+        print_json({"job": job, "events": trail})
         return
-    emit(render.job_details(job), "", render.events_table(events["events"]))
+    emit(render.job_details(job), "", render.events_table(trail))
 
 
 @app.command()
@@ -262,19 +275,29 @@ def accounts(
         str | None,
         typer.Option(help="With --account: who may submit, comma-separated ('' lets anyone)."),
     ] = None,
+    coordinators: Annotated[
+        str | None,
+        typer.Option(
+            help="With --account: who coordinates it and its sub-accounts, comma-separated "
+            "('' names none; operators only)."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List accounts, create one (--create NAME [--parent P] [--shares N]), set shares
-    (--account A --shares N), members (--account A --users u1,u2) or a quota
+    (--account A --shares N), members (--account A --users u1,u2), coordinators
+    (--account A --coordinators u1,u2) or a quota
     (--account A --quota N [--resource R] [--borrowing-limit L] [--cap C])."""
     with gateway(ctx) as client:
         if create is not None:
             client.create_account(create, parent, 1 if shares is None else shares)
         elif account is not None:
-            if shares is None and quota is None and users is None:
-                fail("--account needs --shares, --quota or --users", 2)
+            if shares is None and quota is None and users is None and coordinators is None:
+                fail("--account needs --shares, --quota, --users or --coordinators", 2)
             if users is not None:
                 client.set_users(account, [u for u in users.split(",") if u])
+            if coordinators is not None:
+                client.set_coordinators(account, [u for u in coordinators.split(",") if u])
             if shares is not None:
                 client.set_shares(account, shares)
             if quota is not None:
@@ -480,6 +503,10 @@ def up() -> None:
     devstack.main()
 
 
+app.add_typer(token_app, name="token")
+app.add_typer(priority_class_app, name="priority-class")
+app.add_typer(limits_app, name="limits")
+app.add_typer(bus_app, name="bus")
 app.command("sim")(sim_command)
 app.command("audit")(audit_command)
 app.command("replay")(replay_command)

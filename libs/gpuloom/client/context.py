@@ -16,6 +16,7 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 
 from gpuloom.client.api import DEFAULT_TIMEOUT_S, ClientError, GpuloomClient, resolve_gateway_url
+from gpuloom.client.credentials import resolve_token
 
 #: Width of tables written to a pipe or a file: wide enough never to cut an id.
 PIPE_WIDTH = 200
@@ -40,6 +41,8 @@ class CliState:
     timeout: float = DEFAULT_TIMEOUT_S
     transport: httpx.BaseTransport | None = None
     poll_interval_s: float = 1.0
+    #: The bearer token; None: `GPULOOM_TOKEN`, else the token file (credentials.py).
+    token: str | None = None
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -50,7 +53,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 @contextmanager
 def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
-    """A client of the chosen gateway; a `ClientError` inside becomes `fail(...)`.
+    """A client of the chosen gateway, with the token; a `ClientError` inside becomes
+    `fail(...)`.
 
     A bad `GPULOOM_GATEWAY_PORT` is a usage error (exit 2).
     """
@@ -60,7 +64,8 @@ def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
     except ValueError as exc:
         fail(str(exc), 2)
     try:
-        with GpuloomClient(url, state.timeout, state.transport) as client:
+        token = state.token or resolve_token()
+        with GpuloomClient(url, state.timeout, state.transport, token) as client:
             yield client
     except ClientError as exc:
         fail(str(exc))

@@ -21,6 +21,7 @@ from gpuloom.bus.reader import read_log
 from gpuloom.client.context import emit, err, fail, print_json
 from gpuloom.events import AuditCompleted, Recorded, encode, make_envelope, subject_for
 from gpuloom.events.codec import new_event_id
+from gpuloom.natsserver import strip_credentials
 
 NatsOption = Annotated[
     str | None,
@@ -52,13 +53,17 @@ def _read(url: str | None, upto: int | None = None) -> list[Recorded]:
     try:
         return asyncio.run(read_log(nats_url, upto=upto))
     except Exception as exc:
-        fail(f"cannot read the log at {nats_url}: {exc}")
+        fail(f"cannot read the log at {strip_credentials(nats_url)}: {exc}")
 
 
 async def _record(url: str, event: AuditCompleted) -> int:
     from gpuloom.bus import EventBus, Outgoing
+    from gpuloom.bus.credentials import connect_options
+    from gpuloom.config import load_settings
 
-    bus = await EventBus.connect(url, "GPULOOM", name="gpuloom-audit")
+    bus = await EventBus.connect(
+        url, "GPULOOM", name="gpuloom-audit", **connect_options(load_settings())
+    )
     try:
         envelope = make_envelope(event, at=datetime.now(UTC), by="audit")
         message = Outgoing(subject_for(event), encode(envelope), {"Nats-Msg-Id": envelope.id})

@@ -99,7 +99,7 @@ def job_details(job: Job) -> Table:
         ("user", f"{job['user']} (account {job['account']})"),
         ("state", state_text(job["state"])),
         ("reason", dash(job.get("reason"))),
-        ("command", " ".join(job["command"])),
+        ("command", _command_text(job.get("command"))),
         ("gpus", gpus_text(job)),
         ("gpu model", ", ".join(job.get("gpu_model") or []) or "any"),
         ("priority", str(job["priority"])),
@@ -137,10 +137,20 @@ def events_table(events: Iterable[EventRecord]) -> Table:
             str(event["seq"]),
             when(event["at"]),
             event["type"],
-            event["by"],
+            _by_text(event),
             _data_text(event["data"]),
         )
     return table
+
+
+def _command_text(command: list[str] | None) -> str:
+    return "(hidden: another user's job)" if command is None else " ".join(command)
+
+
+def _by_text(event: EventRecord) -> str:
+    """The writer, and who asked when a request caused it: `gateway (ops)`."""
+    principal = event.get("principal")
+    return f"{event['by']} ({principal})" if principal else event["by"]
 
 
 def _mib(value: int) -> str:

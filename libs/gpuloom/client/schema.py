@@ -32,7 +32,8 @@ class Job(TypedDict):
     gpus_requested: int
     gpu_model: list[str]
     priority: int
-    command: list[str]
+    #: None: another user's job, whose command the caller may not see.
+    command: list[str] | None
     attempt: int
     cancel_requested: bool
     exit_code: int | None
@@ -67,6 +68,8 @@ class EventRecord(TypedDict):
     at: str
     by: str
     data: dict[str, Any]
+    #: Who asked, for an event a request caused (an operator acting for a user).
+    principal: NotRequired[str | None]
 
 
 class JobEvents(TypedDict):

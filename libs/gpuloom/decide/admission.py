@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from gpuloom.decide import Decision
+from gpuloom.decide.policies import SubmitTally, class_problem
 from gpuloom.events import JobAdmitted, JobRejected, JobSpec
+from gpuloom.events.text import reserved_env_reason
 from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.policies import BestFit
@@ -92,20 +94,36 @@ def time_limit_problem(spec: JobSpec, max_time_limit_s: int | None) -> str | Non
     return None
 
 
+def env_problem(spec: JobSpec) -> str | None:
+    """Why the job's `env` sets a variable the scheduler reserves (the first by name), if so.
+
+    The gateway refuses such a submission; this catches one that reached the log
+    another way (an older gateway, a direct publish).
+    """
+    for name in sorted(spec.env):
+        reason = reserved_env_reason(name)
+        if reason is not None:
+            return f"env {name} {reason}"
+    return None
+
+
 def decide_admission(state: ClusterState, max_time_limit_s: int | None = None) -> list[Decision]:
     """Answer every submitted job without a pending cancel, in submission order.
 
     `max_time_limit_s` is the cluster's MaxTime (configuration); None: no maximum
-    but the contract's own (a 32-bit number of seconds).
+    but the contract's own (a 32-bit number of seconds). The per-identity limits
+    (`max_submit_jobs`, `max_array_size`) are enforced here in submission order: the
+    jobs admitted earlier in the pass count against the later ones (`SubmitTally`).
     """
     decisions: list[Decision] = []
     reasons: dict[object, str | None] = {}  # the same request, the same answer
+    tally = SubmitTally(state)
     for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue  # the queue cancels it
         try:
-            reason = _judge(state, job.spec, max_time_limit_s, reasons)
+            reason = _judge(state, job.spec, max_time_limit_s, reasons) or tally.problem(job)
         except Exception as exc:  # containment: one job no rule foresaw cannot stop the rest
             reason = f"admission could not judge this job: {type(exc).__name__}: {exc}"[:1000]
         event: JobAdmitted | JobRejected = (
@@ -124,7 +142,12 @@ def _judge(
     reasons: dict[object, str | None],
 ) -> str | None:
     """Why `spec` is rejected, or None; `reasons` remembers answers by request shape."""
-    reason = time_limit_problem(spec, max_time_limit_s) or membership_problem(state, spec)
+    reason = (
+        time_limit_problem(spec, max_time_limit_s)
+        or env_problem(spec)
+        or membership_problem(state, spec)
+        or class_problem(state, spec)
+    )
     if reason is not None:
         return reason
     shape = (request_of(spec), tuple((d.job, d.when) for d in spec.depends_on))

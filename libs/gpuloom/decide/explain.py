@@ -5,7 +5,8 @@ of it, for every node the first rule that keeps the job off it, and an
 estimate of when it could start, from the time limits of the jobs running now.
 
 Reason codes: `Dependency` (a job it depends on has not ended), `QuotaExceeded`
-(its account's quota, with what it may borrow, has no room), `Resources`
+(its account's quota, with what it may borrow, has no room), `AssocGrpGRES` (its
+user or account holds as many GPUs as its `max_gpus` allows), `Resources`
 (no node has room now; for the job holding the backfill reservation, when it
 is to start), `Reservation` (a node has room now, but the job would run past
 the start of the job ahead that holds the reservation, on what it reserved),
@@ -179,11 +180,11 @@ def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanatio
     if job.phase != "queued":
         return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
     book = quota_book(state)
-    held = book.why_not(job.spec.account, upfront_demand(job.spec))
+    held = book.why_not(job.spec.account, upfront_demand(job.spec), job.spec.user)
     if held is None:
         held = _model_quota_refusal(state, job, book)
-    if held is not None:
-        return Explanation(job_id, job.phase, "QuotaExceeded", held)
+    if held is not None:  # "QuotaExceeded: ..." or "AssocGrpGRES: ..." (max_gpus)
+        return Explanation(job_id, job.phase, held.partition(":")[0], held)
     if brief:
         return _brief(state, job)
     order = [j.job_id for j in queue_order(state)]

@@ -126,7 +126,8 @@ def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
 
 
 def quota_book(state: ClusterState) -> QuotaBook:
-    """Every quota of the log's accounts and what their placed and running jobs hold now."""
+    """Every quota of the log's accounts, every identity's `max_gpus` (LimitsSet), and
+    what their placed and running jobs hold now."""
     resources = sorted({r for a in state.accounts.values() for r in a.quotas})
     book = QuotaBook()
     for resource in resources:
@@ -135,12 +136,15 @@ def quota_book(state: ClusterState) -> QuotaBook:
             nominal, limit, cap = account.quotas.get(resource, (None, None, None))
             quotas[name] = Quota(account.parent, nominal, limit, cap)
         book.trackers[resource] = QuotaTracker(quotas, {}, resource)
-    if not resources:
+    for identity, limits in sorted(state.limits.items()):
+        if limits.max_gpus is not None:
+            book.identity_caps[identity] = 1000 * limits.max_gpus
+    if not resources and not book.identity_caps:
         return book
     on_node = sorted({job_id for jobs in state.on_node.values() for job_id in jobs})
     for job_id in on_node:  # what is held now; sums do not depend on the order
         job = state.jobs[job_id]
-        book.take(job.spec.account, held_demand(state, job))
+        book.take(job.spec.account, held_demand(state, job), user=job.spec.user)
     return book
 
 

@@ -4,7 +4,13 @@ Import event classes from here; never copy one into a service.
 """
 
 from gpuloom.events.accounting import UsageCharged
-from gpuloom.events.accounts import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
+from gpuloom.events.accounts import (
+    AccountCoordinatorsSet,
+    AccountCreated,
+    AccountUsersSet,
+    QuotaSet,
+    SharesSet,
+)
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
@@ -35,6 +41,7 @@ from gpuloom.events.placement import (
     ReplicaAssignment,
     SliceRef,
 )
+from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
@@ -42,6 +49,7 @@ from gpuloom.events.subjects import subject_for
 __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
+    "AccountCoordinatorsSet",
     "AccountCreated",
     "AccountUsersSet",
     "AuditCompleted",
@@ -64,6 +72,7 @@ __all__ = [
     "JobSpec",
     "JobStarted",
     "JobSubmitted",
+    "LimitsSet",
     "MalformedEvent",
     "NodeCordoned",
     "NodeEvent",
@@ -74,6 +83,8 @@ __all__ = [
     "NodeUncordoned",
     "Outcome",
     "PolicyRef",
+    "PriorityClassDeleted",
+    "PriorityClassSet",
     "QueuePolicySet",
     "QuotaSet",
     "Recorded",

@@ -75,3 +75,17 @@ class AccountUsersSet(AccountEvent):
     @classmethod
     def _users_sorted(cls, value: list[str]) -> list[str]:
         return sorted(set(value))
+
+
+class AccountCoordinatorsSet(AccountEvent):
+    """The account's coordinators (Slurm's coordinators): users who manage its
+    subtree (members, sub-accounts, sub-accounts' shares), cancel its jobs and read
+    their logs and its usage. Named per account, not a token role; empty: none."""
+
+    TYPE: ClassVar[str] = "AccountCoordinatorsSet"
+    coordinators: list[UserName] = Field(default_factory=list, max_length=1000)
+
+    @field_validator("coordinators")
+    @classmethod
+    def _coordinators_sorted(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))

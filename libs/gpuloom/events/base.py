@@ -2,7 +2,8 @@
 
 Events are facts in the past tense, frozen, declared once here and used by every
 process. The envelope is the wire shape of one log entry (design §5):
-`id, type, v, at, by, correlation_id, causation_id, data`.
+`id, type, v, at, by, correlation_id, causation_id, data`, and `principal` on what
+a request caused.
 """
 
 from __future__ import annotations
@@ -66,3 +67,7 @@ class Envelope(BaseModel):
     correlation_id: str | None = Field(default=None, max_length=200)
     causation_id: str | None = Field(default=None, max_length=200)
     data: dict[str, Any]
+    #: Who asked, for an event a request caused: the authenticated user the gateway
+    #: saw (an operator acting for another user is named here, the user in `data`).
+    #: Absent (not null) on the wire when unknown; readers ignore it when absent.
+    principal: str | None = Field(default=None, max_length=100, exclude_if=lambda v: v is None)

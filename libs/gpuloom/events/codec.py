@@ -16,6 +16,7 @@ from ulid import ULID
 
 from gpuloom.events.base import Envelope, Event
 from gpuloom.events.registry import EVENT_TYPES
+from gpuloom.events.subjects import subject_for, subject_matches
 from gpuloom.events.upcasters import UnknownVersionError, upcast
 
 
@@ -66,8 +67,17 @@ def encode(envelope: Envelope) -> bytes:
     return orjson.dumps(envelope.model_dump(mode="json"))
 
 
-def decode(seq: int, raw: bytes, stored_at: datetime | None = None) -> Recorded:
-    """Parse one log entry; raise MalformedEvent with a reason on anything invalid."""
+def decode(
+    seq: int, raw: bytes, stored_at: datetime | None = None, *, subject: str | None = None
+) -> Recorded:
+    """Parse one log entry; raise MalformedEvent with a reason on anything invalid.
+
+    `subject` is the subject the entry was stored under. The bus grants publishing by
+    subject (`gpuloom.bus.identities`), so a body that disagrees with its subject (a
+    JobPlaced on a JobSubmitted subject, another job's id, another node) is a forgery
+    past the server's check and is refused like any malformed entry. Every reader of
+    the log passes it; None (pure tests of the codec) skips the check.
+    """
     try:
         doc: Any = orjson.loads(raw)
         envelope = Envelope.model_validate(doc)
@@ -81,4 +91,9 @@ def decode(seq: int, raw: bytes, stored_at: datetime | None = None) -> Recorded:
         event = cls.model_validate(data)
     except (UnknownVersionError, ValidationError) as exc:
         raise MalformedEvent(f"seq {seq}: invalid {envelope.type} payload: {exc}") from exc
+    if subject is not None and not subject_matches(event, subject):
+        raise MalformedEvent(
+            f"seq {seq}: a {envelope.type} on subject {subject!r} belongs on "
+            f"{subject_for(event)!r}: the body does not match its subject"
+        )
     return Recorded(seq=seq, envelope=envelope, event=event, stored_at=stored_at)

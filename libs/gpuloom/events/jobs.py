@@ -55,8 +55,13 @@ class JobSpec(BaseModel):
     depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
     #: A job array of `array` tasks, each with GPULOOM_ARRAY_INDEX (JobArraySubmitted).
     array: int | None = Field(default=None, ge=1, le=10_000)
-    #: The job's priority class: higher classes go first and may preempt lower ones.
+    #: The job's priority: higher goes first and may preempt lower preemptible jobs.
+    #: At most its priority class's (the gateway sees to it; operators may pass it).
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    #: The operator-defined class (PriorityClassSet) the job runs in: who may use it,
+    #: its priority and whether it may preempt. None: a submission from before classes
+    #: (or a bare spec in a test): its `priority` stands and it may preempt as before.
+    priority_class: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
     #: May be stopped (and requeued) for a job of a higher priority class.
     preemptible: bool = False
     #: Seconds; at most a 32-bit integer here, and at most the configured maximum

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from gpuloom.events.accounting import UsageCharged
-from gpuloom.events.accounts import AccountCreated, AccountUsersSet, QuotaSet, SharesSet
+from gpuloom.events.accounts import (
+    AccountCoordinatorsSet,
+    AccountCreated,
+    AccountUsersSet,
+    QuotaSet,
+    SharesSet,
+)
 from gpuloom.events.admission import JobAdmitted, JobRejected
 from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
@@ -18,6 +24,7 @@ from gpuloom.events.inventory import (
     NodeUncordoned,
 )
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
+from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 
 ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
@@ -46,6 +53,10 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     NodeUncordoned,
     AccountUsersSet,
     JobArraySubmitted,
+    AccountCoordinatorsSet,
+    PriorityClassSet,
+    PriorityClassDeleted,
+    LimitsSet,
 )
 
 

@@ -1,4 +1,11 @@
-"""Subject names of the log: `gpuloom.evt.<aggregate>.<id>.<EventType>` (design §5)."""
+"""Subject names of the log (design §5).
+
+`gpuloom.evt.<aggregate>.<id>.<EventType>`, and for the events a node agent writes,
+a sixth token, the node: `gpuloom.evt.job.<id>.<EventType>.<node>`. NATS permissions
+are on subjects, so the node in the subject is what lets the server refuse an agent's
+JobStarted or JobFinished for another node's job (`gpuloom.bus.identities`); the
+decoder checks that the body agrees with its subject (`subject_matches`).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +17,50 @@ ALL_EVENTS = f"{EVENT_PREFIX}.>"
 HEARTBEAT_PREFIX = "gpuloom.hb"
 AGENT_CONTROL_PREFIX = "gpuloom.ctl.agent"
 
+#: Event types whose subject ends with the node they happened on (their `node` field):
+#: an agent may publish them only for the nodes it serves. Add a type here when agents
+#: gain one.
+NODE_BOUND_TYPES: frozenset[str] = frozenset({"JobStarted", "JobFinished"})
+
+
+def event_subject(aggregate: str, aggregate_id: str, event_type: str, node: str | None) -> str:
+    """The subject of one event, from its parts (`node` for `NODE_BOUND_TYPES` only)."""
+    subject = f"{EVENT_PREFIX}.{aggregate}.{aggregate_id}.{event_type}"
+    return f"{subject}.{node}" if node is not None else subject
+
 
 def subject_for(event: Event) -> str:
     """The subject an event is published on."""
-    return f"{EVENT_PREFIX}.{event.AGGREGATE}.{event.aggregate_id()}.{event.TYPE}"
+    node = getattr(event, "node", None) if event.TYPE in NODE_BOUND_TYPES else None
+    return event_subject(event.AGGREGATE, event.aggregate_id(), event.TYPE, node)
+
+
+def subject_matches(event: Event, subject: str) -> bool:
+    """Whether `subject` is where `event` belongs: type, aggregate, id (and node) agree.
+
+    Logs written before agents' events carried their node hold JobStarted and JobFinished
+    on the 5-token subject; those are still read. Nobody but the admin identity may
+    publish there any more (`gpuloom.bus.identities`), so an agent cannot use it to
+    speak for another node.
+    """
+    if subject == subject_for(event):
+        return True
+    legacy = event_subject(event.AGGREGATE, event.aggregate_id(), event.TYPE, None)
+    return event.TYPE in NODE_BOUND_TYPES and subject == legacy
 
 
 def job_subjects(job_id: str) -> str:
-    """Wildcard subject of every event of one job."""
-    return f"{EVENT_PREFIX}.job.{job_id}.*"
+    """Wildcard subject of every event of one job (agents' events have six tokens)."""
+    return f"{EVENT_PREFIX}.job.{job_id}.>"
 
 
 def heartbeat_subject(node: str) -> str:
     return f"{HEARTBEAT_PREFIX}.{node}"
+
+
+def agent_control_subjects(node: str) -> str:
+    """Every control subject of the agent serving `node` (only that agent subscribes)."""
+    return f"{AGENT_CONTROL_PREFIX}.{node}.>"
 
 
 def agent_logs_subject(node: str) -> str:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from gpuloom.decide import Decision
+from gpuloom.decide.policies import may_preempt
 from gpuloom.decide.queueing import queue_order, quota_book, upfront_demand
 from gpuloom.events import (
     JobPlaced,
@@ -221,7 +222,11 @@ def _holding(state: ClusterState, job: JobState, began: datetime | None) -> Hold
     )
 
 
-def candidate_of(job: JobState, awaiting: frozenset[str] = frozenset()) -> Candidate:
+def candidate_of(
+    job: JobState, awaiting: frozenset[str] = frozenset(), may_preempt: bool = True
+) -> Candidate:
+    """The scheduler's view of a pending job; `may_preempt` comes from its priority
+    class (`gpuloom.decide.policies.may_preempt`)."""
     spec = job.spec
     return Candidate(
         job_id=job.job_id,
@@ -232,6 +237,8 @@ def candidate_of(job: JobState, awaiting: frozenset[str] = frozenset()) -> Candi
         demand=upfront_demand(spec),
         preemptible=spec.preemptible,
         awaiting_victims=job.job_id in awaiting,
+        user=spec.user,
+        may_preempt=may_preempt,
     )
 
 
@@ -274,7 +281,9 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
         if (by := state.jobs[job_id].preempted_by) is not None
     )
     outcomes = schedule(
-        (candidate_of(job, awaiting) for job in queue_order(state)),  # made as needed
+        (  # made as needed
+            candidate_of(job, awaiting, may_preempt(state, job.spec)) for job in queue_order(state)
+        ),
         index,
         lambda: holdings_of(state),  # built only if a job is blocked
         now=to_ms(state.clock) if state.clock is not None else 0,

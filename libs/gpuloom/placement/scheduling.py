@@ -59,6 +59,11 @@ class Candidate:
     preemptible: bool = False
     #: Jobs were already stopped for it and have not ended yet: it preempts no more.
     awaiting_victims: bool = False
+    #: Its user, for the per-identity GPU maxima ("": none checked).
+    user: str = ""
+    #: Its priority class lets it preempt (`PriorityClassSet.may_preempt`); a job
+    #: whose class may not never stops another, for priority or to reclaim quota.
+    may_preempt: bool = True
 
     @property
     def demand_milli(self) -> int:
@@ -307,8 +312,10 @@ def schedule(
             tried_behind += 1
             if depth is not None and tried_behind > depth:
                 break
-        if quotas is not None and quotas.why_not(candidate.account, candidate.demand):
-            continue  # held: QuotaExceeded
+        if quotas is not None and quotas.why_not(
+            candidate.account, candidate.demand, candidate.user or None
+        ):
+            continue  # held: QuotaExceeded, or AssocGrpGRES (max_gpus)
         decision = Context(context.seed, position, context.workload)
         if quotas is not None and where_limited is None:
             where_limited = _where_limited(index, quotas)
@@ -327,7 +334,11 @@ def schedule(
             if placement is None:
                 failed.add((candidate.request, masked))
         if placement is not None and quotas is not None:
-            quotas.take(candidate.account, {**candidate.demand, **_where_demand(index, placement)})
+            quotas.take(
+                candidate.account,
+                {**candidate.demand, **_where_demand(index, placement)},
+                candidate.user or None,
+            )
         if placement is not None:
             outcomes.append(Placed(candidate, placement, blocked, position))
             position += 1
@@ -338,8 +349,14 @@ def schedule(
             continue  # EASY: one reservation; this job waits
         blocked = True
         if preemption and not preempt_tried and not candidate.awaiting_victims:
+            # the first blocked job alone may preempt; one whose class may not (its
+            # may_preempt false) uses that turn up, so no job behind it jumps it
             preempt_tried = True
-            chosen = _victims_for(candidate, index, held(), quotas, policy, decision)
+            chosen = (
+                _victims_for(candidate, index, held(), quotas, policy, decision)
+                if candidate.may_preempt
+                else None
+            )
             if chosen is not None:
                 victims, reason = chosen
                 outcomes.append(Preempted(candidate, victims, reason, position))

@@ -96,26 +96,68 @@ class QuotaTracker:
         self.used[account] = self.used.get(account, 0) + demand
 
 
+#: A user's or an account's limits are keyed ("user", name) and ("account", name).
+Identity = tuple[str, str]
+
+
 @dataclass
 class QuotaBook:
-    """Every resource's tracker: a demand passes if it passes each resource it names."""
+    """Every resource's tracker: a demand passes if it passes each resource it names.
+
+    It also holds the per-identity GPU maxima (LimitsSet `max_gpus`, as Slurm's
+    GrpTRES=gres/gpu): `identity_caps` in milli-GPU by identity and what each holds
+    (`identity_used`); a demand that names its `user` must fit under the user's
+    maximum and its account's. A fraction counts as its share (milli-GPU).
+    """
 
     trackers: dict[str, QuotaTracker] = field(default_factory=dict)
+    identity_caps: dict[Identity, int] = field(default_factory=dict)
+    identity_used: dict[Identity, int] = field(default_factory=dict)
 
-    def why_not(self, account: str, demand: Demand) -> str | None:
+    def why_not(self, account: str, demand: Demand, user: str | None = None) -> str | None:
         for resource in sorted(demand):
             tracker = self.trackers.get(resource)
             if tracker is not None and demand[resource]:
                 why = tracker.why_not(account, demand[resource])
                 if why is not None:
                     return why
+        if user is not None and self.identity_caps:
+            return self.identity_why_not(user, account, demand.get(GPU_MILLI, 0))
         return None
 
-    def take(self, account: str, demand: Demand) -> None:
+    def identity_why_not(self, user: str, account: str, milli: int) -> str | None:
+        """None when `user` and `account` may hold `milli` more milli-GPU; else why
+        (reason code AssocGrpGRES, as Slurm's), the user's maximum checked first."""
+        if not milli:
+            return None
+        for identity in (("user", user), ("account", account)):
+            cap = self.identity_caps.get(identity)
+            if cap is None:
+                continue
+            used = self.identity_used.get(identity, 0)
+            if used + milli > cap:
+                return (
+                    f"AssocGrpGRES: {identity[0]} {identity[1]} holds {_gpus(used)} GPUs and "
+                    f"the job needs {_gpus(milli)}, the maximum is {_gpus(cap)} (max_gpus)"
+                )
+        return None
+
+    def take(self, account: str, demand: Demand, user: str | None = None) -> None:
         for resource, amount in sorted(demand.items()):
             tracker = self.trackers.get(resource)
             if tracker is not None:
                 tracker.take(account, amount)
+        if user is not None and self.identity_caps:
+            for identity in (("user", user), ("account", account)):
+                if identity in self.identity_caps:
+                    used = self.identity_used.get(identity, 0)
+                    self.identity_used[identity] = used + demand.get(GPU_MILLI, 0)
 
     def limited(self, resource: str) -> bool:
         return resource in self.trackers
+
+
+def _gpus(milli: int) -> str:
+    """Milli-GPU as GPUs: `2`, `1.5`."""
+    whole, rest = divmod(milli, 1000)
+    return str(whole) if not rest else f"{whole}.{rest:03d}".rstrip("0")

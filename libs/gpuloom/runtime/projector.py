@@ -94,7 +94,7 @@ class Projector:
     def _fold(self, message: Incoming) -> None:
         self.stream_seq = max(self.stream_seq, message.seq + message.pending)
         try:
-            recorded = decode(message.seq, message.body, message.stored_at)
+            recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
         except MalformedEvent as exc:
             log.error("projector skipping malformed event: %s", exc)
             self.state.seq = max(self.state.seq, message.seq)

@@ -85,7 +85,7 @@ class Reactor:
     def _fold(self, message: Incoming) -> None:
         """Fold one message; one that cannot be handled is dead-lettered, never raised."""
         try:
-            recorded = decode(message.seq, message.body, message.stored_at)
+            recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
         except MalformedEvent as exc:
             self._skip_malformed(message, str(exc))
             return

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.credentials import connect_options
 from gpuloom.config import Settings, load_settings
 from gpuloom.telemetry import setup_tracing, shutdown_tracing
 from gpuloom.telemetry.logging import setup_logging
@@ -22,7 +23,9 @@ Main = Callable[[Settings, EventBus, asyncio.Event], Awaitable[None]]
 
 
 async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> EventBus:
-    """Connect to NATS and ensure the stream, retrying while the server starts."""
+    """Connect to NATS as this process's identity (`GPULOOM_NATS_SEED_FILE`) and ensure
+    the stream, retrying while the server starts. A seed that cannot be read fails at once."""
+    options = connect_options(settings)
     for attempt in range(1, attempts + 1):
         try:
             return await EventBus.connect(
@@ -31,6 +34,7 @@ async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> Eve
                 name=name,
                 dedup_window_s=settings.dedup_window_s,
                 replicas=settings.stream_replicas,
+                **options,
             )
         except Exception as exc:
             if attempt == attempts:

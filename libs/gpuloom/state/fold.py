@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from gpuloom.events import (
+    AccountCoordinatorsSet,
     AccountCreated,
     AccountUsersSet,
     AuditCompleted,
@@ -49,6 +50,7 @@ from gpuloom.events import (
     UsageCharged,
 )
 from gpuloom.queueing.fairshare import DecayedUsage
+from gpuloom.state.errors import Invalid
 from gpuloom.state.model import (
     VOIDED_KEPT,
     AccountState,
@@ -60,15 +62,12 @@ from gpuloom.state.model import (
     Run,
     Voided,
 )
+from gpuloom.state.policies import POLICY_HANDLERS
 
 WHOLE_GPU = 1000
 #: How far an event's `at` may be from the log's own timestamp of it: writers' clocks
 #: (NTP keeps them within a second) and publish retries, with a wide margin.
 MAX_CLOCK_SKEW = timedelta(minutes=5)
-
-
-class Invalid(Exception):
-    """Raised inside a handler to void the event; the message is the reason."""
 
 
 def fold(events: Iterable[Recorded], state: ClusterState | None = None) -> ClusterState:
@@ -745,6 +744,15 @@ def _users_set(state: ClusterState, event: AccountUsersSet, recorded: Recorded) 
     account.users = tuple(event.users)
 
 
+def _coordinators_set(
+    state: ClusterState, event: AccountCoordinatorsSet, recorded: Recorded
+) -> None:
+    account = state.accounts.get(event.account)
+    if account is None:
+        raise Invalid(f"account {event.account} does not exist")
+    account.coordinators = tuple(event.coordinators)
+
+
 def _quota_set(state: ClusterState, event: QuotaSet, recorded: Recorded) -> None:
     account = state.accounts.get(event.account)
     if account is None:
@@ -795,4 +803,6 @@ _HANDLERS: dict[type[Event], Handler] = {
     SharesSet: _shares_set,  # type: ignore[dict-item]
     QuotaSet: _quota_set,  # type: ignore[dict-item]
     AccountUsersSet: _users_set,  # type: ignore[dict-item]
+    AccountCoordinatorsSet: _coordinators_set,  # type: ignore[dict-item]
+    **POLICY_HANDLERS,
 }

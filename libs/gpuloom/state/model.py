@@ -230,6 +230,8 @@ class AccountState:
     description: str = ""
     #: Who may submit under it (AccountUsersSet); empty: anyone.
     users: tuple[str, ...] = ()
+    #: Who coordinates it and its sub-accounts (AccountCoordinatorsSet), sorted.
+    coordinators: tuple[str, ...] = ()
     #: Quotas (QuotaSet) by resource kind: (nominal, borrowing limit, cap).
     quotas: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
 
@@ -238,6 +240,31 @@ class AccountState:
         """The nominal quota of all GPU time (milli-GPU), if set."""
         quota = self.quotas.get("gpu_milli")
         return quota[0] if quota is not None else None
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """An operator's priority class (PriorityClassSet), as folded."""
+
+    name: str
+    priority: int
+    may_preempt: bool = True
+    #: Who may use it: a listed user, or a job under a listed account; both empty: anyone.
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    description: str = ""
+    #: The class of a submission that names none (at most one class has it).
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class IdentityLimits:
+    """One user's or account's limits (LimitsSet); None: unlimited."""
+
+    max_submit_jobs: int | None = None
+    max_array_size: int | None = None
+    #: GPUs held, a fraction counting as its share (compared in milli-GPU).
+    max_gpus: int | None = None
 
 
 @dataclass
@@ -275,6 +302,10 @@ class ClusterState:
     accounts: dict[str, AccountState] = field(default_factory=dict)
     #: Per account, GPU-milli-seconds of ended runs, decayed with the policy's half-life.
     decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
+    #: Priority classes by name (PriorityClassSet, PriorityClassDeleted).
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    #: Limits by (scope, name): ("user", "alice"), ("account", "team-a") (LimitsSet).
+    limits: dict[tuple[str, str], IdentityLimits] = field(default_factory=dict)
     applied: int = 0
     voided: int = 0
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import httpx
 import yaml
 
 from gpuloom.audit import AuditReport, audit
+from gpuloom.auth import OPERATOR, ensure_secret, issue_token
 from gpuloom.bus.reader import read_log
 from gpuloom.devstack import SERVICES, Stack, free_port, migrate, wait_http
 from gpuloom.events import (
@@ -40,6 +42,9 @@ class SimNode:
     lends_remote_vgpu: bool = False
     labels: tuple[tuple[str, str], ...] = ()
 
+
+#: The operator whose token the cluster's own client carries.
+OPERATOR_NAME = "ops"
 
 DEFAULT_NODES = (SimNode("node-a", "A100-80GB", 4), SimNode("node-b", "H100-80GB", 2))
 
@@ -94,10 +99,23 @@ class Cluster:
             self.stack.start(name)
         for agent, nodes in self.agents.items():
             inventory = write_inventory(self.data_dir / f"{agent}.yaml", nodes)
-            self.stack.start(agent, "agent", ["--inventory", str(inventory)])
+            names = [node.name for node in nodes]
+            self.stack.start(agent, "agent", ["--inventory", str(inventory)], nodes=names)
         wait_http(f"{self.gateway_url}/healthz", timeout=60)
-        self.client = httpx.Client(base_url=self.gateway_url, timeout=30)
+        self.client = self.client_for(OPERATOR_NAME, roles=[OPERATOR])
         return self
+
+    def token_for(self, user: str, roles: Sequence[str] = (), ttl_s: int = 3600) -> str:
+        """A bearer token for `user`, signed with this cluster's secret (as `gpuloom token issue`)."""
+        secret = ensure_secret(self.data_dir / "auth" / "jwt.key")
+        return issue_token(secret, user, now=datetime.now(UTC), ttl_s=ttl_s, roles=roles)
+
+    def client_for(self, user: str, roles: Sequence[str] = ()) -> httpx.Client:
+        """An HTTP client of the gateway that calls as `user` with `roles`."""
+        token = self.token_for(user, roles)
+        return httpx.Client(
+            base_url=self.gateway_url, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        )
 
     def stop(self) -> None:
         if self.client:

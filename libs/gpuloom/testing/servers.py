@@ -11,7 +11,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from gpuloom.devstack import NatsServer
+from gpuloom.bus.keyring import Keyring
+from gpuloom.natsserver import NatsServer
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +33,24 @@ def docker_available() -> bool:
 
 @contextlib.contextmanager
 def nats_jetstream(store_dir: Path) -> Iterator[str]:
-    """A JetStream NATS for one test; yields its URL."""
+    """A JetStream NATS for one test; yields its admin URL (`nats://admin:PASSWORD@...`).
+
+    The local server runs with authorization, as `make run` does: a test that connects
+    with the URL acts as the admin, and the processes of a `Stack` on it each connect
+    as their own least-privilege identity (`gpuloom.bus.identities`). Identities are
+    kept beside the store (`<store_dir>.bus`). A testcontainers NATS runs without.
+    """
     if docker_available():
         from testcontainers.community.nats import NatsContainer
 
         with NatsContainer(jetstream=True) as container:
             yield container.nats_uri()
         return
-    server = NatsServer(store_dir, log_file=store_dir.parent / "nats.log").start()
+    keyring = Keyring(store_dir.with_name(f"{store_dir.name}.bus"))
+    server = NatsServer(store_dir, log_file=store_dir.parent / "nats.log", keyring=keyring)
+    server.start()
     try:
-        yield server.url
+        yield server.admin_url
     finally:
         server.stop()
 

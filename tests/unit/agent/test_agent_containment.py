@@ -57,7 +57,7 @@ async def test_a_job_that_cannot_start_fails_and_the_node_goes_on(
     fake_log: FakeLog, run_root: Path
 ) -> None:
     fake_log.run("long", ["sleep", "30"])
-    place_unchecked(fake_log, "nul", env={"GPULOOM_X": "secret\0value"})
+    place_unchecked(fake_log, "nul", env={"TOKEN": "secret\0value"})
     place_unchecked(fake_log, "huge", env={"X": TOO_LONG})  # over execve's limit
     fake_log.run("good", ["sh", "-c", "echo ok"])
 
@@ -80,7 +80,7 @@ async def test_a_job_that_cannot_start_fails_and_the_node_goes_on(
         "good": "succeeded",
         "long": "cancelled",
     }
-    assert jobs["nul"].reason == "could not start: embedded null byte in env GPULOOM_X"
+    assert jobs["nul"].reason == "could not start: embedded null byte in env TOKEN"
     assert jobs["huge"].reason == "could not start: Argument list too long"
     assert "secret" not in (jobs["nul"].reason or "")
     assert fake_log.types_of("nul") == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,8 @@ from services.agent.shim import Ended, RunDir
 
 GRACE_S = 1.0
 ENVIRON = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/ann", "SECRET": "x"}
+#: Who jobs run as here: "nobody" for an agent that is root, else the agent's own user.
+JOB_USER = pwd.getpwnam("nobody") if os.geteuid() == 0 else pwd.getpwuid(os.geteuid())
 
 
 def ensure(
@@ -134,7 +137,7 @@ async def test_death_by_signal_is_named(harness: Harness) -> None:
 async def test_the_job_sees_its_gpus_its_identity_and_a_minimal_environment(
     harness: Harness,
 ) -> None:
-    show = "env | sort; pwd"
+    show = "env | sort; id -u; pwd"
     harness.start(ensure("envy", ["sh", "-c", show], gpu_indexes=(1, 3), env={"LR": "0.1"}))
     harness.start(ensure("cpu", ["sh", "-c", show], attempt=2))
 
@@ -149,10 +152,71 @@ async def test_the_job_sees_its_gpus_its_identity_and_a_minimal_environment(
         "node-a",
         "1",
     )
-    assert env["LR"] == "0.1" and env["HOME"] == "/home/ann"
+    work = RunDir(harness.runner.root, "node-a", "envy", 1).work
+    assert env["LR"] == "0.1" and env["HOME"] == str(work)
+    assert env["USER"] == env["LOGNAME"] == JOB_USER.pw_name
     assert "SECRET" not in env
-    assert lines[-1] == str(RunDir(harness.runner.root, "node-a", "envy", 1).path)
+    assert lines[-2:] == [str(JOB_USER.pw_uid), str(work)]
     assert "CUDA_VISIBLE_DEVICES=\n" in harness.output("cpu", attempt=2)
+
+
+async def test_a_reserved_name_in_an_old_events_env_cannot_win(harness: Harness) -> None:
+    planted = {
+        "CUDA_VISIBLE_DEVICES": "7",
+        "GPULOOM_JOB_ID": "someone-else",
+        "GPULOOM_REPLICA": "3",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100",
+        "LD_PRELOAD": "/nowhere/inject.so",
+        "LD_LIBRARY_PATH": "/opt/cuda/lib64",
+    }
+    harness.start(ensure("old", ["sh", "-c", "env | sort"], gpu_indexes=(0,), env=planted))
+
+    assert (await harness.ended("old")).ended.outcome == "succeeded"
+    lines = harness.output("old").splitlines()
+    env = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["GPULOOM_JOB_ID"]) == ("0", "old")
+    assert not {"GPULOOM_REPLICA", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "LD_PRELOAD"} & set(env)
+    assert env["LD_LIBRARY_PATH"] == "/opt/cuda/lib64"  # the one LD_* a job may set
+    assert harness.output("old", "stderr") == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as another account only under root")
+async def test_a_job_writes_only_its_own_working_directory(harness: Harness) -> None:
+    harness.start(ensure("first", ["sleep", "30"]))
+    probe = (
+        "touch mine && echo own-ok; "
+        "touch ../exit.forged 2>/dev/null && echo forged-own-record; "
+        "touch ../../../first/1/pid.forged 2>/dev/null && echo wrote-other-run-folder; "
+        "ls ../../../first/1/pid >/dev/null && (echo 1 >> ../../../first/1/pid) 2>/dev/null "
+        "&& echo forged-other-record; "
+        "ls -ld . | cut -c1-10; "
+        "echo its-own-log > /dev/stderr"
+    )
+    harness.start(ensure("second", ["sh", "-c", probe]))
+
+    assert (await harness.ended("second")).ended.outcome == "succeeded"
+    out = harness.output("second")
+    assert out.splitlines() == ["own-ok", "drwx------"]
+    assert harness.output("second", "stderr") == "its-own-log\n"
+    work = RunDir(harness.runner.root, "node-a", "second", 1).work
+    assert (work / "mine").stat().st_uid == JOB_USER.pw_uid
+    assert not (work.parent / "exit.forged").exists()
+    harness.runner.stop(("first", 1, 0), "cancelled", "test over")
+    await harness.ended("first")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as another account only under root")
+async def test_a_program_the_jobs_account_may_not_execute_fails_as_the_shell_would(
+    harness: Harness, tmp_path: Path
+) -> None:
+    private = tmp_path / "root-only"
+    private.write_text("#!/bin/sh\necho ran\n")
+    private.chmod(0o700)  # root may run it (the agent checks as root); the job may not
+    harness.start(ensure("denied", [str(private)]))
+
+    assert (await harness.ended("denied")).ended == Ended("failed", 126, "exit code 126")
+    assert "Permission denied" in harness.output("denied", "stderr")
+    assert not RunDir(harness.runner.root, "node-a", "denied", 1).file("launch").exists()
 
 
 async def test_a_job_over_its_time_limit_is_timed_out(harness: Harness) -> None:

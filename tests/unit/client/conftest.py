@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from fakegateway import FakeGateway, Invoke
@@ -13,10 +14,11 @@ from gpuloom.client.context import CliState
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No gateway settings leak in from the developer's shell."""
-    for name in ("GPULOOM_GATEWAY_URL", "GPULOOM_GATEWAY_PORT"):
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No gateway settings nor tokens leak in from the developer's shell or home."""
+    for name in ("GPULOOM_GATEWAY_URL", "GPULOOM_GATEWAY_PORT", "GPULOOM_TOKEN"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("USER", "alice")
 
 

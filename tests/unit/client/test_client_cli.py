@@ -19,7 +19,7 @@ from gpuloom.client.context import CliState
 def test_submit_sends_the_job_and_the_idempotency_key(cli: Invoke, fake: FakeGateway) -> None:
     result = cli(
         [
-            "submit", "--account", "research", "--gpus", "2",
+            "submit", "--user", "alice", "--account", "research", "--gpus", "2",
             "--gpu-model", "A100-80GB", "--gpu-model", "H100-80GB",
             "--priority", "7", "--time-limit", "600", "--env", "LR=0.1", "--env", "X=a=b",
             "--idempotency-key", "key-1",
@@ -51,13 +51,11 @@ def test_submit_defaults_and_no_key_header(cli: Invoke, fake: FakeGateway) -> No
     assert result.exit_code == 0, result.output
     request = fake.requests[-1]
     assert "Idempotency-Key" not in request.headers
-    assert fake.last_json() == {
+    assert fake.last_json() == {  # no user, class nor priority: the gateway decides them
         "name": "hello",
-        "user": "alice",
         "account": "default",
         "command": ["sh", "-c", "echo hi"],
         "gpus": 0,
-        "priority": 0,
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 from gpuloom.events import (
     ALL_EVENT_CLASSES,
     EVENT_TYPES,
+    AccountCoordinatorsSet,
     AccountCreated,
     AccountUsersSet,
     AuditCompleted,
@@ -27,6 +28,7 @@ from gpuloom.events import (
     JobReserved,
     JobStarted,
     JobSubmitted,
+    LimitsSet,
     MalformedEvent,
     NodeCordoned,
     NodeLost,
@@ -34,6 +36,8 @@ from gpuloom.events import (
     NodeRegistered,
     NodeUncordoned,
     PolicyRef,
+    PriorityClassDeleted,
+    PriorityClassSet,
     QueuePolicySet,
     QuotaSet,
     ReplicaAssignment,
@@ -97,6 +101,7 @@ EXAMPLES: dict[type[Event], Event] = {
     AccountCreated: AccountCreated(account="ml-team", parent="org", description="ML"),
     SharesSet: SharesSet(account="ml-team", shares=3),
     AccountUsersSet: AccountUsersSet(account="ml-team", users=["alice", "bob"]),
+    AccountCoordinatorsSet: AccountCoordinatorsSet(account="ml-team", coordinators=["carol"]),
     QuotaSet: QuotaSet(account="ml-team", nominal=4000, borrowing_limit=2000, cap=8000),
     JobReserved: JobReserved(
         job_id="j2",
@@ -123,6 +128,11 @@ EXAMPLES: dict[type[Event], Event] = {
     AuditCompleted: AuditCompleted(
         audit_id="a1", from_seq=1, to_seq=9, verified=3, mismatch_count=0, seconds=0.5
     ),
+    PriorityClassSet: PriorityClassSet(
+        name="urgent", priority=1000, may_preempt=False, users=["bob", "alice"], default=True
+    ),
+    PriorityClassDeleted: PriorityClassDeleted(name="urgent"),
+    LimitsSet: LimitsSet(scope="user", name="alice@example.org", max_submit_jobs=10, max_gpus=4),
 }
 
 

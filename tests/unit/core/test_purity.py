@@ -16,6 +16,7 @@ PURE = [
     "gpuloom.decide.accounting",
     "gpuloom.decide.inventory",
     "gpuloom.testing.builders",
+    "gpuloom.auth.policy",
 ]
 FORBIDDEN = ["nats", "sqlalchemy", "fastapi", "opentelemetry", "httpx", "asyncpg", "aiosqlite"]
 

@@ -73,7 +73,9 @@ async def get(app: FastAPI, path: str) -> httpx.Response:
 
 
 def gateway_app(tmp_path: Path, name: str = "gw") -> FastAPI:
-    return create_app(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/{name}.db"))
+    return create_app(
+        Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/{name}.db", data_dir=tmp_path)
+    )
 
 
 async def test_metrics_answers_at_its_path_in_every_app_of_a_process(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""Fold rules of the operators' policies: priority classes and per-identity limits.
+
+Apart from `fold.py` (which dispatches to `POLICY_HANDLERS`); pure like every rule:
+no clock, and nothing depends on dict or set order (at most one class is the
+default, whatever order the classes were defined in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpuloom.events import Event, Recorded
+from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
+from gpuloom.state.errors import Invalid
+from gpuloom.state.model import ClusterState, IdentityLimits, PriorityClass
+
+
+def _class_set(state: ClusterState, event: PriorityClassSet, recorded: Recorded) -> None:
+    """Define or redefine a class; a default one takes the default from every other."""
+    if event.default:
+        for name, other in sorted(state.priority_classes.items()):
+            if other.default and name != event.name:
+                state.priority_classes[name] = replace(other, default=False)
+    state.priority_classes[event.name] = PriorityClass(
+        name=event.name,
+        priority=event.priority,
+        may_preempt=event.may_preempt,
+        users=tuple(event.users),
+        accounts=tuple(event.accounts),
+        description=event.description,
+        default=event.default,
+    )
+
+
+def _class_deleted(state: ClusterState, event: PriorityClassDeleted, recorded: Recorded) -> None:
+    if event.name not in state.priority_classes:
+        raise Invalid(f"priority class {event.name} does not exist")
+    del state.priority_classes[event.name]
+
+
+def _limits_set(state: ClusterState, event: LimitsSet, recorded: Recorded) -> None:
+    """Replace the limits of one identity; none left removes its entry."""
+    limits = IdentityLimits(event.max_submit_jobs, event.max_array_size, event.max_gpus)
+    if limits == IdentityLimits():
+        state.limits.pop((event.scope, event.name), None)
+    else:
+        state.limits[(event.scope, event.name)] = limits
+
+
+PolicyHandler = Callable[[ClusterState, Event, Recorded], None]
+
+POLICY_HANDLERS: dict[type[Event], PolicyHandler] = {
+    PriorityClassSet: _class_set,  # type: ignore[dict-item]
+    PriorityClassDeleted: _class_deleted,  # type: ignore[dict-item]
+    LimitsSet: _limits_set,  # type: ignore[dict-item]
+}

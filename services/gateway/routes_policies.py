@@ -1,0 +1,204 @@
+"""/v1/priority-classes and /v1/limits: the operators' policies on who runs what.
+
+Anyone authenticated reads them (a user sees which classes they may use and the
+limits they are held to); only operators change them (events PriorityClassSet,
+PriorityClassDeleted, LimitsSet). Each write answers the policy as the log has it
+once the gateway folded its own write.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError
+
+from gpuloom.decide.policies import classes, default_class
+from gpuloom.events import LimitsSet, PriorityClassDeleted, PriorityClassSet
+from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.policies import MEMBERS_MAX, PRIORITY_MAX, PRIORITY_MIN
+from gpuloom.events.text import INT32_MAX, Remark, UserName
+from gpuloom.state import ClusterState
+from gpuloom.state.model import PriorityClass as FoldedClass
+from services.gateway.auth import PrincipalDep, operator
+from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.publish import publish
+from services.gateway.schemas import Problem
+
+router = APIRouter(tags=["policies"])
+
+ClassName = Annotated[
+    str, Path(pattern=SUBJECT_TOKEN.pattern, description="a priority class's name")
+]
+Scope = Literal["user", "account"]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"model": Problem, "description": "not an operator"},
+    503: {"model": Problem, "description": "NATS unreachable, or the log not read yet"},
+}
+
+
+class PriorityClassBody(BaseModel):
+    """A priority class as an operator defines it (see PriorityClassSet)."""
+
+    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    #: false: its jobs never stop others (Kubernetes' preemptionPolicy Never).
+    may_preempt: bool = True
+    #: Who may use it: these users, or jobs under these accounts; both empty: anyone.
+    users: list[UserName] = Field(default_factory=list, max_length=MEMBERS_MAX)
+    accounts: list[Annotated[str, Field(pattern=SUBJECT_TOKEN.pattern)]] = Field(
+        default_factory=list, max_length=MEMBERS_MAX
+    )
+    description: Remark = ""
+    #: The class of submissions that name none (it clears the flag on every other).
+    default: bool = False
+
+
+class PriorityClassView(PriorityClassBody):
+    name: str
+    #: The built-in `normal` class (no operator defined one of that name).
+    builtin: bool = False
+
+
+class PriorityClassList(BaseModel):
+    classes: list[PriorityClassView]
+    #: The class of a submission that names none.
+    default: str
+
+
+class LimitsBody(BaseModel):
+    """The limits of one user or account; null (or absent): unlimited."""
+
+    #: Jobs submitted and not final (pending and running); an array counts its tasks.
+    max_submit_jobs: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    #: Tasks in one job array.
+    max_array_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    #: GPUs its placed and running jobs hold (a fraction counts as its share); a job
+    #: that would pass it waits with the reason AssocGrpGRES.
+    max_gpus: int | None = Field(default=None, ge=0, le=INT32_MAX)
+
+
+class LimitsView(LimitsBody):
+    scope: Scope
+    name: str
+
+
+class LimitsList(BaseModel):
+    limits: list[LimitsView]
+
+
+def _state(gateway: Gateway) -> ClusterState:
+    if gateway.projector is None:
+        raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
+    return gateway.projector.state
+
+
+def _class_view(known: FoldedClass, state: ClusterState) -> PriorityClassView:
+    return PriorityClassView(
+        name=known.name,
+        priority=known.priority,
+        may_preempt=known.may_preempt,
+        users=list(known.users),
+        accounts=list(known.accounts),
+        description=known.description,
+        default=known.default,
+        builtin=known.name not in state.priority_classes,
+    )
+
+
+def _class_list(state: ClusterState) -> PriorityClassList:
+    return PriorityClassList(
+        classes=[_class_view(known, state) for known in classes(state)],
+        default=default_class(state).name,
+    )
+
+
+@router.get("/v1/priority-classes", response_model=PriorityClassList)
+async def list_priority_classes(gateway: GatewayDep) -> PriorityClassList:
+    """Every priority class a job may name, and the default one."""
+    await gateway.catch_up()
+    return _class_list(_state(gateway))
+
+
+@router.put(
+    "/v1/priority-classes/{name}",
+    response_model=PriorityClassList,
+    responses=ERRORS,
+    dependencies=[Depends(operator("define priority classes"))],
+)
+async def set_priority_class(
+    name: ClassName, body: PriorityClassBody, gateway: GatewayDep, principal: PrincipalDep
+) -> PriorityClassList:
+    """Define or redefine a priority class (event PriorityClassSet): operators only."""
+    event = PriorityClassSet(name=name, **body.model_dump())
+    await publish(gateway, event, principal=principal)
+    await gateway.catch_up()
+    return _class_list(_state(gateway))
+
+
+@router.delete(
+    "/v1/priority-classes/{name}",
+    response_model=PriorityClassList,
+    responses={**ERRORS, 404: {"model": Problem, "description": "no such class"}},
+    dependencies=[Depends(operator("delete priority classes"))],
+)
+async def delete_priority_class(
+    name: ClassName, gateway: GatewayDep, principal: PrincipalDep
+) -> PriorityClassList:
+    """Remove a priority class (event PriorityClassDeleted): operators only. Its jobs
+    keep their priority; pending ones may no longer preempt."""
+    await gateway.catch_up()
+    if name not in _state(gateway).priority_classes:
+        raise HTTPException(status_code=404, detail=f"priority class {name} not found")
+    await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
+    await gateway.catch_up()
+    return _class_list(_state(gateway))
+
+
+def _limits_list(state: ClusterState) -> LimitsList:
+    return LimitsList(
+        limits=[
+            LimitsView(
+                scope="user" if scope == "user" else "account",
+                name=name,
+                max_submit_jobs=limits.max_submit_jobs,
+                max_array_size=limits.max_array_size,
+                max_gpus=limits.max_gpus,
+            )
+            for (scope, name), limits in sorted(state.limits.items())
+        ]
+    )
+
+
+@router.get("/v1/limits", response_model=LimitsList)
+async def list_limits(gateway: GatewayDep) -> LimitsList:
+    """Every user's and account's limits (those without any are unlimited)."""
+    await gateway.catch_up()
+    return _limits_list(_state(gateway))
+
+
+@router.put(
+    "/v1/limits/{scope}/{name}",
+    response_model=LimitsList,
+    responses={**ERRORS, 422: {"description": "a bad limit, or an account name that is not one"}},
+    dependencies=[Depends(operator("set limits"))],
+)
+async def set_limits(
+    scope: Scope,
+    name: Annotated[str, Path(min_length=1, max_length=100, description="a user or account")],
+    body: LimitsBody,
+    gateway: GatewayDep,
+    principal: PrincipalDep,
+) -> LimitsList:
+    """Set every limit of one user or account (event LimitsSet): operators only. A
+    limit left out or null is unlimited; all null removes the entry."""
+    try:
+        event = LimitsSet(scope=scope, name=name, **body.model_dump())
+    except ValidationError as exc:
+        reason = str(exc.errors()[0]["msg"])
+        raise RequestValidationError(
+            [{"loc": ("path", "name"), "msg": reason, "type": "value_error"}]
+        ) from exc
+    await publish(gateway, event, principal=principal)
+    await gateway.catch_up()
+    return _limits_list(_state(gateway))

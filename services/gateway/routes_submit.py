@@ -1,0 +1,197 @@
+"""POST /v1/jobs: accept a job, or a job array, as the authenticated user.
+
+The job's user is the token's: a body `user` is optional, and one that names
+someone else is refused (403) unless the caller is an operator, who may submit for
+another user; the log then records both (the user in the spec, the operator as the
+envelope's `principal`). So fair share and quotas charge the token's user.
+
+The job's priority class and priority, and its user's and account's limits, are
+checked by `submit_policy` before the event is written (docs/security.md).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException
+from fastapi.exceptions import RequestValidationError
+from pydantic import ConfigDict, Field
+
+from gpuloom.auth import Principal
+from gpuloom.auth.policy import submit_problem
+from gpuloom.decide.admission import time_limit_problem
+from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted
+from gpuloom.events.codec import new_event_id
+from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
+from gpuloom.events.text import (
+    LOADER_ENV_ALLOWED,
+    RESERVED_ENV_PATTERN,
+    HeaderValue,
+    UserName,
+    reserved_env_reason,
+)
+from services.gateway.auth import PrincipalDep, accounts_of, forbidden
+from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.publish import publish
+from services.gateway.schemas import Problem, Submitted
+from services.gateway.submit_policy import check_submit_limits, submission_spec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}
+}
+
+
+def _what_jobspec_checks(schema: dict[str, Any]) -> None:
+    """Say in the request's schema what JobSpec checks beyond its fields' types:
+    `command[0]` is not empty; `env` sets no variable the scheduler sets (`_check_env`);
+    a fraction (`gpu_milli`) needs `gpus >= 1` and is not from the physical pool;
+    `gpu_memory_mib` needs `gpu_milli`. (The cluster's MaxTime is a setting: apidocs.)"""
+    command = schema["properties"]["command"]
+    command["prefixItems"] = [{**command["items"], "minLength": 1}]
+    names = schema["properties"]["env"]["propertyNames"]
+    names["anyOf"] = [
+        {"not": {"pattern": RESERVED_ENV_PATTERN}},
+        {"enum": list(LOADER_ENV_ALLOWED)},
+    ]
+    fraction = {"required": ["gpu_milli"], "properties": {"gpu_milli": {"type": "integer"}}}
+    schema["allOf"] = [
+        {
+            "if": fraction,
+            "then": {"properties": {"gpus": {"minimum": 1}, "pool": {"enum": ["vgpu", "any"]}}},
+        },
+        {
+            "if": {
+                "required": ["gpu_memory_mib"],
+                "properties": {"gpu_memory_mib": {"type": "integer"}},
+            },
+            "then": fraction,
+        },
+    ]
+
+
+class JobRequest(JobSpec):
+    """A job as submitted: a JobSpec whose `user` may be left out (the token's user),
+    and whose `priority_class` and `priority` may be too (the default class, and its
+    priority)."""
+
+    model_config = ConfigDict(json_schema_extra=_what_jobspec_checks)
+
+    #: The job's user: the token's by default; another only for an operator.
+    user: UserName | None = Field(default=None)  # type: ignore[assignment]
+    #: At most the class's priority (an operator may set any); absent: the class's.
+    priority: int | None = Field(  # type: ignore[assignment]
+        default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX
+    )
+
+    def spec_for(self, user: str, priority: int = 0, priority_class: str | None = None) -> JobSpec:
+        """The JobSpec of this request with its user, class and priority decided."""
+        return JobSpec.model_validate(
+            {
+                **self.model_dump(),
+                "user": user,
+                "priority": priority,
+                "priority_class": priority_class,
+            }
+        )
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=Submitted,
+    responses={
+        **UNAVAILABLE,
+        403: {"model": Problem},
+        409: {"model": Problem},
+        413: {"model": Problem},
+    },
+)
+async def submit_job(
+    request: JobRequest,
+    gateway: GatewayDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[HeaderValue | None, Header()] = None,
+) -> Submitted:
+    """Accept a job (or a whole job array) once its event is acknowledged by the log.
+
+    A retry with the same `Idempotency-Key` returns the job the first request
+    created, never a second one. An array is one JobArraySubmitted event: it is
+    accepted whole or not at all, and its id shows and cancels every task.
+    """
+    user = request.user or principal.name
+    forbidden(submit_problem(principal, user, request.account, accounts_of(gateway)))
+    spec = submission_spec(request, user, principal, gateway)
+    _check_time_limit(spec, gateway.settings.max_time_limit_s)
+    _check_env(spec)
+    if idempotency_key is not None:
+        existing = await _submitted_with(gateway, idempotency_key, principal, user)
+        if existing is not None:
+            return existing
+    await check_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
+    event: JobSubmitted | JobArraySubmitted
+    if spec.array is not None:
+        event = JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
+    else:
+        event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
+    msg_id = f"submit:{idempotency_key}" if idempotency_key else None
+    recorded = await publish(gateway, event, msg_id, principal=principal)
+    return _accepted(recorded.event, "submitted")
+
+
+def _check_time_limit(spec: JobSpec, maximum: int) -> None:
+    """422 over the cluster's MaxTime (admission rejects such a job that got by)."""
+    reason = time_limit_problem(spec, maximum or None)
+    if reason is not None:
+        raise RequestValidationError(
+            [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
+        )
+
+
+def _check_env(spec: JobSpec) -> None:
+    """422 naming each `env` variable the scheduler sets (`body.env.CUDA_VISIBLE_DEVICES`).
+
+    Admission rejects such a job that got by; the contract itself still takes one
+    (events already in a log must decode).
+    """
+    errors = [
+        {"loc": ("body", "env", name), "msg": f"{name} {reason}", "type": "value_error"}
+        for name in sorted(spec.env)
+        if (reason := reserved_env_reason(name)) is not None
+    ]
+    if errors:
+        raise RequestValidationError(errors)
+
+
+async def _submitted_with(
+    gateway: Gateway, key: str, principal: Principal, user: str
+) -> Submitted | None:
+    """What an earlier request with this idempotency key created, if the log has it.
+
+    The log's de-duplication window catches a retry that races the first request;
+    this catches one that comes after the window, from the folded state. A key that
+    made another user's job is not theirs to learn about (409).
+    """
+    await gateway.catch_up()
+    if gateway.projector is None:
+        return None
+    state = gateway.projector.state
+    job_id = state.idempotency_keys.get(key)
+    if job_id is None:
+        return None
+    first = state.array_tasks(job_id)[0] if job_id in state.arrays else job_id
+    job = state.jobs.get(first)
+    if job is not None and job.spec.user != user and not principal.operator:
+        raise HTTPException(
+            status_code=409, detail="this Idempotency-Key was used by another user's job"
+        )
+    if job_id in state.arrays:
+        return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
+    return Submitted(id=job_id, state=job.phase if job is not None else "submitted")
+
+
+def _accepted(event: Event, state: str) -> Submitted:
+    if isinstance(event, JobArraySubmitted):
+        return Submitted(id=event.job_id, state=state, tasks=event.task_ids())
+    assert isinstance(event, JobSubmitted)
+    return Submitted(id=event.job_id, state=state)

@@ -1,0 +1,88 @@
+"""A submission's priority class, priority and limits, checked before it is published.
+
+The rules are pure (`gpuloom.decide.policies`, `gpuloom.auth.policy`); this module
+reads the gateway's folded state and answers in HTTP: an unknown class, a class
+the job's user and account may not use, a priority over the class's (but for an
+operator), or a submission over `max_submit_jobs` or `max_array_size` is 403 with
+the reason. An unknown class is 403, not 422, as in Kubernetes ("no PriorityClass
+with name ... was found"): the request is well formed, and which classes exist is
+the cluster's state, not the contract's. Admission checks the same on the log, in
+submission order, and is what holds when two submissions race past a stale check.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fastapi import HTTPException
+
+from gpuloom.auth import Principal
+from gpuloom.auth.policy import priority_problem
+from gpuloom.decide.policies import (
+    active_counts,
+    class_named,
+    class_use_problem,
+    classes,
+    default_class,
+    submit_limit_problem,
+)
+from gpuloom.events import JobSpec
+from gpuloom.state import ClusterState
+from services.gateway.auth import forbidden
+from services.gateway.deps import Gateway
+
+if TYPE_CHECKING:
+    from services.gateway.routes_submit import JobRequest
+
+log = logging.getLogger(__name__)
+
+
+def _state(gateway: Gateway) -> ClusterState:
+    """The folded state (an empty one before the gateway read the log: no classes,
+    no limits, the built-in class only)."""
+    return gateway.projector.state if gateway.projector is not None else ClusterState()
+
+
+def submission_spec(
+    request: JobRequest, user: str, principal: Principal, gateway: Gateway
+) -> JobSpec:
+    """The spec to publish: the request's class (or the default one) and its priority
+    (the class's when the request gives none), once the caller may have them."""
+    state = _state(gateway)
+    if request.priority_class is None:
+        known = default_class(state)
+    else:
+        found = class_named(state, request.priority_class)
+        if found is None:
+            names = ", ".join(c.name for c in classes(state))
+            reason = f"priority class {request.priority_class} does not exist (classes: {names})"
+            raise HTTPException(status_code=403, detail=reason)
+        known = found
+    forbidden(class_use_problem(known, user, request.account))
+    priority = known.priority if request.priority is None else request.priority
+    forbidden(priority_problem(principal, priority, known.name, known.priority))
+    if priority > known.priority:
+        log.info(
+            "operator %s set priority %d for a job of %s, over priority class %s's %d",
+            principal.name,
+            priority,
+            user,
+            known.name,
+            known.priority,
+        )
+    return request.spec_for(user, priority, known.name)
+
+
+async def check_submit_limits(gateway: Gateway, spec: JobSpec) -> None:
+    """403 when the submission would pass its user's or account's `max_submit_jobs`
+    or `max_array_size`. The gateway first folds its own writes, but only when such a
+    limit exists: submissions of everyone else never wait for it."""
+    identities = (("user", spec.user), ("account", spec.account))
+    if not any(identity in _state(gateway).limits for identity in identities):
+        return
+    await gateway.catch_up()
+    state = _state(gateway)
+    counts = active_counts(state, with_submitted=True)
+    adding = spec.array or 1
+    forbidden(submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts))
