@@ -31,6 +31,15 @@ class Settings(BaseSettings):
     #: and how long (seconds) it may lag more than that before it is not ready.
     ready_grace_s: float = Field(default=5.0, ge=0)
 
+    #: Snapshots of each service's folded state (`gpuloom.runtime.snapshots`): one is
+    #: written once the state has folded this many events since the last one,
+    snapshot_every_events: int = Field(default=10_000, ge=0)
+    #: or this many seconds after the last one if any event came since (0 and 0:
+    #: no snapshots; a restart then replays the whole log),
+    snapshot_every_s: float = Field(default=300.0, ge=0)
+    #: and the newest this many are kept (an older one serves if the newest is damaged).
+    snapshot_keep: int = Field(default=2, ge=1, le=100)
+
     #: The longest time limit a job may ask for (Slurm's MaxTime), seconds; 0: no
     #: maximum but the contract's 32-bit one. The gateway answers 422 over it and
     #: admission rejects a job over it that reached the log some other way.

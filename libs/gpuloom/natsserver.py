@@ -51,7 +51,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on loopback `port` now. As nats-server does, with
+    SO_REUSEADDR: the connections a server just gone left in TIME_WAIT do not count."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -167,6 +170,17 @@ def reload_users(keyring: Keyring, users_file: Path, pid_file: Path, stream: str
     """Rewrite the users file and make the running server reload it (SIGHUP)."""
     write_users(keyring, users_file, stream)
     os.kill(int(pid_file.read_text().strip()), signal.SIGHUP)
+
+
+class PortTakenError(RuntimeError):
+    """The port a server must listen on is taken by another process."""
+
+    def __init__(self, port: int):
+        super().__init__(
+            f"port {port} is taken by another process (`ss -ltnp 'sport = :{port}'` says"
+            " which); nats-server must listen there: its clients reconnect to it"
+        )
+        self.port = port
 
 
 #: The servers this process runs, by port: a Stack given only a URL finds its server's
@@ -295,6 +309,26 @@ class NatsServer:
             self.keyring.add_agent(name, nodes)
             self.reload()
         return self.keyring.seed_file(name)
+
+    def exited(self) -> int | None:
+        """The exit code of a started server that has ended (None while it runs)."""
+        return self.process.poll() if self.process is not None else None
+
+    def restart(self, timeout: float = 15.0) -> NatsServer:
+        """Start an ended server again as it was: the same port (the one its clients
+        reconnect to), store, config, users and keyring. `PortTakenError` when something
+        else listens on the port meanwhile; the monitoring port, which no client uses,
+        moves to a free one if it was taken. A start that fails leaves no process."""
+        self.kill()
+        if not port_is_free(self.port):
+            raise PortTakenError(self.port)
+        if not port_is_free(self.monitor_port):
+            self.monitor_port = free_port()
+        try:
+            return self.start(timeout)
+        except BaseException:
+            self.kill()
+            raise
 
     def stop(self) -> None:
         _serving.pop(self.port, None)

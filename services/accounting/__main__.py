@@ -10,7 +10,7 @@ from gpuloom.config import Settings
 from gpuloom.decide import Decision
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.runtime.reactor import Reactor, pure
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.accounting.ledger import run_ledger
@@ -27,7 +27,13 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     tick = min(settings.charge_interval_s / 2, 30.0) if interval else None
     try:
         await asyncio.gather(
-            Reactor(bus, "accounting", pure(decide), tick_s=tick).run(stop),
+            Reactor(
+                bus,
+                "accounting",
+                pure(decide),
+                tick_s=tick,
+                snapshots=snapshotter(settings, bus, "accounting"),
+            ).run(stop),
             run_ledger(bus, make_sessionmaker(engine), stop),
         )
     finally:

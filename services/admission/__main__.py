@@ -9,7 +9,7 @@ from gpuloom.config import Settings
 from gpuloom.decide import Decision
 from gpuloom.decide.admission import decide_admission
 from gpuloom.runtime.reactor import Reactor, pure
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 
 
@@ -19,7 +19,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     def decide(state: ClusterState) -> list[Decision]:
         return decide_admission(state, limit)
 
-    await Reactor(bus, "admission", pure(decide)).run(stop)
+    await Reactor(
+        bus, "admission", pure(decide), snapshots=snapshotter(settings, bus, "admission")
+    ).run(stop)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

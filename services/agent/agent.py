@@ -193,6 +193,9 @@ class Agent:
         for key in sorted(self.outbox):
             exited = self.outbox[key]
             job = state.jobs.get(key[0])
+            if job is None and key[0] in state.tombstones:
+                del self.outbox[key]  # ended and forgotten: its end is no longer news
+                continue
             if job is None or job.attempt < key[1]:
                 continue  # the state is behind: wait
             if not is_current(state, key, exited.node):

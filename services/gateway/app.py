@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI
 
+from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.service import connect_bus
@@ -30,6 +31,7 @@ from services.gateway import (
 from services.gateway.apidocs import add_api_docs, add_openapi
 from services.gateway.auth import authenticate, make_verifier
 from services.gateway.deps import Gateway
+from services.gateway.freshness import Freshness
 from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics
 from services.gateway.problems import add_problem_handlers
@@ -38,11 +40,19 @@ from services.gateway.routes_deadletters import router as dead_letters_router
 log = logging.getLogger(__name__)
 
 
-async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
-    bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
+async def attach_projector(gateway: Gateway, bus: EventBus) -> Projector:
+    """Give `gateway` its bus and a projector that knows where the log ends now: its
+    reads say they are stale ("starting") until the replay has reached that point."""
     gateway.bus = bus
     projector = Projector(bus, gateway.sessions)
+    gateway.start_seq = projector.stream_seq = await bus.last_seq()
     gateway.projector = projector
+    return projector
+
+
+async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
+    bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
+    projector = await attach_projector(gateway, bus)
     log.info("gateway connected to %s", gateway.settings.nats_url)
     await projector.run(stop)
 
@@ -82,6 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.gateway = gateway
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Freshness, gateway=gateway)
 
     add_problem_handlers(app)
 

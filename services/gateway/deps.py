@@ -25,6 +25,9 @@ class Gateway:
     verifier: TokenVerifier | None = None
     #: Highest stream sequence this gateway wrote (reads wait for it: read-your-writes).
     last_written_seq: int = 0
+    #: The log's last sequence when the gateway connected: until the projection has
+    #: written that far, its answers are stale (`services.gateway.freshness`).
+    start_seq: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def live_bus(self) -> EventBus:

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from gpuloom.bus.jetstream import StreamFigures
 from gpuloom.state import ClusterState
 from gpuloom.state.model import JobPhase
 from services.gateway.deps import Gateway
@@ -47,7 +48,8 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
     included), by pool and model: a GPU is allocated when anything holds it, and its
     milli-GPU allocated are what its holders hold (1000 for a whole GPU)."""
     jobs = GaugeMetricFamily("gpuloom_jobs", "Jobs by state", labels=["state"])
-    by_phase = Counter(job.phase for job in state.jobs.values())
+    by_phase: Counter[str] = Counter(job.phase for job in state.jobs.values())
+    by_phase.update(state.forgotten_by_phase)  # ended jobs the state no longer holds
     for phase in get_args(JobPhase):
         jobs.add_metric([phase], by_phase[phase])
     queue = GaugeMetricFamily(
@@ -93,7 +95,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
     placements = CounterMetricFamily(
         "gpuloom_placements",
         "Placement decisions folded (JobPlaced): rate() is decisions per second",
-        value=sum(job.attempt for job in state.jobs.values()),
+        value=state.forgotten_attempts + sum(job.attempt for job in state.jobs.values()),
     )
     since = now - RECENT
     recent = GaugeMetricFamily(
@@ -119,14 +121,46 @@ class ClusterCollector(Collector):
             yield from cluster_metrics(projector.state, self.clock())
 
 
-async def refresh_stream_seq(gateway: Gateway) -> None:
-    """Ask the stream for its last sequence (the lag's reference); on failure the lag
-    stays the one known, and the scrape still answers."""
+class StreamCollector(Collector):
+    """The event log's size (`gpuloom_stream_*`), as of the scrape: the full log is kept
+    by default (the audit trail), so its growth is what an operator watches
+    (`rate(gpuloom_stream_bytes[1d])`) to size the disk or to cap the stream."""
+
+    def __init__(self) -> None:
+        self.figures: StreamFigures | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.figures
+        if figures is None:
+            return
+        yield GaugeMetricFamily(
+            "gpuloom_stream_messages", "Events held in the stream", value=figures.messages
+        )
+        yield GaugeMetricFamily(
+            "gpuloom_stream_bytes", "Bytes the stream holds on the server", value=figures.bytes
+        )
+        yield GaugeMetricFamily(
+            "gpuloom_stream_first_seq",
+            "The stream's first sequence still held (above 1 once older events were dropped)",
+            value=figures.first_seq,
+        )
+        yield GaugeMetricFamily(
+            "gpuloom_stream_last_seq", "The stream's last sequence", value=figures.last_seq
+        )
+
+
+async def refresh_stream_seq(gateway: Gateway, stream: StreamCollector | None = None) -> None:
+    """Ask the stream for its last sequence (the lag's reference) and, with `stream`,
+    its size; on failure the figures stay the ones known, and the scrape still answers."""
     projector = gateway.projector
     if projector is None or gateway.bus is None or not gateway.bus.connected:
         return
     try:
         await asyncio.wait_for(projector.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
+        if stream is not None:
+            stream.figures = await asyncio.wait_for(
+                gateway.bus.stream_figures(), STREAM_SEQ_TIMEOUT_S
+            )
     except (TimeoutError, NatsError) as exc:
         log.warning("metrics: could not read the stream's last sequence: %r", exc)
 
@@ -146,9 +180,11 @@ def add_metrics(
     `dependencies`: what guards it (authentication, unless metrics are public)."""
     cluster = CollectorRegistry()
     cluster.register(ClusterCollector(gateway, clock))
+    stream = StreamCollector()
+    cluster.register(stream)
 
     @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))
     async def metrics() -> Response:
-        await refresh_stream_seq(gateway)
+        await refresh_stream_seq(gateway, stream)
         # The classic text format, which every Prometheus reads (no content negotiation).
         return Response(exposition([REGISTRY, cluster]), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -19,6 +19,7 @@ from gpuloom.decide.explain import explain
 from gpuloom.events import JobCancelRequested, MalformedEvent, decode
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
+from gpuloom.state.retention import owner
 from gpuloom.store.models import JobRow
 from services.agent.logs import MAX_TAIL
 from services.gateway.arrays import array_view
@@ -194,7 +195,9 @@ async def explain_job(job_id: JobId, gateway: GatewayDep) -> JobExplanation:
 
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})
-async def job_events(job_id: JobId, gateway: GatewayDep, principal: PrincipalDep) -> JobEvents:
+async def job_events(
+    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> JobEvents:
     """The job's audit trail, read from the log itself (not from a projection); each
     event a request caused names its `principal`.
 
@@ -208,12 +211,20 @@ async def job_events(job_id: JobId, gateway: GatewayDep, principal: PrincipalDep
     state = gateway.projector.state
     subjects = [job_subjects(job_id)]
     job = state.jobs.get(job_id)
+    ended = state.tombstones.get(job_id)  # ended and forgotten by the fold (retention.py)
     if job is None and job_id in state.arrays:
-        job = state.jobs.get(state.array_tasks(job_id)[0])
-    elif job is not None and job.array_id is not None:
-        subjects.insert(0, job_subjects(job.array_id))
-    if job is not None:
-        check_job(gateway, principal, "events", job.spec.user, job.spec.account)
+        tasks = state.array_tasks(job_id)
+        owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
+    else:
+        owned = owner(state, job_id)
+        array_id = job.array_id if job is not None else ended.array_id if ended else None
+        if array_id is not None:
+            subjects.insert(0, job_subjects(array_id))
+    if owned is None:  # ended longer ago than the fold remembers: the read model knows
+        row = await session.get(JobRow, job_id)
+        owned = (row.user, row.account) if row is not None else None
+    if owned is not None:
+        check_job(gateway, principal, "events", *owned)
     elif not principal.operator:  # the fold voided it, or it is not folded yet
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     try:

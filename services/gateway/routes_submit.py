@@ -30,6 +30,7 @@ from gpuloom.events.text import (
     UserName,
     reserved_env_reason,
 )
+from gpuloom.state.retention import final_phase, owner
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
@@ -179,15 +180,17 @@ async def _submitted_with(
     job_id = state.idempotency_keys.get(key)
     if job_id is None:
         return None
-    first = state.array_tasks(job_id)[0] if job_id in state.arrays else job_id
-    job = state.jobs.get(first)
-    if job is not None and job.spec.user != user and not principal.operator:
+    tasks = state.array_tasks(job_id) if job_id in state.arrays else [job_id]
+    # A job that ended is remembered (a tombstone) as long as its key; an array's
+    # tasks may have left at different times: the first one still known tells.
+    owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
+    if owned is not None and owned[0] != user and not principal.operator:
         raise HTTPException(
             status_code=409, detail="this Idempotency-Key was used by another user's job"
         )
     if job_id in state.arrays:
         return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
-    return Submitted(id=job_id, state=job.phase if job is not None else "submitted")
+    return Submitted(id=job_id, state=final_phase(state, job_id) or "submitted")
 
 
 def _accepted(event: Event, state: str) -> Submitted:

@@ -24,7 +24,7 @@ from gpuloom.decide.inventory import Heard, LossLimit, inventory_round, watch_st
 from gpuloom.events.heartbeats import BadHeartbeat, Heartbeat
 from gpuloom.events.subjects import HEARTBEAT_PREFIX
 from gpuloom.runtime.reactor import Reactor, pure
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,13 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
 
     tick = min(settings.heartbeat_interval_s, settings.node_lost_timeout_s / 4)
     try:
-        await Reactor(bus, "inventory", pure(decide), tick_s=tick).run(stop)
+        await Reactor(
+            bus,
+            "inventory",
+            pure(decide),
+            tick_s=tick,
+            snapshots=snapshotter(settings, bus, "inventory"),
+        ).run(stop)
     finally:
         await sub.unsubscribe()
 

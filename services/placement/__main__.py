@@ -10,7 +10,7 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings, load_settings
 from gpuloom.placement import default_registry, placement_cycle
 from gpuloom.runtime.reactor import Reactor, pure
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     def decide(state: ClusterState):  # type: ignore[no-untyped-def]
         return placement_cycle(state, policy)
 
-    await Reactor(bus, "placement", pure(decide)).run(stop)
+    await Reactor(
+        bus, "placement", pure(decide), snapshots=snapshotter(settings, bus, "placement")
+    ).run(stop)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from gpuloom.decide import Decision
 from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import QueuePolicySet
 from gpuloom.runtime.reactor import Reactor, pure
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 
 
@@ -32,7 +32,9 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     def decide(state: ClusterState) -> list[Decision]:
         return decide_queue(state, policy)
 
-    await Reactor(bus, "queue", pure(decide)).run(stop)
+    await Reactor(bus, "queue", pure(decide), snapshots=snapshotter(settings, bus, "queue")).run(
+        stop
+    )
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""`make run` (`python -m gpuloom.devstack`) leaves no process behind, however it ends.
+"""`make run` (`python -m gpuloom.devstack`) leaves no process behind, however it ends,
+and starts its nats-server again if that dies.
 
 The launcher runs as an operator runs it, `make run | tee log` in a terminal: the shell,
 the launcher and tee share one process group, the one a terminal's Ctrl-C signals. The
@@ -8,20 +9,35 @@ its command line (nats-server's config file) or its environment (`GPULOOM_DATA_D
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import nats
 import pytest
 
-from gpuloom.devstack import REPO_ROOT, NatsServer, free_port, wait_http
+from gpuloom.devstack import (
+    REPO_ROOT,
+    NatsServer,
+    Restarts,
+    free_port,
+    operator_token,
+    supervise_nats,
+    wait_http,
+)
+from gpuloom.natsserver import PortTakenError
 
 pytestmark = [
     pytest.mark.integration,
@@ -145,3 +161,150 @@ def test_nats_server_runs_with_the_declared_sync_interval(
     if interval_ns is not None:
         assert config["sync_interval"] == interval_ns
     assert varz["max_payload"] == 1024 * 1024
+
+
+def http(method: str, url: str, token: str, body: object = None) -> tuple[int, Any]:
+    """One JSON request to the gateway: (status, parsed body); never raises on a status."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except OSError as exc:  # the gateway itself unreachable
+        return 0, str(exc)
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := probe():
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+OTHER_ENDS = ("rejected", "failed", "cancelled", "timed_out")
+
+
+def test_a_killed_nats_server_is_restarted_with_the_same_store(tmp_path: Path) -> None:
+    """kill -9 of the stack's nats-server: the launcher says so and starts it again on
+    the same port and store; the services reconnect with their own identities, the job
+    acknowledged before is still in the log, and a new one runs to the end. (Their
+    subscriptions, ordered consumers, resume once they miss two heartbeats: 10 to 20 s.)"""
+    with make_run_under_tee(tmp_path) as (shell, data_dir, log):
+        gateway = json.loads((data_dir / "stack.json").read_text())["gateway_url"]
+        token = operator_token(data_dir)
+        job = {"user": "alice", "account": "research", "gpus": 1, "command": ["true"]}
+
+        def submit(name: str) -> str:
+            def accepted() -> str | None:
+                status, body = http("POST", f"{gateway}/v1/jobs", token, {**job, "name": name})
+                return str(body["id"]) if status in (201, 202) else None
+
+            return str(wait_for(f"job {name} accepted", accepted, 30))
+
+        def succeeded(job_id: str) -> bool:
+            status, body = http("GET", f"{gateway}/v1/jobs/{job_id}", token)
+            ended = status == 200 and body["state"] in OTHER_ENDS
+            assert status in (0, 200, 404, 503) and not ended, body
+            return status == 200 and body["state"] == "succeeded"
+
+        def nodes_ready() -> bool:
+            status, body = http("GET", f"{gateway}/v1/nodes", token)
+            return status == 200 and sum(n["state"] == "ready" for n in body["nodes"]) == 2
+
+        def trail(job_id: str) -> list[str] | None:
+            status, body = http("GET", f"{gateway}/v1/jobs/{job_id}/events", token)
+            return [event["type"] for event in body["events"]] if status == 200 else None
+
+        wait_for("both nodes ready", nodes_ready, 30)  # else admission rejects the job
+        before = submit("before")
+        wait_for(f"job {before} succeeded", lambda: succeeded(before), 30)
+        events_before = wait_for("its audit trail", lambda: trail(before), 10)
+
+        pid_file = data_dir / "nats.pid"
+        old_pid = int(pid_file.read_text())
+        assert "nats-server" in stack_processes(data_dir)[old_pid]
+        os.kill(old_pid, signal.SIGKILL)
+        port = urlsplit(json.loads((data_dir / "stack.json").read_text())["nats_url"]).port
+        killed = f"nats-server was killed by SIGKILL; restarting on port {port} "
+        wait_for("the launcher to see it", lambda: killed in log.read_text(), 5)
+        assert f"with the same store {data_dir / 'nats'} " in log.read_text()
+        wait_for("nats-server back", lambda: "nats-server is back on port" in log.read_text(), 20)
+        new_pid = int(pid_file.read_text())
+        assert new_pid != old_pid and "nats-server" in stack_processes(data_dir)[new_pid]
+
+        after = submit("after")
+        wait_for(f"job {after} succeeded", lambda: succeeded(after), 60)
+        assert succeeded(before)
+        assert wait_for("the trail of the job before", lambda: trail(before), 10) == events_before
+        died = [line for line in log.read_text().splitlines() if line.startswith("service ")]
+        assert died == [], "a service died instead of reconnecting"
+
+        os.killpg(shell.pid, signal.SIGINT)  # and Ctrl-C still stops it all
+        left = wait_until_gone(data_dir, timeout=30)
+        assert not left, f"left running after Ctrl-C: {left}"
+
+
+def test_a_nats_server_restarts_only_on_its_own_port_and_keeps_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the launcher's restart does: refuse, saying so, while another process holds
+    the port (its clients reconnect only there); then start on it with the same store."""
+
+    async def publish_and_count(url: str, publish: bool) -> int:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            if publish:
+                await js.add_stream(name="S", subjects=["s.>"])
+                await js.publish("s.one", b"acknowledged")
+            return int((await js.stream_info("S")).state.messages)
+        finally:
+            await nc.close()
+
+    server = NatsServer(tmp_path / "nats").start()
+    try:
+        assert asyncio.run(publish_and_count(server.url, publish=True)) == 1
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait()
+        assert server.exited() == -signal.SIGKILL
+        policy = Restarts()
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", server.port))
+            squatter.listen()
+            with pytest.raises(PortTakenError, match=f"port {server.port} is taken"):
+                server.restart()
+            supervise_nats(server, policy, time.monotonic())
+            assert server.exited() == -signal.SIGKILL  # nothing started
+        said = capsys.readouterr().out.splitlines()
+        assert said[0].startswith("nats-server was killed by SIGKILL; restarting on port")
+        assert said[1].startswith(f"nats-server cannot listen: port {server.port} is taken")
+        assert said[1].endswith(f"retrying in 1 s (log: {server.log_file})")
+        supervise_nats(server, policy, time.monotonic())  # not due yet
+        assert server.exited() == -signal.SIGKILL and capsys.readouterr().out == ""
+        supervise_nats(server, policy, time.monotonic() + 1)
+        assert server.exited() is None
+        assert capsys.readouterr().out.startswith(f"nats-server is back on port {server.port}")
+        assert asyncio.run(publish_and_count(server.url, publish=False)) == 1
+    finally:
+        server.stop()
+
+
+def test_a_process_that_keeps_dying_is_restarted_less_and_less_often() -> None:
+    policy = Restarts(first_s=1, max_s=8, healthy_s=30, started_at=0)
+    delays = []
+    now = 10.0
+    for _ in range(6):
+        delays.append(policy.died(now))
+        assert policy.is_due(now + delays[-1]) and not policy.is_due(now + delays[-1] - 0.1)
+        now += delays[-1]
+        policy.started(now)
+        now += 1  # dies again a second later
+    assert delays == [0, 1, 2, 4, 8, 8]
+    assert policy.died(now + 30) == 0  # it ran long enough: at once again

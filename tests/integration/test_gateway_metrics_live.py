@@ -53,6 +53,10 @@ def test_metrics_follow_a_running_job(shared_cluster: Cluster) -> None:
     assert got[("gpuloom_placements_last_minute", ())] >= 1
     lags = [value for (name, _), value in got.items() if name == "gpuloom_projection_lag"]
     assert lags and all(lag >= 0 for lag in lags), got
+    # the log's size, for operators who watch its growth (the full log is kept)
+    held, size = got[("gpuloom_stream_messages", ())], got[("gpuloom_stream_bytes", ())]
+    first, last = got[("gpuloom_stream_first_seq", ())], got[("gpuloom_stream_last_seq", ())]
+    assert 0 < held <= last and first == 1 and size > 100 * held, got
 
     assert cluster.http.delete(f"/v1/jobs/{job}").status_code in (200, 202)
     cluster.wait_final([job], timeout=30)

@@ -23,9 +23,10 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
 from gpuloom.store.migrate import upgrade
-from services.gateway.app import create_app
+from services.gateway.app import attach_projector, create_app
 from services.gateway.auth import authenticate
 from services.gateway.deps import Gateway
+from services.gateway.freshness import Freshness
 from services.gateway.routes_projections import Readiness, public, router
 
 pytestmark = pytest.mark.integration
@@ -159,3 +160,44 @@ async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
         (view,) = [p for p in projections["projections"] if p["name"] == CHECKPOINT]
         assert view["lag"] == 0 and view["checkpoint"] == projections["stream_seq"] >= 1
         assert (await http.get("/healthz")).json()["status"] == "ok"  # liveness unchanged
+
+
+async def test_reads_say_they_are_stale_until_the_replay_reaches_the_end_of_the_log(
+    database_url: str, nats_url: str, sessions: async_sessionmaker[Any], bus: EventBus
+) -> None:
+    settings = Settings(nats_url=nats_url, database_url=database_url, ready_max_lag=0)
+    gateway = Gateway(settings=settings, sessions=sessions)
+    last = await put(bus, *(submit(f"stale-{i}") for i in range(4)))
+    app = FastAPI()
+    app.add_middleware(Freshness, gateway=gateway)
+    app.state.gateway = gateway
+    app.include_router(router, dependencies=[Depends(authenticate)])
+    app.include_router(public)
+    app.dependency_overrides[authenticate] = lambda: Principal("ops", frozenset({OPERATOR}))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw"
+    ) as http:
+        before = await http.get("/v1/projections")  # no connection to the log yet
+        assert before.headers["gpuloom-stale"] == "unavailable"
+        assert "gpuloom-projection-lag" not in before.headers
+
+        projector = await attach_projector(gateway, bus)
+        replaying = await http.get("/v1/projections")
+        assert replaying.headers["gpuloom-stale"] == "starting"
+        assert int(replaying.headers["gpuloom-projection-lag"]) == last
+
+        stop = asyncio.Event()
+        task = asyncio.create_task(projector.run(stop))
+        assert await projector.wait_for(last, 15)
+        fresh = await http.get("/v1/projections")
+        assert "gpuloom-stale" not in fresh.headers
+        assert fresh.headers["gpuloom-projection-lag"] == "0"
+        assert "gpuloom-stale" not in (await http.get("/readyz")).headers  # reads only
+
+        stop.set()  # the projection stalls while the log grows past ready_max_lag
+        await task
+        await put(bus, submit("stale-late"))
+        await projector.lag_behind_stream()
+        late = await http.get("/v1/projections")
+        assert late.headers["gpuloom-stale"] == "lagging"
+        assert late.headers["gpuloom-projection-lag"] == "1"

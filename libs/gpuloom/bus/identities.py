@@ -177,6 +177,40 @@ def _creator_api(stream: str) -> list[str]:
     return [f"$JS.API.STREAM.CREATE.{stream}", f"$JS.API.STREAM.CREATE.{stream}_DLQ"]
 
 
+#: A service's snapshot bucket is this and its name (`gpuloom.bus.snapshots`).
+SNAPSHOT_BUCKET_PREFIX = "GPULOOM_SNAP_"
+
+
+def bucket_of(service: str) -> str:
+    """The bucket of `service`'s snapshots (a bucket name is `[A-Za-z0-9_-]+`)."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", service):
+        raise ValueError(f"not a service name: {service!r}")
+    return SNAPSHOT_BUCKET_PREFIX + service.upper().replace("-", "_")
+
+
+def snapshot_api(service: str) -> list[str]:
+    """A service's own snapshot bucket (`gpuloom.bus.snapshots`): create it, write and
+    delete objects, list and read them back. No other service's bucket."""
+    bucket = bucket_of(service)
+    stream = f"OBJ_{bucket}"
+    api = "$JS.API"
+    return [
+        f"$O.{bucket}.>",
+        f"{api}.STREAM.NAMES",  # nats-py finds the bucket's stream by subject
+        f"{api}.STREAM.CREATE.{stream}",
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.STREAM.PURGE.{stream}",
+        f"{api}.STREAM.MSG.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"{api}.CONSUMER.CREATE.{stream}",
+        f"{api}.CONSUMER.CREATE.{stream}.>",
+        f"{api}.CONSUMER.INFO.{stream}.*",
+        f"{api}.CONSUMER.DELETE.{stream}.*",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
 def _durable_api(stream: str, durable: str) -> list[str]:
     api = "$JS.API.CONSUMER"
     return [
@@ -196,6 +230,7 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
     inbox = f"{inbox_prefix(public_key)}.>"
     publish = [event_permission(t) for t in events_of(service)]
     publish += _writer_api(stream, service) + _creator_api(stream) + read_api(stream)
+    publish += snapshot_api(service)
     subscribe = [inbox]
     for durable, owner in DURABLES.items():
         if owner == service:

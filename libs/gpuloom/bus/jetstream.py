@@ -26,6 +26,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class StreamFigures:
+    """The stream's size as the server reports it: what `/metrics` shows operators, so
+    the log's growth (rate of `bytes`) is watched before the disk fills."""
+
+    messages: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """One message to publish: subject, encoded body, headers (Nats-Msg-Id, traceparent)."""
 
@@ -135,8 +146,16 @@ class EventBus:
         return int(self.nc.max_payload)
 
     async def last_seq(self) -> int:
-        info = await self.js.stream_info(self.stream)
-        return int(info.state.last_seq)
+        return (await self.stream_figures()).last_seq
+
+    async def stream_figures(self) -> StreamFigures:
+        state = (await self.js.stream_info(self.stream)).state
+        return StreamFigures(
+            messages=int(state.messages),
+            bytes=int(state.bytes),
+            first_seq=int(state.first_seq),
+            last_seq=int(state.last_seq),
+        )
 
     async def publish(self, message: Outgoing, timeout: float = 5.0) -> tuple[int, bool]:
         """Publish and wait for the ack; return (stream sequence, was it a duplicate)."""

@@ -149,6 +149,9 @@ class GpuloomClient:
         self._http = httpx.Client(
             base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
         )
+        #: Why the last read's answer was stale (`Gpuloom-Stale`: the gateway was still
+        #: catching up with the log), with its lag; None: it was current.
+        self.stale: str | None = None
 
     def __enter__(self) -> Self:
         return self
@@ -184,6 +187,10 @@ class GpuloomClient:
             ) from exc
         except (httpx.TransportError, httpx.InvalidURL) as exc:
             raise GatewayUnreachableError(self.base_url, str(exc) or type(exc).__name__) from exc
+        if "gpuloom-stale" in response.headers:
+            lag = response.headers.get("gpuloom-projection-lag")
+            behind = f", {lag} events behind the log" if lag is not None else ""
+            self.stale = f"{response.headers['gpuloom-stale']}{behind}"
         if response.is_error:
             raise error_from_response(response)
         try:

@@ -67,6 +67,11 @@ def gateway(ctx: typer.Context) -> Iterator[GpuloomClient]:
         token = state.token or resolve_token()
         with GpuloomClient(url, state.timeout, state.transport, token) as client:
             yield client
+            if client.stale is not None:
+                err.print(
+                    f"[yellow]note: the gateway's read model is {escape(client.stale)}: "
+                    "this answer may be out of date[/yellow]"
+                )
     except ClientError as exc:
         fail(str(exc))
 

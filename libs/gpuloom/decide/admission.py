@@ -10,7 +10,8 @@ from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
-from gpuloom.state import ClusterState
+from gpuloom.state import FINAL_PHASES, ClusterState
+from gpuloom.state.retention import dependency_unknown, final_phase
 
 
 def membership_problem(state: ClusterState, spec: JobSpec) -> str | None:
@@ -35,11 +36,11 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     if not nodes:
         return "no node is registered"
     for dependency in spec.depends_on:
-        other = state.jobs.get(dependency.job)
-        if other is None:
-            return f"depends on unknown job {dependency.job}"
-        if dependency.when == "succeeded" and other.is_final and other.phase != "succeeded":
-            return f"dependency {dependency.job} ended {other.phase}, not succeeded"
+        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
+        if phase is None:
+            return dependency_unknown(dependency.job)
+        if dependency.when == "succeeded" and phase in FINAL_PHASES and phase != "succeeded":
+            return f"dependency {dependency.job} ended {phase}, not succeeded"
     if spec.gpus == 0:
         idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):

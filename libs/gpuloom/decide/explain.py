@@ -168,7 +168,8 @@ def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanatio
     only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`)."""
     job = state.jobs.get(job_id)
     if job is None:
-        return None
+        ended = state.tombstones.get(job_id)  # ended and forgotten (retention.py)
+        return Explanation(job_id, ended.phase, None, None) if ended is not None else None
     if job.phase not in ("submitted", "admitted", "queued"):
         return Explanation(job_id, job.phase, None, job.reason)
     if job.cancel_requested:

@@ -13,7 +13,8 @@ from gpuloom.queueing import (
     multifactor_priority,
 )
 from gpuloom.queueing.quota import GPU_MILLI, Quota, QuotaBook, QuotaTracker
-from gpuloom.state import ClusterState, JobState
+from gpuloom.state import FINAL_PHASES, ClusterState, JobState
+from gpuloom.state.retention import dependency_unknown, final_phase
 
 DependencyStatus = Literal["met", "waiting", "never"]
 
@@ -21,21 +22,22 @@ DependencyStatus = Literal["met", "waiting", "never"]
 def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencyStatus, str | None]:
     """Whether the jobs `job` depends on have ended as it needs, with a reason if not.
 
-    `never`: a dependency is unknown, or ended otherwise than `succeeded` when the
-    job needs it to succeed. `waiting`: a dependency has not ended yet.
+    `never`: a dependency is unknown (never submitted, or ended longer ago than
+    `retention.RETENTION`), or ended otherwise than `succeeded` when the job needs it
+    to succeed. `waiting`: a dependency has not ended yet.
     """
     waiting: list[str] = []
     for dependency in job.spec.depends_on:
-        other = state.jobs.get(dependency.job)
-        if other is None:
-            return "never", f"depends on unknown job {dependency.job}"
-        if not other.is_final:
+        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
+        if phase is None:
+            return "never", dependency_unknown(dependency.job)
+        if phase not in FINAL_PHASES:
             waiting.append(
                 f"{dependency.job} to {'succeed' if dependency.when == 'succeeded' else 'end'}"
             )
             continue
-        if dependency.when == "succeeded" and other.phase != "succeeded":
-            return "never", f"dependency {dependency.job} ended {other.phase}, not succeeded"
+        if dependency.when == "succeeded" and phase != "succeeded":
+            return "never", f"dependency {dependency.job} ended {phase}, not succeeded"
     if waiting:
         return "waiting", "Dependency: waiting for " + ", ".join(waiting)
     return "met", None
@@ -69,7 +71,7 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
     weights = priority_weights(state)
     jobs = [state.jobs[j] for j in state.queued]
     now = state.clock
-    accounts = {job.spec.account for job in state.jobs.values()} | set(state.accounts)
+    accounts = state.job_accounts | set(state.accounts)  # every account a job named
     shares = {
         name: state.accounts[name].shares if name in state.accounts else 1
         for name in sorted(accounts)

@@ -46,9 +46,11 @@ from gpuloom.placement.scheduling import (
     schedule,
 )
 from gpuloom.state import ClusterState, JobState
+from gpuloom.state.model import RECENT_SPECS_KEPT
 
-#: How many of the latest submitted jobs make the typical workload.
-WORKLOAD_WINDOW = 1000
+#: How many of the latest submitted jobs make the typical workload (ended ones
+#: included: the state keeps their specs, `ClusterState.recent_specs`).
+WORKLOAD_WINDOW = RECENT_SPECS_KEPT
 
 
 def node_views(
@@ -110,8 +112,8 @@ def request_of(spec: JobSpec) -> Request:
 
 def typical_workload(state: ClusterState, window: int = WORKLOAD_WINDOW) -> Workload:
     """The shapes of the latest `window` submitted jobs (FGD's typical workload)."""
-    latest = sorted(state.jobs.values(), key=lambda job: job.order)[-window:]
-    return Workload.typical(Shape.of(request_of(job.spec)) for job in latest)
+    latest = state.recent_specs[-min(window, RECENT_SPECS_KEPT) :]  # in submission order
+    return Workload.typical(Shape.of(request_of(spec)) for spec in latest)
 
 
 def context_for(state: ClusterState, policy: Policy, position: int) -> Context:

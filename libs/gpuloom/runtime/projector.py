@@ -66,6 +66,9 @@ class Projector:
         self._inbox: asyncio.Queue[Incoming] = asyncio.Queue()
         self._dirty_jobs: set[str] = set()
         self._dirty_nodes: set[str] = set()
+        #: Dirty jobs the fold forgot since the last flush (final and charged,
+        #: `gpuloom.state.retention`): their last state, for their final row.
+        self._gone: dict[str, JobState] = {}
         self.changed = asyncio.Condition()
 
     async def _enqueue(self, message: Incoming) -> None:
@@ -112,7 +115,11 @@ class Projector:
         elif isinstance(event, NodeEvent):
             touched_nodes.append(event.node)
             touched_jobs.extend(self.state.on_node.get(event.node, ()))
+        held = {j: job for j in touched_jobs if (job := self.state.jobs.get(j)) is not None}
         apply(self.state, recorded)
+        for job_id, job in held.items():
+            if job_id not in self.state.jobs and message.seq > self._checkpoint:
+                self._gone[job_id] = job  # it left the state with this event
         if isinstance(event, JobEvent):
             after = self.state.jobs.get(event.job_id)
             if after is not None:
@@ -138,7 +145,7 @@ class Projector:
         items = [
             self._item("job", j, job.last_seq, JobRow, partial(self.job_row, job, state))
             for j in sorted(self._dirty_jobs)
-            if (job := state.jobs.get(j)) is not None
+            if (job := state.jobs.get(j) or self._gone.get(j)) is not None
         ]
         items += [
             self._item("node", n, state.seq, NodeRow, partial(self.node_row, node, state))
@@ -167,6 +174,7 @@ class Projector:
             self._checkpoint = seq
         self._dirty_jobs.clear()
         self._dirty_nodes.clear()
+        self._gone.clear()
         self.written_seq = seq
         self._report()
         async with self.changed:

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind
 from gpuloom.bus import EventBus, Incoming, Outgoing
 from gpuloom.decide import Decision
 from gpuloom.events import MalformedEvent, Recorded, decode, encode, make_envelope, subject_for
+from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state import ClusterState, apply
 from gpuloom.telemetry import extract, inject, tracer
 from gpuloom.telemetry.metrics import (
@@ -58,6 +59,7 @@ class Reactor:
         tick_s: float | None = None,
         on_recorded: Callable[[Recorded], None] | None = None,
         publish_timeout_s: float = 10.0,
+        snapshots: Snapshotter | None = None,
     ) -> None:
         self.bus = bus
         self.service = service
@@ -65,6 +67,7 @@ class Reactor:
         self.tick_s = tick_s
         self.on_recorded = on_recorded
         self.publish_timeout_s = publish_timeout_s
+        self.snapshots = snapshots
         self.state = ClusterState()
         self._inbox: asyncio.Queue[Incoming] = asyncio.Queue()
         self._trace_headers: dict[str, dict[str, str]] = {}
@@ -199,9 +202,18 @@ class Reactor:
     # --- the loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.snapshots is not None:
+            restored = await self.snapshots.restore()
+            if restored is not None:
+                self.state = restored
         self._catch_up_seq = await self.bus.last_seq()
-        unsubscribe = await self.bus.follow(self._enqueue)
-        log.info("%s replaying the log up to seq %d", self.service, self._catch_up_seq)
+        unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
+        log.info(
+            "%s replaying the log from seq %d up to seq %d",
+            self.service,
+            self.state.seq + 1,
+            self._catch_up_seq,
+        )
         stopper = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -222,12 +234,15 @@ class Reactor:
                 if not self.caught_up.is_set():
                     log.info("%s caught up at seq %d", self.service, self.state.seq)
                     self.caught_up.set()
-                if self.state.seq == self._decided_at_seq and not ticked:
-                    continue
-                await self._decide_and_publish()
+                if self.state.seq != self._decided_at_seq or ticked:
+                    await self._decide_and_publish()
+                if self.snapshots is not None:  # after deciding: never delays a decision
+                    self.snapshots.maybe_write(self.state)
         finally:
             stopper.cancel()
             await unsubscribe()
+            if self.snapshots is not None:
+                await self.snapshots.close(self.state if self.caught_up.is_set() else None)
 
     async def _decide_and_publish(self) -> None:
         started = time.perf_counter()

@@ -12,7 +12,9 @@ from typing import Any
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.credentials import connect_options
+from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
+from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.telemetry import setup_tracing, shutdown_tracing
 from gpuloom.telemetry.logging import setup_logging
 from gpuloom.telemetry.metrics import serve_metrics
@@ -20,6 +22,17 @@ from gpuloom.telemetry.metrics import serve_metrics
 log = logging.getLogger(__name__)
 
 Main = Callable[[Settings, EventBus, asyncio.Event], Awaitable[None]]
+
+
+def snapshotter(settings: Settings, bus: EventBus, service: str) -> Snapshotter | None:
+    """The service's snapshots as configured (None: turned off, replay the whole log)."""
+    policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_s)
+    if not policy.enabled:
+        return None
+    store = SnapshotStore(
+        bus.js, service, keep=settings.snapshot_keep, replicas=settings.stream_replicas
+    )
+    return Snapshotter(store, policy)
 
 
 async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> EventBus:

@@ -63,6 +63,14 @@ from gpuloom.state.model import (
     Voided,
 )
 from gpuloom.state.policies import POLICY_HANDLERS
+from gpuloom.state.retention import (
+    expire,
+    known,
+    retire_if_done,
+    spec_submitted,
+    task_added,
+    unknown_job,
+)
 
 WHOLE_GPU = 1000
 #: How far an event's `at` may be from the log's own timestamp of it: writers' clocks
@@ -105,6 +113,7 @@ def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
         state.applied += 1
         if state.clock is None or at > state.clock:
             state.clock = at  # the log's time: the latest applied event
+            expire(state)  # tombstones past their window (retention.py)
     return state
 
 
@@ -144,7 +153,7 @@ def _void(state: ClusterState, recorded: Recorded, reason: str, *, fault: bool) 
 def _job(state: ClusterState, job_id: str) -> JobState:
     job = state.jobs.get(job_id)
     if job is None:
-        raise Invalid(f"unknown job {job_id}")
+        raise Invalid(unknown_job(state, job_id))
     return job
 
 
@@ -233,7 +242,7 @@ def _forget_placement(state: ClusterState, job: JobState) -> None:
 
 
 def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> None:
-    if event.job_id in state.jobs or event.job_id in state.arrays:
+    if known(state, event.job_id) or event.job_id in state.arrays:
         raise Invalid(f"job {event.job_id} already submitted")
     key = event.idempotency_key
     if key is not None and key in state.idempotency_keys:
@@ -242,22 +251,24 @@ def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> 
     if event.array_id is not None and event.array_index is not None:
         tasks = state.arrays.get(event.array_id, 0)
         state.arrays[event.array_id] = max(tasks, event.array_index + 1)
+        task_added(state, event.array_id)
 
 
 def _array_submitted(state: ClusterState, event: JobArraySubmitted, recorded: Recorded) -> None:
     """Every task at once, or (voided) none."""
-    if event.job_id in state.jobs or event.job_id in state.arrays:
+    if known(state, event.job_id) or event.job_id in state.arrays:
         raise Invalid(f"job {event.job_id} already submitted")
     key = event.idempotency_key
     if key is not None and key in state.idempotency_keys:
         raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
     tasks = event.task_ids()
-    taken = [task for task in tasks if task in state.jobs]
+    taken = [task for task in tasks if known(state, task)]
     if taken:
         raise Invalid(f"task {taken[0]} already submitted")
     task_spec = event.spec.model_copy(update={"array": None})
     for index, task in enumerate(tasks):
         _add_job(state, task, task_spec, recorded, None, event.job_id, index)
+        task_added(state, event.job_id, key)
     state.arrays[event.job_id] = len(tasks)
     if key is not None:
         state.idempotency_keys[key] = event.job_id
@@ -289,6 +300,7 @@ def _add_job(
         state.dependents.setdefault(dependency.job, set()).add(job_id)
     if key is not None:
         state.idempotency_keys[key] = job_id
+    spec_submitted(state, job)
     _touch(job, recorded)
 
 
@@ -306,6 +318,7 @@ def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> No
     job.reason = event.reason
     job.finished_at = recorded.envelope.at
     _touch(job, recorded)
+    retire_if_done(state, job, recorded.envelope.at)
 
 
 def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
@@ -351,6 +364,7 @@ def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> 
     job.reason = event.reason
     job.finished_at = recorded.envelope.at
     _touch(job, recorded)
+    retire_if_done(state, job, recorded.envelope.at)
 
 
 def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
@@ -408,7 +422,7 @@ def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> 
         raise Invalid(f"attempt {event.attempt} is not job {job.job_id}'s current {job.attempt}")
     if job.preempted_by is not None:
         raise Invalid(f"job {job.job_id} is already preempted by {job.preempted_by}")
-    if event.by not in state.jobs:
+    if not known(state, event.by):
         raise Invalid(f"preempting job {event.by} does not exist")
     job.preempted_by = event.by
     job.preempted_at = recorded.envelope.at
@@ -575,6 +589,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     job.exit_code = first_bad[1]
     job.reason = first_bad[2]
     job.finished_at = recorded.envelope.at
+    retire_if_done(state, job, recorded.envelope.at)
 
 
 def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
@@ -608,6 +623,7 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
     )
     state.usage_by_user[user] = state.usage_by_user.get(user, 0) + event.gpu_milli_seconds
     _touch(job, recorded)
+    retire_if_done(state, job, recorded.envelope.at)
 
 
 # --- node events ---------------------------------------------------------------------
@@ -710,6 +726,7 @@ def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
             job.reason = f"requeued: node {event.node} lost ({event.reason})"
         _forget_placement(state, job)
         _touch(job, recorded)
+        retire_if_done(state, job, recorded.envelope.at)
 
 
 def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) -> None:

@@ -267,6 +267,26 @@ class IdentityLimits:
     max_gpus: int | None = None
 
 
+@dataclass(frozen=True)
+class Tombstone:
+    """What the state keeps of a job that ended and left `ClusterState.jobs`
+    (`gpuloom.state.retention`): enough to answer dependencies, duplicate
+    submissions and idempotency keys, and who owned it, for `RETENTION`."""
+
+    phase: str
+    #: When it ended (the log's time of its final event).
+    ended_at: datetime
+    user: str
+    account: str
+    array_id: str | None = None
+    idempotency_key: str | None = None
+
+
+#: How many of the latest submissions' specs the state keeps: placement's typical
+#: workload (FGD) is made of the latest ones, whether they ended or not.
+RECENT_SPECS_KEPT = 1000
+
+
 @dataclass
 class ClusterState:
     seq: int = 0
@@ -306,6 +326,23 @@ class ClusterState:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     #: Limits by (scope, name): ("user", "alice"), ("account", "team-a") (LimitsSet).
     limits: dict[tuple[str, str], IdentityLimits] = field(default_factory=dict)
+    #: Jobs that ended and were forgotten (retention.py), for RETENTION after they left.
+    tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    #: (when it left, job id) in the order jobs left `jobs`; entries before
+    #: `retired_head` have expired (the list is compacted now and then).
+    retired: list[tuple[datetime, str]] = field(default_factory=list)
+    retired_head: int = 0
+    #: Array id -> (its tasks not yet expired, the array's idempotency key).
+    array_left: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    #: Every account a job ever named (fair share normalises shares over them).
+    job_accounts: set[str] = field(default_factory=set)
+    #: Specs of the latest submissions, oldest first (at most 2 x RECENT_SPECS_KEPT).
+    recent_specs: list[JobSpec] = field(default_factory=list)
+    #: Jobs forgotten so far, by final phase, and the placements they had (metrics' totals).
+    forgotten_by_phase: dict[str, int] = field(default_factory=dict)
+    forgotten_attempts: int = 0
+    #: Keep every job forever (the semantics before retention): for tests that compare.
+    keep_history: bool = False
     applied: int = 0
     voided: int = 0
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).

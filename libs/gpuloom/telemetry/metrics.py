@@ -39,3 +39,19 @@ def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
     """Expose /metrics on `host`:`port` (no-op for port 0)."""
     if port:
         start_http_server(port, addr=host)
+
+
+SNAPSHOT_SEQ = Gauge(
+    "gpuloom_snapshot_seq", "Stream sequence of the newest snapshot the service wrote", ["service"]
+)
+SNAPSHOT_RESTORED_SEQ = Gauge(
+    "gpuloom_snapshot_restored_seq",
+    "Stream sequence of the snapshot the service started from (0: it replayed from seq 1)",
+    ["service"],
+)
+SNAPSHOT_BYTES = Gauge("gpuloom_snapshot_bytes", "Size of the newest snapshot written", ["service"])
+SNAPSHOT_ENCODE_SECONDS = Histogram(
+    "gpuloom_snapshot_encode_seconds",
+    "Time to encode a snapshot (the event loop's pause; the upload does not block it)",
+    ["service"],
+)

@@ -194,9 +194,11 @@ class LogBuilder:
         """Append the events of `Decision`s, with their causation ids."""
         return [self.append(d.event, causation_id=d.causation_id) for d in decisions]
 
-    def state(self, upto: int | None = None) -> ClusterState:
-        """A fresh fold of the first `upto` events (all when None)."""
-        return fold(self.records if upto is None else self.records[:upto])
+    def state(self, upto: int | None = None, *, keep_history: bool = False) -> ClusterState:
+        """A fresh fold of the first `upto` events (all when None); `keep_history`:
+        jobs that ended stay in `jobs` (to look at their last state)."""
+        records = self.records if upto is None else self.records[:upto]
+        return fold(records, ClusterState(keep_history=keep_history))
 
     def __len__(self) -> int:
         return len(self.records)

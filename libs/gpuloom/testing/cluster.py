@@ -210,7 +210,8 @@ class LogCheck:
 
 
 def check_log(records: Sequence[Recorded]) -> LogCheck:
-    state = ClusterState()
+    # The whole history: a check looks at jobs that ended and were charged long ago.
+    state = ClusterState(keep_history=True)
     voided: list[tuple[int, str]] = []
     finals: Counter[str] = Counter()
     max_allocated: dict[str, int] = {}

@@ -12,6 +12,8 @@ from pathlib import Path
 from agent_fakelog import FakeLog
 
 from gpuloom.events import JobFinished, JobStarted
+from gpuloom.state import FINAL_PHASES
+from gpuloom.state.retention import final_phase
 from services.agent.agent import Agent
 from services.agent.shim import RunDir
 
@@ -53,7 +55,7 @@ async def drive(
 
 def phase(fake_log: FakeLog, job_id: str) -> Callable[[], bool]:
     def check() -> bool:
-        return bool(fake_log.state.jobs[job_id].is_final)
+        return final_phase(fake_log.state, job_id) in FINAL_PHASES  # live, or a tombstone
 
     return check
 
@@ -118,7 +120,7 @@ async def test_a_job_cancelled_before_start_never_runs(fake_log: FakeLog, run_ro
     async with agent_running(fake_log, run_root) as agent:
         await drive(agent, fake_log, phase(fake_log, "j1"))
 
-    assert fake_log.state.jobs["j1"].phase == "cancelled"
+    assert final_phase(fake_log.state, "j1") == "cancelled"
     assert fake_log.of_type("JobStarted") == []
     assert not RunDir(agent.runner.root, "node-a", "j1", 1).exists()
 

@@ -114,11 +114,20 @@ class FakeGateway:
     )
     states: list[str] = field(default_factory=lambda: ["queued", "running", "succeeded"])
     requests: list[httpx.Request] = field(default_factory=list)
+    #: Answer reads as a gateway still catching up with the log (`Gpuloom-Stale`).
+    stale: str | None = None
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        response = self._route(request)
+        if self.stale is not None and request.method == "GET":
+            response.headers["gpuloom-stale"] = self.stale
+            response.headers["gpuloom-projection-lag"] = "1200"
+        return response
+
+    def _route(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         parts = request.url.path.strip("/").split("/")
         route = (request.method, *parts)

@@ -95,6 +95,16 @@ def test_jobs_prints_a_table_and_sends_the_filters(cli: Invoke, fake: FakeGatewa
     assert "2 of 42 jobs" in result.stdout
 
 
+def test_a_stale_answer_is_shown_with_a_note_on_stderr(cli: Invoke, fake: FakeGateway) -> None:
+    assert "out of date" not in cli(["jobs"]).stderr
+    fake.stale = "starting"
+    result = cli(["jobs"])
+    assert result.exit_code == 0, result.output
+    assert JOB_A in result.stdout  # the answer is still printed, with the note
+    assert "read model is starting, 1200 events behind the log" in result.stderr
+    assert "out of date" in result.stderr
+
+
 def test_jobs_json_prints_the_gateway_answer(cli: Invoke, fake: FakeGateway) -> None:
     result = cli(["jobs", "--json"])
 

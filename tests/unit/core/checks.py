@@ -87,6 +87,25 @@ def _check_indexes(state: ClusterState) -> None:
     }
     assert sum(state.usage_by_account.values()) == sum(state.usage_by_user.values())
     keyed_jobs = {k: job for k, job in state.idempotency_keys.items() if job not in state.arrays}
-    assert keyed_jobs == {
-        j.idempotency_key: j.job_id for j in state.jobs.values() if j.idempotency_key
-    }
+    keyed = {j.idempotency_key: j.job_id for j in state.jobs.values() if j.idempotency_key}
+    keyed.update(
+        (t.idempotency_key, job_id) for job_id, t in state.tombstones.items() if t.idempotency_key
+    )
+    assert keyed_jobs == keyed
+    _check_retention(state)
+
+
+def _check_retention(state: ClusterState) -> None:
+    """Live jobs and tombstones are apart; no job that ended and was charged stays live
+    (unless the state keeps history); every tombstone is queued to expire."""
+    assert not set(state.jobs) & set(state.tombstones)
+    if not state.keep_history:
+        done = {j.job_id for j in state.jobs.values() if j.is_final} - state.uncharged
+        assert not done, f"{sorted(done)} ended and were charged but are still live"
+    waiting = {job_id for _, job_id in state.retired[state.retired_head :]}
+    assert set(state.tombstones) <= waiting
+    times = [at for at, _ in state.retired]
+    assert times == sorted(times), "tombstones expire in the order they were made"
+    for dependency, dependents in state.dependents.items():
+        assert dependents, f"an empty dependents entry for {dependency}"
+        assert dependents <= set(state.jobs), "only live jobs wait on a dependency"

@@ -16,6 +16,7 @@ from gpuloom.events import (
     JobSpec,
 )
 from gpuloom.state import JobState
+from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 
 from .checks import check_invariants
@@ -183,7 +184,7 @@ def test_decide_queue_cancels_pending_jobs_with_a_cancel_request() -> None:
     log.record_decisions(decisions)
     state = log.state()
     assert state.voided == 0
-    assert {state.jobs[j].phase for j in ("s", "a", "q")} == {"cancelled"}
+    assert {final_phase(state, j) for j in ("s", "a", "q")} == {"cancelled"}
     assert decide_queue(state) == []
     check_invariants(state, len(log))
 

@@ -80,7 +80,8 @@ def test_a_rejected_job_is_final_with_its_reason() -> None:
     log = LogBuilder()
     log.submit("j1", gpus=64)
     rejected = log.reject("j1", "job needs 64 GPUs but the largest node has 4")
-    job = log.state().jobs["j1"]
+    assert log.state().tombstones["j1"].phase == "rejected"  # nothing else refers to it
+    job = log.state(keep_history=True).jobs["j1"]
     assert job.phase == "rejected" and job.is_final
     assert job.reason == "job needs 64 GPUs but the largest node has 4"
     assert job.finished_at == rejected.envelope.at
@@ -94,7 +95,9 @@ def test_a_failed_run_keeps_exit_code_and_is_charged_by_account_and_user() -> No
     log.start("j1", "n1")
     log.finish("j1", "n1", "failed", exit_code=137, after=10)
     log.charge("j1", user="bob", account="vision", seconds=10)
-    state = log.state()
+    assert "j1" in log.state(upto=len(log) - 1).jobs, "kept until it is charged"
+    assert "j1" in log.state().tombstones
+    state = log.state(keep_history=True)
     assert (state.jobs["j1"].phase, state.jobs["j1"].exit_code) == ("failed", 137)
     assert state.usage_by_account == {"vision": 10_000}
     assert state.usage_by_user == {"bob": 10_000}
@@ -107,7 +110,7 @@ def test_a_job_finished_while_placed_frees_its_gpus_without_a_run() -> None:
     log.place("j1", "n1", [0, 1])
     log.request_cancel("j1")
     log.finish("j1", "n1", "cancelled", exit_code=None)
-    state = log.state()
+    state = log.state(keep_history=True)
     assert state.jobs["j1"].phase == "cancelled"
     assert state.jobs["j1"].runs == []
     assert state.nodes["n1"].free_gpu_indexes() == [0, 1, 2, 3]
@@ -121,7 +124,7 @@ def test_a_cancel_request_on_a_queued_job_waits_for_the_queue() -> None:
     log = LogBuilder()
     log.run_to_queue("j1")
     log.request_cancel("j1")
-    state = log.state()
+    state = log.state(keep_history=True)
     assert state.jobs["j1"].cancel_requested
     assert state.cancel_pending == {"j1"}
     apply(state, log.cancel("j1"))
@@ -148,7 +151,7 @@ def test_job_cancelled_frees_the_gpus_of_a_placed_job() -> None:
     log.run_to_queue("j1", gpus=3)
     log.place("j1", "n1", [0, 1, 2])
     cancelled = log.cancel("j1")
-    state = log.state()
+    state = log.state(keep_history=True)
     assert state.jobs["j1"].phase == "cancelled"
     assert state.jobs["j1"].finished_at == cancelled.envelope.at
     assert state.nodes["n1"].free_gpu_indexes() == [0, 1, 2, 3]
@@ -231,7 +234,8 @@ def test_node_lost_cancels_its_jobs_that_have_a_cancel_request() -> None:
     log.request_cancel("run")
     log.request_cancel("wait")
     lost = log.lose("n1")
-    state = log.state()
+    assert "wait" in log.state().tombstones, "placed, never ran: nothing left to charge"
+    state = log.state(keep_history=True)
     for job_id in ("run", "wait"):
         job = state.jobs[job_id]
         assert job.phase == "cancelled"

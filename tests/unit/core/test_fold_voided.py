@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from gpuloom.events import JobEvent, Recorded, make_envelope
-from gpuloom.state import apply
+from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.model import VOIDED_KEPT
 from gpuloom.testing.builders import T0, LogBuilder, make_gpus
 
@@ -56,6 +56,12 @@ def test_the_scene_itself_is_valid() -> None:
     assert state.voided == 0, state.recent_voided
     check_invariants(state, len(log))
     phases = {job_id: job.phase for job_id, job in state.jobs.items()}
+    # `done` (charged) and `cancelled` (never ran) ended: only their tombstones stay.
+    assert {job_id: ended.phase for job_id, ended in state.tombstones.items()} == {
+        "done": "succeeded",
+        "cancelled": "cancelled",
+    }
+    phases.update({job_id: ended.phase for job_id, ended in state.tombstones.items()})
     assert phases == {
         "running": "running",
         "placed": "placed",
@@ -260,15 +266,25 @@ VOID_CASES: list[tuple[str, Make, str]] = [
 ]
 
 
+@pytest.mark.parametrize("keep_history", [False, True], ids=["forgetting", "keeping history"])
 @pytest.mark.parametrize(
     ("make", "reason"),
     [(make, reason) for _, make, reason in VOID_CASES],
     ids=[sentence for sentence, _, _ in VOID_CASES],
 )
-def test_invalid_event_is_voided_and_changes_nothing(make: Make, reason: str) -> None:
+def test_invalid_event_is_voided_and_changes_nothing(
+    make: Make, reason: str, keep_history: bool
+) -> None:
+    """Voided the same with or without the jobs that ended: an event about a job the
+    state forgot says so in its reason, and changes nothing either."""
     log = scene()
-    state = log.state()
-    apply_expecting_void(state, make(log), reason)
+    state = fold(log.records, ClusterState(keep_history=keep_history))
+    recorded = make(log)
+    event = recorded.event
+    if isinstance(event, JobEvent) and event.job_id in state.tombstones:
+        phase = state.tombstones[event.job_id].phase
+        reason = f"job {event.job_id} already {phase} (ended and forgotten)"
+    apply_expecting_void(state, recorded, reason)
     check_invariants(state, len(log))
 
 

@@ -9,6 +9,7 @@ import sys
 PURE = [
     "gpuloom.events",
     "gpuloom.state",
+    "gpuloom.state.snapshot",
     "gpuloom.placement",
     "gpuloom.decide",
     "gpuloom.decide.admission",

@@ -74,7 +74,8 @@ class World:
     def pick_job(self, pick: int) -> str:
         """Mostly a job that is not final yet, sometimes any job or an unknown one."""
         live = sorted(j for j, job in self.state.jobs.items() if not job.is_final)
-        pool = live if live and pick % 4 else [*sorted(self.state.jobs), "ghost"]
+        known = sorted([*self.state.jobs, *self.state.tombstones])  # ended and forgotten too
+        pool = live if live and pick % 4 else [*known, "ghost"]
         return pool[(pick // 4) % len(pool)]
 
     def play(self, action: object) -> None:

@@ -1,0 +1,110 @@
+"""Where a service keeps snapshots of its folded state: a JetStream object store.
+
+The stack already runs JetStream, so the snapshots live beside the log: no other
+storage to run, back up or secure, and an object store splits a large snapshot into
+chunks (a KV value is one message, bounded by the server's max payload). Each service
+has its own bucket (`GPULOOM_SNAP_<SERVICE>`), so the bus's permissions let it write
+only its own (`gpuloom.bus.identities`): a bug or an intruder in one service cannot
+hand another a forged state.
+
+Objects are named by the sequence they were folded to (`seq-000000000001234`); the
+newest `keep` stay, so that a damaged newest one falls back to the one before. An
+object becomes visible only when its metadata is written, after every chunk: a
+process killed while writing leaves the previous snapshots as they were. What is in
+a snapshot and what makes one untrustworthy is `gpuloom.state.snapshot`'s business;
+this module moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.object_store import ObjectStore
+
+from gpuloom.bus.identities import bucket_of
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^seq-(\d{15})$")
+#: How long one call to the store may take before the snapshot is given up (a restart
+#: then replays more of the log; it never waits on a store that does not answer).
+TIMEOUT_S = 30.0
+
+
+def object_name(seq: int) -> str:
+    return f"seq-{seq:015d}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """One snapshot in the store: the sequence in its name, and its size."""
+
+    seq: int
+    name: str
+    size: int
+
+
+class SnapshotStore:
+    """One service's snapshots in its object store bucket."""
+
+    def __init__(self, js: JetStreamContext, service: str, *, keep: int = 2, replicas: int = 1):
+        if keep < 1:
+            raise ValueError("keep at least one snapshot")
+        self.js = js
+        self.service = service
+        self.bucket = bucket_of(service)
+        self.keep = keep
+        self.replicas = replicas
+        self._store: ObjectStore | None = None
+
+    async def _open(self) -> ObjectStore:
+        if self._store is None:
+            try:
+                self._store = await self.js.object_store(self.bucket)
+            except BucketNotFoundError:
+                config = ObjectStoreConfig(
+                    bucket=self.bucket,
+                    description=f"snapshots of the {self.service} service's folded state",
+                    storage=StorageType.FILE,
+                    replicas=self.replicas,
+                )
+                self._store = await self.js.create_object_store(self.bucket, config)
+        return self._store
+
+    async def stored(self) -> list[StoredSnapshot]:
+        """The snapshots held, newest first (names that are not a snapshot's are ignored)."""
+        store = await self._open()
+        try:
+            infos = await asyncio.wait_for(store.list(ignore_deletes=True), TIMEOUT_S)
+        except NotFoundError:  # what nats-py says of an empty bucket
+            return []
+        found = []
+        for info in infos:
+            match = _NAME.match(info.name or "")
+            if match is not None and not info.deleted:
+                found.append(StoredSnapshot(int(match.group(1)), info.name, int(info.size or 0)))
+        return sorted(found, key=lambda s: s.seq, reverse=True)
+
+    async def read(self, snapshot: StoredSnapshot) -> bytes:
+        """The bytes of `snapshot` (the store checks its chunks' digest)."""
+        store = await self._open()
+        result = await asyncio.wait_for(store.get(snapshot.name), TIMEOUT_S)
+        return bytes(result.data or b"")
+
+    async def write(self, seq: int, data: bytes) -> StoredSnapshot:
+        """Store a snapshot folded to `seq`, then drop all but the newest `keep`."""
+        store = await self._open()
+        name = object_name(seq)
+        await asyncio.wait_for(store.put(name, data), TIMEOUT_S)
+        for old in (await self.stored())[self.keep :]:
+            try:
+                await asyncio.wait_for(store.delete(old.name), TIMEOUT_S)
+            except Exception as exc:  # kept one more than asked: harmless, said once
+                log.warning("could not delete old snapshot %s: %r", old.name, exc)
+        return StoredSnapshot(seq, name, len(data))

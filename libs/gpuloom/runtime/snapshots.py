@@ -1,0 +1,157 @@
+"""A service starts from its newest snapshot it can trust and writes one now and then.
+
+Restart time then grows with the events since the last snapshot, not with history
+(issue #11). The snapshot is `fold(log[:seq])` itself (`gpuloom.state.snapshot`
+encodes it), so starting from it and folding the rest of the log gives the state a
+replay from sequence 1 gives: the decisions are the same.
+
+Nothing here may stop a service: a snapshot that cannot be listed, read or trusted
+(damaged, truncated, written by a version with another state schema) is skipped with
+one log line, and the service falls back to an older one or to a full replay; a write
+that fails is logged and tried again later. Encoding runs on the event loop between
+two decisions (the state must not change under it, and it is bounded by the live
+cluster); the upload runs beside the loop, one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuloom.bus.snapshots import SnapshotStore
+from gpuloom.state import ClusterState
+from gpuloom.state.snapshot import SnapshotError, decode_snapshot, encode_snapshot
+from gpuloom.telemetry.metrics import (
+    SNAPSHOT_BYTES,
+    SNAPSHOT_ENCODE_SECONDS,
+    SNAPSHOT_RESTORED_SEQ,
+    SNAPSHOT_SEQ,
+)
+
+log = logging.getLogger(__name__)
+
+#: How long a stopping service waits for its last snapshot to be stored.
+FINAL_WRITE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When to write: after `every_events` folded events, or `every_s` seconds after the
+    last snapshot if anything was folded since; 0 turns that trigger off."""
+
+    every_events: int = 10_000
+    every_s: float = 300.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_events > 0 or self.every_s > 0
+
+
+class Snapshotter:
+    """One service's snapshots: restore at start, write when due, write at stop."""
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        policy: SnapshotPolicy,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.service = store.service
+        self.policy = policy
+        self.clock = clock
+        self.written_seq = 0
+        self.written_at = clock()
+        self._upload: asyncio.Task[None] | None = None
+
+    async def restore(self) -> ClusterState | None:
+        """The newest snapshot that decodes and matches its name, or None (replay all)."""
+        try:
+            stored = await self.store.stored()
+        except Exception as exc:
+            log.warning(
+                "%s cannot list its snapshots (%r): replaying the log from seq 1", self.service, exc
+            )
+            return None
+        for snapshot in stored:
+            try:
+                state = decode_snapshot(await self.store.read(snapshot))
+            except SnapshotError as exc:
+                log.warning("%s skips snapshot %s: %s", self.service, snapshot.name, exc)
+                continue
+            except Exception as exc:
+                log.warning("%s cannot read snapshot %s: %r", self.service, snapshot.name, exc)
+                continue
+            if state.seq != snapshot.seq:
+                log.warning(
+                    "%s skips snapshot %s: it holds the state at seq %d",
+                    self.service,
+                    snapshot.name,
+                    state.seq,
+                )
+                continue
+            log.info(
+                "%s starts from its snapshot at seq %d (%d bytes, %d jobs); replaying from seq %d",
+                self.service,
+                state.seq,
+                snapshot.size,
+                len(state.jobs),
+                state.seq + 1,
+            )
+            self.written_seq = state.seq
+            SNAPSHOT_RESTORED_SEQ.labels(self.service).set(state.seq)
+            return state
+        log.info("%s has no usable snapshot: replaying the log from seq 1", self.service)
+        SNAPSHOT_RESTORED_SEQ.labels(self.service).set(0)
+        return None
+
+    def due(self, state: ClusterState) -> bool:
+        if not self.policy.enabled or state.seq <= self.written_seq:
+            return False
+        events = self.policy.every_events
+        seconds = self.policy.every_s
+        return bool(
+            (events > 0 and state.seq - self.written_seq >= events)
+            or (seconds > 0 and self.clock() - self.written_at >= seconds)
+        )
+
+    def maybe_write(self, state: ClusterState) -> bool:
+        """Encode `state` now and upload it in the background, when due and no upload
+        is under way; True when it started one."""
+        if not self.due(state) or (self._upload is not None and not self._upload.done()):
+            return False
+        self._upload = asyncio.create_task(self._write(state.seq, self._encode(state)))
+        return True
+
+    def _encode(self, state: ClusterState) -> bytes:
+        started = time.perf_counter()
+        data = encode_snapshot(state)
+        SNAPSHOT_ENCODE_SECONDS.labels(self.service).observe(time.perf_counter() - started)
+        self.written_seq, self.written_at = state.seq, self.clock()  # tried: not again at once
+        return data
+
+    async def _write(self, seq: int, data: bytes) -> None:
+        try:
+            await self.store.write(seq, data)
+        except Exception as exc:  # the next one is due in `every_*`: a restart replays more
+            log.warning("%s could not store its snapshot at seq %d: %r", self.service, seq, exc)
+            return
+        SNAPSHOT_SEQ.labels(self.service).set(seq)
+        SNAPSHOT_BYTES.labels(self.service).set(len(data))
+        log.info("%s wrote its snapshot at seq %d (%d bytes)", self.service, seq, len(data))
+
+    async def close(self, state: ClusterState | None) -> None:
+        """At a clean stop: wait for the upload under way, then store `state` if it is
+        newer than the last snapshot (the next start replays nothing)."""
+        try:
+            if self._upload is not None:
+                await asyncio.wait_for(self._upload, FINAL_WRITE_TIMEOUT_S)
+            if state is not None and self.policy.enabled and state.seq > self.written_seq:
+                seq, data = state.seq, self._encode(state)
+                await asyncio.wait_for(self._write(seq, data), FINAL_WRITE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("%s stopped before its last snapshot was stored", self.service)

@@ -1,0 +1,44 @@
+"""The gateway's idempotent retry reads the fold's keys: a job that ended and left the
+live state still answers for its key (its tombstone), and still only to its user."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi import HTTPException
+
+from gpuloom.auth import Principal
+from gpuloom.testing.builders import LogBuilder
+from services.gateway.routes_submit import _submitted_with
+
+
+async def no_wait() -> None:
+    return None
+
+
+def gateway_after(log: LogBuilder) -> Any:
+    projector = SimpleNamespace(state=log.state())
+    return SimpleNamespace(catch_up=no_wait, projector=projector)
+
+
+def finished_with_key() -> LogBuilder:
+    log = LogBuilder()
+    log.submit("j1", gpus=64, idempotency_key="once", user="alice")
+    log.reject("j1", "too big")  # final, nothing to charge: forgotten at once
+    return log
+
+
+async def test_a_retry_of_a_forgotten_job_answers_with_the_job_and_its_end() -> None:
+    gateway = gateway_after(finished_with_key())
+    assert "j1" in gateway.projector.state.tombstones
+    answer = await _submitted_with(gateway, "once", Principal("alice"), "alice")
+    assert answer is not None and (answer.id, answer.state) == ("j1", "rejected")
+
+
+async def test_another_users_key_is_refused_after_the_job_was_forgotten() -> None:
+    gateway = gateway_after(finished_with_key())
+    with pytest.raises(HTTPException) as refused:
+        await _submitted_with(gateway, "once", Principal("mallory"), "mallory")
+    assert refused.value.status_code == 409
