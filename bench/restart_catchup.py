@@ -57,9 +57,13 @@ from gpuloom.devstack import REPO_ROOT, NatsServer, die_with_parent, free_port
 SERVICES = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
 CAUGHT_UP = re.compile(r"caught up at seq (\d+)")
 FROM_SNAPSHOT = re.compile(r"from its snapshot at seq (\d+)")
+REPLAYING = re.compile(r"replaying the log from seq (\d+) up to seq (\d+)")
+#: How long a service with nothing to replay is given to say it has caught up.
+NOTHING_TO_REPLAY_GRACE_S = 2.0
 #: Run a service with the fold's clock-skew bound widened (see the docstring).
 WIDENED = (
-    "import datetime, runpy, sys; import gpuloom.state.fold as fold; "
+    "import datetime, importlib, runpy, sys; "
+    "fold = importlib.import_module('gpuloom.state.fold'); "
     "fold.MAX_CLOCK_SKEW = datetime.timedelta(days=36500); "
     "runpy.run_module('services.' + sys.argv[1], run_name='__main__', alter_sys=True)"
 )
@@ -118,6 +122,23 @@ def readyz(port: int) -> int | None:
         return None
 
 
+_idle: dict[tuple[Path, int], float] = {}
+
+
+def caught_up(log: Path, offset: int, elapsed: float) -> tuple[int | None, float | None]:
+    """(seq it caught up at, or None; when it said it had nothing to replay, or None)."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    found = CAUGHT_UP.search(text)
+    if found:
+        return int(found.group(1)), None
+    replaying = REPLAYING.search(text)
+    if replaying and int(replaying.group(1)) > int(replaying.group(2)):
+        return None, _idle.setdefault((log, offset), elapsed)
+    return None, None
+
+
 def measure(name: str, code: Code, env: dict[str, str], log: Path, timeout: float) -> Start:
     """Start `name`, wait until it is ready (or `timeout`), read its memory, SIGTERM it."""
     offset = log.stat().st_size if log.exists() else 0
@@ -145,10 +166,12 @@ def measure(name: str, code: Code, env: dict[str, str], log: Path, timeout: floa
         if name == "gateway":
             seq = readyz(port)
         else:
-            with open(log, "rb") as f:
-                f.seek(offset)
-                found = CAUGHT_UP.search(f.read().decode(errors="replace"))
-            seq = int(found.group(1)) if found else None
+            seq, idle_since = caught_up(log, offset, elapsed)
+            idle = idle_since is not None and elapsed - idle_since >= NOTHING_TO_REPLAY_GRACE_S
+            if seq is None and idle:
+                seconds, seq = idle_since, -1
+                note = "nothing to replay and never said 'caught up' (time: the replay line)"
+                break
         if seq is not None:
             seconds = elapsed
         else:
@@ -167,7 +190,8 @@ def measure(name: str, code: Code, env: dict[str, str], log: Path, timeout: floa
     with open(log, "rb") as f:
         f.seek(offset)
         text = f.read().decode(errors="replace")
-    for worry in ("voided seq", "skips snapshot", "cannot read snapshot", "Traceback"):
+    worries = ("voided seq", "bounded the time", "skips snapshot", "cannot read", "Traceback")
+    for worry in worries:
         if worry in text:
             note += f" [{text.count(worry)} x {worry!r} in its log]"
     snap = FROM_SNAPSHOT.search(text)

@@ -17,7 +17,7 @@ from fastapi import Depends, FastAPI
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import Projector
-from gpuloom.runtime.service import connect_bus
+from gpuloom.runtime.service import connect_bus, snapshotter
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway import (
     routes_accounts,
@@ -44,7 +44,8 @@ async def attach_projector(gateway: Gateway, bus: EventBus) -> Projector:
     """Give `gateway` its bus and a projector that knows where the log ends now: its
     reads say they are stale ("starting") until the replay has reached that point."""
     gateway.bus = bus
-    projector = Projector(bus, gateway.sessions)
+    snapshots = snapshotter(gateway.settings, bus, "gateway")
+    projector = Projector(bus, gateway.sessions, snapshots=snapshots)
     gateway.start_seq = projector.stream_seq = await bus.last_seq()
     gateway.projector = projector
     return projector
@@ -72,7 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             stop.set()
             try:
-                await asyncio.wait_for(task, 5)
+                await asyncio.wait_for(task, 15)  # its last snapshot: FINAL_WRITE_TIMEOUT_S
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
             except Exception:

@@ -14,11 +14,12 @@ import pytest
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.snapshots import SnapshotStore
+from gpuloom.devstack import wait_http
 from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-SCHEDULERS = ("admission", "queue", "placement", "inventory", "accounting")
+SCHEDULERS = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
 
 
 def _log(cluster: Cluster, service: str) -> str:
@@ -42,7 +43,7 @@ def _run(cluster: Cluster, count: int, tag: str) -> None:
     assert {job["state"] for job in done.values()} == {"succeeded"}, done
 
 
-def test_every_scheduler_restarts_from_its_snapshot(cluster: Cluster) -> None:
+def test_every_service_restarts_from_its_snapshot(cluster: Cluster) -> None:
     stack = cluster.stack
     assert stack is not None
     _run(cluster, 4, "before")
@@ -54,6 +55,9 @@ def test_every_scheduler_restarts_from_its_snapshot(cluster: Cluster) -> None:
         logs = cluster.data_dir / "logs" / f"{service}.log"
         started = _wait_log(logs, r"starts from its snapshot at seq (\d+)")
         assert int(started.group(1)) > 0
+    wait_http(f"{cluster.gateway_url}/readyz", timeout=30)
+    listed = cluster.http.get("/v1/jobs", params={"limit": 100}).json()
+    assert sum(job["name"].startswith("before-") for job in listed["jobs"]) == 4
     _run(cluster, 3, "after")  # and they decide as before (the audit checks every decision)
 
 

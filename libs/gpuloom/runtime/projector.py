@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events import JobEvent, MalformedEvent, NodeEvent, decode
+from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state import ClusterState, JobState, NodeState, apply
 from gpuloom.store import rows
 from gpuloom.store.models import Base, JobRow, NodeRow
@@ -50,8 +51,11 @@ class Projector:
         job_row: JobMapper = rows.job_row,
         node_row: NodeMapper = rows.node_row,
         name: str = CHECKPOINT,
+        snapshots: Snapshotter | None = None,
     ) -> None:
         self.bus = bus
+        #: Start from a snapshot of the fold not past the checkpoint, and write some.
+        self.snapshots = snapshots
         self.sessions = sessions
         self.name = name
         self.job_row = job_row
@@ -217,9 +221,17 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> None:
         if not await self._load(stop):
             return
+        if self.snapshots is not None:
+            restored = await self.snapshots.restore(at_most=self._checkpoint)
+            if restored is not None:
+                self.state = restored
         self.written_seq = self._checkpoint
-        log.info("projector resumes writing after seq %d", self._checkpoint)
-        unsubscribe = await self.bus.follow(self._enqueue)
+        log.info(
+            "projector folds from seq %d and resumes writing after seq %d",
+            self.state.seq + 1,
+            self._checkpoint,
+        )
+        unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
         try:
             while not stop.is_set():
                 try:
@@ -237,5 +249,16 @@ class Projector:
                 if message is not None:
                     self._fold(message)
                 await self._try_flush()
+                self._maybe_snapshot()
         finally:
             await unsubscribe()
+            if self.snapshots is not None:
+                await self.snapshots.close(self.state if self._snapshot_fits() else None)
+
+    def _snapshot_fits(self) -> bool:
+        """A snapshot is of use only up to the checkpoint (`Snapshotter.restore`)."""
+        return self.state.seq <= self._checkpoint
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshots is not None and self._snapshot_fits():
+            self.snapshots.maybe_write(self.state)

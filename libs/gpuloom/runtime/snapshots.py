@@ -68,8 +68,11 @@ class Snapshotter:
         self.written_at = clock()
         self._upload: asyncio.Task[None] | None = None
 
-    async def restore(self) -> ClusterState | None:
-        """The newest snapshot that decodes and matches its name, or None (replay all)."""
+    async def restore(self, at_most: int | None = None) -> ClusterState | None:
+        """The newest snapshot that decodes and matches its name, or None (replay all).
+
+        `at_most`: take none folded past this sequence (a projection's checkpoint: the
+        rows of the events after it are still to be written, from their events)."""
         try:
             stored = await self.store.stored()
         except Exception as exc:
@@ -78,6 +81,14 @@ class Snapshotter:
             )
             return None
         for snapshot in stored:
+            if at_most is not None and snapshot.seq > at_most:
+                log.info(
+                    "%s passes over snapshot %s: past its checkpoint at seq %d",
+                    self.service,
+                    snapshot.name,
+                    at_most,
+                )
+                continue
             try:
                 state = decode_snapshot(await self.store.read(snapshot))
             except SnapshotError as exc:
