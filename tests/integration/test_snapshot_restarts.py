@@ -8,6 +8,7 @@ import asyncio
 import re
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from gpuloom.bus import EventBus
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.devstack import wait_http
+from gpuloom.state.snapshot import _pack, _split
 from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -61,28 +63,49 @@ def test_every_service_restarts_from_its_snapshot(cluster: Cluster) -> None:
     _run(cluster, 3, "after")  # and they decide as before (the audit checks every decision)
 
 
-async def _plant(nats_url: str, service: str, seq: int, data: bytes) -> list[int]:
+async def _plant(nats_url: str, service: str, good: int) -> list[int]:
+    """Beside the service's good snapshot at `good`: one of another state schema (as an
+    older or newer version writes) at good+3, and one cut short at good+5."""
     bus = await EventBus.connect(nats_url, "GPULOOM", name="planter", create=False)
     try:
         store = SnapshotStore(bus.js, service, keep=10)
-        await store.write(seq, data)
+        data = await store.read((await store.stored())[0])
+        header, start = _split(data)
+        other = replace(header, fingerprint="0123456789abcdef", seq=good + 3)
+        await store.write(good + 3, _pack(other, data[start:-32]))
+        await store.write(good + 5, data[: len(data) // 2])
         return [s.seq for s in await store.stored()]
     finally:
         await bus.close()
 
 
-def test_a_damaged_newest_snapshot_is_skipped_for_the_one_before(cluster: Cluster) -> None:
+def test_snapshots_cut_short_or_of_another_schema_are_skipped_for_the_one_before(
+    cluster: Cluster,
+) -> None:
     stack = cluster.stack
     assert stack is not None
     _run(cluster, 2, "before")
     stack.kill("placement", signal.SIGTERM)
     good = re.findall(r"wrote its snapshot at seq (\d+)", _log(cluster, "placement"))
     assert good, _log(cluster, "placement")[-2000:]
-    # a newer snapshot that is only the start of one (a torn write, an edited file)
-    stored = asyncio.run(_plant(cluster.nats_url, "placement", int(good[-1]) + 5, b"GPULOOM-SNAP"))
-    assert stored[0] == int(good[-1]) + 5
+    last = int(good[-1])
+    assert asyncio.run(_plant(cluster.nats_url, "placement", last))[:3] == [
+        last + 5,
+        last + 3,
+        last,
+    ]
+    # jobs come while placement is away: the log goes on past the planted ones
+    waiting = [cluster.submit(name=f"waiting-{i}", gpus=1, command=["true"]) for i in range(3)]
+    deadline = time.monotonic() + 30
+    while len(cluster.read_log()) < last + 6:
+        assert time.monotonic() < deadline, "admission and queue never answered"
+        time.sleep(0.2)
     stack.restart("placement")
     logs = cluster.data_dir / "logs" / "placement.log"
-    _wait_log(logs, rf"skips snapshot seq-0*{int(good[-1]) + 5}: ")
-    _wait_log(logs, rf"starts from its snapshot at seq {good[-1]}\b")
+    cut = _wait_log(logs, rf"skips snapshot seq-0*{last + 5}: (.*)")
+    other = _wait_log(logs, rf"skips snapshot seq-0*{last + 3}: (.*)")
+    assert "written by schema 0123456789abcdef" in other.group(1), other.group(0)
+    assert cut.group(1), cut.group(0)
+    _wait_log(logs, rf"starts from its snapshot at seq {last}\b")
+    assert {j["state"] for j in cluster.wait_final(waiting, timeout=60).values()} == {"succeeded"}
     _run(cluster, 2, "after")

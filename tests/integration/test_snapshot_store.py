@@ -4,12 +4,18 @@ back its own bucket, keeps the newest two, and cannot touch another service's.""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bus_permissions import connect_as
+from test_bus_permissions import connect_as, server_of
 
 from gpuloom.bus.snapshots import SnapshotStore
+from gpuloom.natsserver import strip_credentials
 
 pytestmark = pytest.mark.integration
 
@@ -58,3 +64,51 @@ async def test_a_service_cannot_write_another_services_snapshots(nats_url: str) 
         assert await own.read((await own.stored())[0]) == b"admission's own state"
     finally:
         await nc.close()
+
+
+WRITER = """
+import asyncio, hashlib, os, sys
+from pathlib import Path
+import nats
+from gpuloom.bus.credentials import seed_options
+from gpuloom.bus.snapshots import SnapshotStore
+
+async def main(url, seed):
+    nc = await nats.connect(url, **seed_options(Path(seed)))
+    store = SnapshotStore(nc.jetstream(timeout=5.0), "placement", keep=2)
+    seq = 100
+    while True:
+        body = os.urandom(3_000_000)
+        await store.write(seq, hashlib.sha256(body).digest() + body)
+        print("wrote", seq, flush=True)
+        seq += 1
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_a_writer_killed_mid_snapshot_leaves_only_whole_ones(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """kill -9 of a process while it writes: every snapshot listed reads back whole."""
+    keyring = server_of(nats_url).keyring
+    assert keyring is not None
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    url, seed = strip_credentials(nats_url), str(keyring.seed_file("placement"))
+    whole = 0
+    for delay in (0.9, 1.2, 1.5, 1.9):
+        writer = subprocess.Popen([sys.executable, str(script), url, seed], stdout=subprocess.PIPE)
+        await asyncio.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(10)
+        nc, store = await store_as(nats_url, "placement", "placement", [])
+        try:
+            for snapshot in await store.stored():
+                data = await store.read(snapshot)
+                assert len(data) == snapshot.size == 32 + 3_000_000, snapshot
+                assert hashlib.sha256(data[32:]).digest() == data[:32], snapshot
+                whole += 1
+        finally:
+            await nc.close()
+    assert whole > 0, "the writer never finished a snapshot: nothing was checked"

@@ -222,7 +222,8 @@ class Projector:
         if not await self._load(stop):
             return
         if self.snapshots is not None:
-            restored = await self.snapshots.restore(at_most=self._checkpoint)
+            end = min(self._checkpoint, await self.bus.last_seq())
+            restored = await self.snapshots.restore(at_most=end)
             if restored is not None:
                 self.state = restored
         self.written_seq = self._checkpoint

@@ -202,11 +202,11 @@ class Reactor:
     # --- the loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        if self.snapshots is not None:
-            restored = await self.snapshots.restore()
+        self._catch_up_seq = await self.bus.last_seq()
+        if self.snapshots is not None:  # never one past the log (a stream made anew)
+            restored = await self.snapshots.restore(at_most=self._catch_up_seq)
             if restored is not None:
                 self.state = restored
-        self._catch_up_seq = await self.bus.last_seq()
         unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
         log.info(
             "%s replaying the log from seq %d up to seq %d",

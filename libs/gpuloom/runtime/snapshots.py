@@ -71,8 +71,9 @@ class Snapshotter:
     async def restore(self, at_most: int | None = None) -> ClusterState | None:
         """The newest snapshot that decodes and matches its name, or None (replay all).
 
-        `at_most`: take none folded past this sequence (a projection's checkpoint: the
-        rows of the events after it are still to be written, from their events)."""
+        `at_most`: take none folded past this sequence: the log's end (a snapshot past
+        it is of another log), or a projection's checkpoint (the rows of the events
+        after it are still to be written, from their events)."""
         try:
             stored = await self.store.stored()
         except Exception as exc:
@@ -83,7 +84,7 @@ class Snapshotter:
         for snapshot in stored:
             if at_most is not None and snapshot.seq > at_most:
                 log.info(
-                    "%s passes over snapshot %s: past its checkpoint at seq %d",
+                    "%s passes over snapshot %s: past seq %d (the log's end or its checkpoint)",
                     self.service,
                     snapshot.name,
                     at_most,
