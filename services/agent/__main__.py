@@ -25,12 +25,13 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.identities import agent_bucket
 from gpuloom.config import Settings, load_settings
 from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
-from gpuloom.runtime.service import run_service
+from gpuloom.runtime.service import run_service, snapshotter
 from services.agent import fence, logs
 from services.agent.agent import Agent
 from services.agent.discovery import DiscoveryError, discover_local_node
@@ -147,7 +148,8 @@ async def serve(
             " (simulated)" if node.spec.simulated else "",
         )
     log.info("run folders in %s; %d running job(s) found", runner.root, orphans)
-    reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5)
+    snapshots = snapshotter(settings, bus, "agent", agent_bucket(names))
+    reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5, snapshots=snapshots)
     subscriptions = [await serve_logs(bus, runner.root, name) for name in names]
     fence_tasks, fence_subscriptions = await fencing(bus, agent, stop, probe_every_s)
     subscriptions += fence_subscriptions

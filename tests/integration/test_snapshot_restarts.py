@@ -21,7 +21,7 @@ from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-SCHEDULERS = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
+PROCESSES = ("admission", "queue", "placement", "inventory", "accounting", "gateway", "agent-a")
 
 
 def _log(cluster: Cluster, service: str) -> str:
@@ -49,11 +49,11 @@ def test_every_service_restarts_from_its_snapshot(cluster: Cluster) -> None:
     stack = cluster.stack
     assert stack is not None
     _run(cluster, 4, "before")
-    for service in SCHEDULERS:  # a clean stop stores the state it has folded
+    for service in PROCESSES:  # a clean stop stores the state it has folded
         stack.kill(service, signal.SIGTERM)
         assert "wrote its snapshot at seq" in _log(cluster, service), _log(cluster, service)[-2000:]
         stack.restart(service)
-    for service in SCHEDULERS:
+    for service in PROCESSES:
         logs = cluster.data_dir / "logs" / f"{service}.log"
         started = _wait_log(logs, r"starts from its snapshot at seq (\d+)")
         assert int(started.group(1)) > 0

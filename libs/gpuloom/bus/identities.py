@@ -23,6 +23,7 @@ identity can read the replies (JetStream answers, an agent's job logs) of anothe
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -188,10 +189,18 @@ def bucket_of(service: str) -> str:
     return SNAPSHOT_BUCKET_PREFIX + service.upper().replace("-", "_")
 
 
-def snapshot_api(service: str) -> list[str]:
-    """A service's own snapshot bucket (`gpuloom.bus.snapshots`): create it, write and
-    delete objects, list and read them back. No other service's bucket."""
-    bucket = bucket_of(service)
+def agent_bucket(nodes: Sequence[str]) -> str:
+    """The snapshot bucket of the agent serving `nodes` (any node name, any order): a
+    digest of the node set, since a bucket name allows fewer characters than a node's."""
+    digest = hashlib.sha256(",".join(sorted(set(nodes))).encode()).hexdigest()[:16]
+    return f"{SNAPSHOT_BUCKET_PREFIX}AGENT_{digest.upper()}"
+
+
+def snapshot_api(service: str, bucket: str | None = None) -> list[str]:
+    """A process's own snapshot bucket (`gpuloom.bus.snapshots`; a service's by its
+    name, an agent's by `agent_bucket`): create it, write and delete objects, list and
+    read them back. No other bucket."""
+    bucket = bucket or bucket_of(service)
     stream = f"OBJ_{bucket}"
     api = "$JS.API"
     return [
@@ -252,6 +261,7 @@ def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Per
     publish = [event_permission(t, n) for n in nodes for t in events_of(AGENT)]
     publish += [heartbeat_subject(n) for n in nodes]
     publish += _writer_api(stream, AGENT) + read_api(stream) + [inbox]
+    publish += snapshot_api(AGENT, agent_bucket(nodes))
     subscribe = [agent_control_subjects(n) for n in nodes] + [inbox]
     return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
 

@@ -53,12 +53,21 @@ class StoredSnapshot:
 class SnapshotStore:
     """One service's snapshots in its object store bucket."""
 
-    def __init__(self, js: JetStreamContext, service: str, *, keep: int = 2, replicas: int = 1):
+    def __init__(
+        self,
+        js: JetStreamContext,
+        service: str,
+        *,
+        keep: int = 2,
+        replicas: int = 1,
+        bucket: str | None = None,
+    ):
         if keep < 1:
             raise ValueError("keep at least one snapshot")
         self.js = js
         self.service = service
-        self.bucket = bucket_of(service)
+        #: A service's bucket by its name; an agent's by its nodes (`agent_bucket`).
+        self.bucket = bucket or bucket_of(service)
         self.keep = keep
         self.replicas = replicas
         self._store: ObjectStore | None = None

@@ -24,13 +24,20 @@ log = logging.getLogger(__name__)
 Main = Callable[[Settings, EventBus, asyncio.Event], Awaitable[None]]
 
 
-def snapshotter(settings: Settings, bus: EventBus, service: str) -> Snapshotter | None:
-    """The service's snapshots as configured (None: turned off, replay the whole log)."""
+def snapshotter(
+    settings: Settings, bus: EventBus, service: str, bucket: str | None = None
+) -> Snapshotter | None:
+    """The service's snapshots as configured (None: turned off, replay the whole log);
+    `bucket`: an agent's (`gpuloom.bus.identities.agent_bucket`)."""
     policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_s)
     if not policy.enabled:
         return None
     store = SnapshotStore(
-        bus.js, service, keep=settings.snapshot_keep, replicas=settings.stream_replicas
+        bus.js,
+        service,
+        keep=settings.snapshot_keep,
+        replicas=settings.stream_replicas,
+        bucket=bucket,
     )
     return Snapshotter(store, policy)
 
