@@ -24,6 +24,7 @@ from rich.table import Table
 
 from gpuloom.client import render
 from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
+from gpuloom.client.archivecmds import app as archive_app
 from gpuloom.client.buscmds import app as bus_app
 from gpuloom.client.context import CliState, emit, err, fail, gateway, print_json
 from gpuloom.client.logcmds import audit_command, replay_command
@@ -507,6 +508,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(priority_class_app, name="priority-class")
 app.add_typer(limits_app, name="limits")
 app.add_typer(bus_app, name="bus")
+app.add_typer(archive_app, name="archive")
 app.command("sim")(sim_command)
 app.command("audit")(audit_command)
 app.command("replay")(replay_command)
