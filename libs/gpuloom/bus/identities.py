@@ -189,6 +189,29 @@ def bucket_of(service: str) -> str:
     return SNAPSHOT_BUCKET_PREFIX + service.upper().replace("-", "_")
 
 
+#: The base snapshots, written by the operator when the log's start is dropped
+#: (`gpuloom archive drop`): every process may read them, none may write them.
+BASE_BUCKET = f"{SNAPSHOT_BUCKET_PREFIX}BASE"
+
+
+def base_snapshot_api() -> list[str]:
+    """Reading the base snapshots: stream info, getting messages, ordered consumers."""
+    stream = f"OBJ_{BASE_BUCKET}"
+    api = "$JS.API"
+    return [
+        f"{api}.STREAM.NAMES",
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.STREAM.MSG.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"{api}.CONSUMER.CREATE.{stream}",
+        f"{api}.CONSUMER.CREATE.{stream}.>",
+        f"{api}.CONSUMER.INFO.{stream}.*",
+        f"{api}.CONSUMER.DELETE.{stream}.*",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
 def agent_bucket(nodes: Sequence[str]) -> str:
     """The snapshot bucket of the agent serving `nodes` (any node name, any order): a
     digest of the node set, since a bucket name allows fewer characters than a node's."""
@@ -239,7 +262,7 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
     inbox = f"{inbox_prefix(public_key)}.>"
     publish = [event_permission(t) for t in events_of(service)]
     publish += _writer_api(stream, service) + _creator_api(stream) + read_api(stream)
-    publish += snapshot_api(service)
+    publish += snapshot_api(service) + base_snapshot_api()
     subscribe = [inbox]
     for durable, owner in DURABLES.items():
         if owner == service:
@@ -261,7 +284,7 @@ def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Per
     publish = [event_permission(t, n) for n in nodes for t in events_of(AGENT)]
     publish += [heartbeat_subject(n) for n in nodes]
     publish += _writer_api(stream, AGENT) + read_api(stream) + [inbox]
-    publish += snapshot_api(AGENT, agent_bucket(nodes))
+    publish += snapshot_api(AGENT, agent_bucket(nodes)) + base_snapshot_api()
     subscribe = [agent_control_subjects(n) for n in nodes] + [inbox]
     return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
 

@@ -61,6 +61,7 @@ class SnapshotStore:
         keep: int = 2,
         replicas: int = 1,
         bucket: str | None = None,
+        read_only: bool = False,
     ):
         if keep < 1:
             raise ValueError("keep at least one snapshot")
@@ -68,6 +69,9 @@ class SnapshotStore:
         self.service = service
         #: A service's bucket by its name; an agent's by its nodes (`agent_bucket`).
         self.bucket = bucket or bucket_of(service)
+        #: Never create the bucket (the base snapshots: only the operator writes them);
+        #: a missing one holds nothing.
+        self.read_only = read_only
         self.keep = keep
         self.replicas = replicas
         self._store: ObjectStore | None = None
@@ -77,6 +81,8 @@ class SnapshotStore:
             try:
                 self._store = await self.js.object_store(self.bucket)
             except BucketNotFoundError:
+                if self.read_only:
+                    raise
                 config = ObjectStoreConfig(
                     bucket=self.bucket,
                     description=f"snapshots of the {self.service} service's folded state",
@@ -88,7 +94,10 @@ class SnapshotStore:
 
     async def stored(self) -> list[StoredSnapshot]:
         """The snapshots held, newest first (names that are not a snapshot's are ignored)."""
-        store = await self._open()
+        try:
+            store = await self._open()
+        except BucketNotFoundError:  # a read-only bucket nobody wrote
+            return []
         try:
             infos = await asyncio.wait_for(store.list(ignore_deletes=True), TIMEOUT_S)
         except NotFoundError:  # what nats-py says of an empty bucket

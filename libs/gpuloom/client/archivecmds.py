@@ -2,6 +2,7 @@
 
     gpuloom archive export --to /backup/gpuloom-log     # append what is new
     gpuloom archive verify /backup/gpuloom-log          # every segment against its sha256
+    gpuloom archive drop --archive /backup/gpuloom-log --upto SEQ
 
 Run it as the operator, with the admin's NATS URL (`make run` writes it in
 `.gpuloom/stack.json`, which is found by default).
@@ -15,13 +16,25 @@ from typing import Annotated
 
 import typer
 
-from gpuloom.bus.archive import SEGMENT_EVENTS, ArchiveError, export, verify_archive
+from gpuloom.bus.archive import (
+    SEGMENT_EVENTS,
+    ArchiveError,
+    export,
+    load_manifest,
+    read_archive,
+    verify_archive,
+)
 from gpuloom.bus.credentials import connect_options
-from gpuloom.bus.jetstream import EventBus
+from gpuloom.bus.identities import BASE_BUCKET
+from gpuloom.bus.jetstream import EventBus, Incoming
+from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.context import emit, fail
 from gpuloom.client.logcmds import resolve_nats_url
 from gpuloom.config import load_settings
+from gpuloom.events import MalformedEvent, decode
 from gpuloom.natsserver import strip_credentials
+from gpuloom.state import ClusterState, apply
+from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 
 app = typer.Typer(help="The log's sealed segments in files: the audit trail outside the stream.")
 
@@ -78,3 +91,77 @@ def verify_command(
         f"{root}: {report.segments} segment(s), seq {report.first}..{report.last}, "
         f"{report.events} events, {report.bytes} bytes: every segment verified"
     )
+
+
+def fold_message(state: ClusterState, message: Incoming) -> None:
+    """Fold one message as every process does (`Reactor._fold`): a malformed one, or
+    one the fold fails on, only moves the state's sequence on."""
+    try:
+        apply(state, decode(message.seq, message.body, message.stored_at, subject=message.subject))
+    except MalformedEvent:
+        state.seq = max(state.seq, message.seq)
+    except Exception:  # the reactor dead-letters it and goes on: so does this fold
+        state.seq = max(state.seq, message.seq)
+
+
+async def _drop(url: str, root: Path, upto: int) -> str:
+    """Fold the archive to `upto`, store it as the base snapshot, then drop the stream's
+    events up to it. Every check comes before anything is changed."""
+    settings = load_settings()
+    bus = await EventBus.connect(
+        url, settings.stream, name="gpuloom-archive", create=False, **connect_options(settings)
+    )
+    try:
+        figures = await bus.stream_figures()
+        if upto < figures.first_seq:
+            return f"the stream already starts at seq {figures.first_seq}: nothing to drop"
+        if upto > figures.last_seq:
+            raise ArchiveError(f"seq {upto} is past the log's last, {figures.last_seq}")
+        report = verify_archive(root)
+        if report.last < upto:
+            raise ArchiveError(f"the archive ends at seq {report.last}: export up to {upto} first")
+        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET, keep=2)
+        state = ClusterState()
+        if report.first > 1:  # an archive begun after an earlier drop: from its base
+            earlier = [s for s in await base.stored() if s.seq == report.first - 1]
+            if not earlier:
+                raise ArchiveError(
+                    f"the archive starts at seq {report.first} and no base snapshot at seq "
+                    f"{report.first - 1} is stored: cannot fold the log before it"
+                )
+            state = decode_snapshot(await base.read(earlier[0]))
+        for message in read_archive(root, upto):
+            fold_message(state, message)
+        state.seq = max(state.seq, upto)
+        stored = await base.write(upto, encode_snapshot(state))
+        await bus.js.purge_stream(settings.stream, seq=upto + 1)
+        after = await bus.stream_figures()
+    finally:
+        await bus.close()
+    return (
+        f"base snapshot at seq {stored.seq} ({stored.size} bytes, {len(state.jobs)} live jobs) "
+        f"stored in {BASE_BUCKET}; the stream now starts at seq {after.first_seq} "
+        f"({after.messages} events, {after.bytes} bytes); the archive in {root} keeps the rest"
+    )
+
+
+@app.command("drop")
+def drop_command(
+    archive: Annotated[Path, typer.Option("--archive", help="the archive folder (exported)")],
+    upto: Annotated[int, typer.Option(min=1, help="drop the stream's events up to this seq")],
+    nats: Annotated[str | None, typer.Option("--nats", help="NATS URL of the log")] = None,
+) -> None:
+    """Drop the stream's events up to SEQ once the archive holds them: first the fold of
+    the log up to SEQ is stored as the base snapshot every process can start from."""
+    try:
+        url = resolve_nats_url(nats)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if not load_manifest(archive):
+        fail(f"{archive}: no archive there (gpuloom archive export --to {archive})")
+    try:
+        emit(asyncio.run(_drop(url, archive, upto)))
+    except ArchiveError as exc:
+        fail(str(exc))
+    except Exception as exc:
+        fail(f"cannot drop from the log at {strip_credentials(url)}: {exc}")

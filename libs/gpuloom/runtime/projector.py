@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events import JobEvent, MalformedEvent, NodeEvent, decode
-from gpuloom.runtime.snapshots import Snapshotter
+from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, JobState, NodeState, apply
 from gpuloom.store import rows
 from gpuloom.store.models import Base, JobRow, NodeRow
@@ -221,11 +221,15 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> None:
         if not await self._load(stop):
             return
+        figures = await self.bus.stream_figures()
         if self.snapshots is not None:
-            end = min(self._checkpoint, await self.bus.last_seq())
-            restored = await self.snapshots.restore(at_most=end)
+            restored = await self.snapshots.restore(
+                at_most=min(self._checkpoint, figures.last_seq),
+                at_least=max(0, figures.first_seq - 1),
+            )
             if restored is not None:
                 self.state = restored
+        check_no_gap("the gateway's projector", self.state.seq, figures.first_seq)
         self.written_seq = self._checkpoint
         log.info(
             "projector folds from seq %d and resumes writing after seq %d",

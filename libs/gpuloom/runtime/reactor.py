@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind
 from gpuloom.bus import EventBus, Incoming, Outgoing
 from gpuloom.decide import Decision
 from gpuloom.events import MalformedEvent, Recorded, decode, encode, make_envelope, subject_for
-from gpuloom.runtime.snapshots import Snapshotter
+from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, apply
 from gpuloom.telemetry import extract, inject, tracer
 from gpuloom.telemetry.metrics import (
@@ -202,11 +202,15 @@ class Reactor:
     # --- the loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        self._catch_up_seq = await self.bus.last_seq()
+        figures = await self.bus.stream_figures()
+        self._catch_up_seq = figures.last_seq
         if self.snapshots is not None:  # never one past the log (a stream made anew)
-            restored = await self.snapshots.restore(at_most=self._catch_up_seq)
+            restored = await self.snapshots.restore(
+                at_most=figures.last_seq, at_least=max(0, figures.first_seq - 1)
+            )
             if restored is not None:
                 self.state = restored
+        check_no_gap(self.service, self.state.seq, figures.first_seq)
         unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
         log.info(
             "%s replaying the log from seq %d up to seq %d",

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.credentials import connect_options
+from gpuloom.bus.identities import BASE_BUCKET
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
@@ -39,7 +40,8 @@ def snapshotter(
         replicas=settings.stream_replicas,
         bucket=bucket,
     )
-    return Snapshotter(store, policy)
+    base = SnapshotStore(bus.js, service, bucket=BASE_BUCKET, read_only=True)
+    return Snapshotter(store, policy, base=base)
 
 
 async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> EventBus:

@@ -37,6 +37,21 @@ log = logging.getLogger(__name__)
 FINAL_WRITE_TIMEOUT_S = 10.0
 
 
+class LogGapError(RuntimeError):
+    """The log no longer holds the events after the state this process could restore."""
+
+
+def check_no_gap(service: str, state_seq: int, first_seq: int) -> None:
+    """Refuse to fold a log from its middle: once its start was dropped, a process needs
+    a snapshot at the dropped point or later (its own, or the base snapshot)."""
+    if first_seq > state_seq + 1:
+        raise LogGapError(
+            f"{service}: the log starts at seq {first_seq} (older events were dropped) and "
+            f"no snapshot at seq {first_seq - 1} or later could be read; it will not fold "
+            "a log from its middle (see docs/operations.md, the log's size)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
     """When to write: after `every_events` folded events, or `every_s` seconds after the
@@ -58,9 +73,13 @@ class Snapshotter:
         store: SnapshotStore,
         policy: SnapshotPolicy,
         *,
+        base: SnapshotStore | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        #: The base snapshots (read only): where a process without its own starts once
+        #: the log's start was dropped.
+        self.base = base
         self.service = store.service
         self.policy = policy
         self.clock = clock
@@ -68,30 +87,47 @@ class Snapshotter:
         self.written_at = clock()
         self._upload: asyncio.Task[None] | None = None
 
-    async def restore(self, at_most: int | None = None) -> ClusterState | None:
-        """The newest snapshot that decodes and matches its name, or None (replay all).
+    async def restore(self, at_most: int | None = None, at_least: int = 0) -> ClusterState | None:
+        """The newest snapshot in [`at_least`, `at_most`] that decodes and matches its
+        name: the process's own, else the base snapshot written when the log's start
+        was dropped (`gpuloom archive drop`); None: replay the log from its start.
 
-        `at_most`: take none folded past this sequence: the log's end (a snapshot past
-        it is of another log), or a projection's checkpoint (the rows of the events
-        after it are still to be written, from their events)."""
+        `at_most`: none folded past this sequence: the log's end (a snapshot past it is
+        of another log), or a projection's checkpoint (the rows of the events after it
+        are still to be written, from their events). `at_least`: none older than the
+        log's first sequence - 1 (the events after it are no longer in the log)."""
+        for store, whose in ((self.store, "its"), (self.base, "the base")):
+            if store is None:
+                continue
+            state = await self._newest(store, whose, at_most, at_least)
+            if state is not None:
+                return state
+        log.info("%s has no usable snapshot: replaying the log from its start", self.service)
+        SNAPSHOT_RESTORED_SEQ.labels(self.service).set(0)
+        return None
+
+    async def _newest(
+        self, store: SnapshotStore, whose: str, at_most: int | None, at_least: int
+    ) -> ClusterState | None:
         try:
-            stored = await self.store.stored()
+            stored = await store.stored()
         except Exception as exc:
-            log.warning(
-                "%s cannot list its snapshots (%r): replaying the log from seq 1", self.service, exc
-            )
+            log.warning("%s cannot list %s snapshots: %r", self.service, whose, exc)
             return None
         for snapshot in stored:
-            if at_most is not None and snapshot.seq > at_most:
+            if (at_most is not None and snapshot.seq > at_most) or snapshot.seq < at_least:
                 log.info(
-                    "%s passes over snapshot %s: past seq %d (the log's end or its checkpoint)",
+                    "%s passes over %s snapshot %s: outside seq %d..%s (the log's start, "
+                    "its end or the checkpoint)",
                     self.service,
+                    whose,
                     snapshot.name,
+                    at_least,
                     at_most,
                 )
                 continue
             try:
-                state = decode_snapshot(await self.store.read(snapshot))
+                state = decode_snapshot(await store.read(snapshot))
             except SnapshotError as exc:
                 log.warning("%s skips snapshot %s: %s", self.service, snapshot.name, exc)
                 continue
@@ -107,18 +143,18 @@ class Snapshotter:
                 )
                 continue
             log.info(
-                "%s starts from its snapshot at seq %d (%d bytes, %d jobs); replaying from seq %d",
+                "%s starts from %s snapshot at seq %d (%d bytes, %d jobs); replaying from seq %d",
                 self.service,
+                whose,
                 state.seq,
                 snapshot.size,
                 len(state.jobs),
                 state.seq + 1,
             )
-            self.written_seq = state.seq
+            if store is self.store:
+                self.written_seq = state.seq
             SNAPSHOT_RESTORED_SEQ.labels(self.service).set(state.seq)
             return state
-        log.info("%s has no usable snapshot: replaying the log from seq 1", self.service)
-        SNAPSHOT_RESTORED_SEQ.labels(self.service).set(0)
         return None
 
     def due(self, state: ClusterState) -> bool:
