@@ -117,6 +117,14 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
         wait_http(f"{cluster.gateway_url}/readyz", timeout=60)
         _run(cluster, 3, "new")
 
+        # the audit cannot start from seq 1 any more; from a snapshot it can
+        plain = runner.invoke(app, ["audit", "--nats", nats_url, "--no-record"])
+        assert plain.exit_code == 1 and "its start was dropped" in plain.output, plain.output
+        audited = runner.invoke(
+            app, ["audit", "--from-snapshot", "--nats", nats_url, "--no-record"]
+        )
+        assert audited.exit_code == 0, audited.output
+
         # a process with no snapshot at all, not even the base: it will not start
         stack.kill("admission", signal.SIGTERM)
         asyncio.run(_base_and_forget(nats_url, bucket_of("admission"), BASE_BUCKET))

@@ -1,4 +1,5 @@
-"""Replay: the cluster as it was at a sequence or a time, rebuilt by folding the log."""
+"""Replay: the cluster as it was at a sequence or a time, rebuilt by folding the log
+(from sequence 1, or on from a snapshot before that point)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,24 @@ from gpuloom.state import ClusterState, apply
 
 
 def state_at(
-    records: Sequence[Recorded], seq: int | None = None, at: datetime | None = None
+    records: Sequence[Recorded],
+    seq: int | None = None,
+    at: datetime | None = None,
+    start: ClusterState | None = None,
 ) -> ClusterState:
-    """Fold `records` up to and including `seq` (or the last event written at or before `at`)."""
-    state = ClusterState()
+    """Fold `records` up to and including `seq` (or the last event written at or before `at`).
+
+    `start`: a trusted snapshot's state to fold on from, in place, instead of an empty
+    one (`records` at or before its `seq` are passed over): a replay of last week
+    without folding the year before it. It gives the state a fold from sequence 1
+    gives, since a snapshot at S is `fold(log[:S])`; choose one not past the point
+    asked (`gpuloom.audit.proofs.newest_trusted`).
+    """
+    state = start if start is not None else ClusterState()
+    begin = state.seq
     for record in records:
+        if record.seq <= begin:
+            continue
         if seq is not None and record.seq > seq:
             break
         if at is not None and record.envelope.at > at:

@@ -9,6 +9,16 @@ decision that was edited, forged or made by different code does not.
 
 The log is folded once, in order; when the fold reaches a basis that some
 recorded decisions name, the cycle is re-run there, once for all of them.
+
+The fold may start from a snapshot instead of sequence 1 (`start`, the state at its
+`seq`; `records` then hold what follows): an audit of the recent decisions without
+folding years of history. A decision whose basis is before the start cannot be
+re-made from it (its state is gone) and is counted apart, never passed.
+
+Snapshots to prove (`snapshots`) are checked in the same pass: as the fold passes
+each one's sequence S, the folded state must equal it (`gpuloom.audit.proofs`). One
+that differs is a mismatch like a decision that differs; one that cannot be decoded
+is reported as skipped, as services skip it.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
 from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.registry import PolicyRegistry, default_registry
@@ -35,6 +46,20 @@ class AuditReport:
     verified: int = 0
     mismatches: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The sequence the fold started from (0: from the first event).
+    start_seq: int = 0
+    #: Decisions after the start whose basis is before it: not re-made, not passed.
+    before_start: int = 0
+    #: What became of each snapshot given to prove, in the order the fold met them.
+    snapshots: list[SnapshotCheck] = field(default_factory=list)
+
+    @property
+    def proved(self) -> list[SnapshotCheck]:
+        return [check for check in self.snapshots if check.outcome == "proved"]
+
+    @property
+    def skipped(self) -> list[SnapshotCheck]:
+        return [check for check in self.snapshots if check.outcome == "skipped"]
 
     @property
     def ok(self) -> bool:
@@ -58,25 +83,59 @@ def audit(
     records: Sequence[Recorded],
     registry: PolicyRegistry | None = None,
     from_seq: int = 0,
+    *,
+    start: ClusterState | None = None,
+    snapshots: Sequence[SnapshotClaim] = (),
 ) -> AuditReport:
-    """Verify every cycle event (JobPlaced, JobPreempted, JobReserved) at or after `from_seq` in `records` (the whole log, in order)."""
+    """Verify every cycle event (JobPlaced, JobPreempted, JobReserved) at or after
+    `from_seq` in `records` (the log in order: all of it, or what follows `start`), and
+    prove `snapshots` on the way.
+
+    `start`: the state the fold starts from (a trusted snapshot's, folded on in place;
+    default: empty, the log from sequence 1). Records at or before its `seq` are
+    ignored. A snapshot before the start or past the last record is skipped.
+    """
     started = time.perf_counter()
     registry = registry or default_registry()
+    state = start if start is not None else ClusterState()
+    begin = state.seq
+    if begin:
+        records = [record for record in records if record.seq > begin]
+    last = records[-1].seq if records else begin
+    report = AuditReport(max(from_seq, begin + 1) if begin else from_seq, last, start_seq=begin)
     by_basis: dict[int, list[Recorded]] = defaultdict(list)
     for record in records:
         if isinstance(record.event, CYCLE_EVENTS) and record.seq >= from_seq:
-            by_basis[record.event.basis_seq].append(record)
-    report = AuditReport(from_seq, records[-1].seq if records else 0)
-    state = ClusterState()
-    pending = sorted(by_basis)
+            if record.event.basis_seq < begin:
+                report.before_start += 1
+            else:
+                by_basis[record.event.basis_seq].append(record)
+    claims: dict[int, list[SnapshotClaim]] = defaultdict(list)
+    for claim in snapshots:
+        if claim.seq < begin:
+            report.snapshots.append(
+                SnapshotCheck.of(claim, "skipped", f"before the start of this audit (seq {begin})")
+            )
+        elif claim.seq > last:
+            report.snapshots.append(
+                SnapshotCheck.of(claim, "skipped", f"past the end of the log read (seq {last})")
+            )
+        else:
+            claims[claim.seq].append(claim)
     position = 0
-    for basis in pending:
-        while position < len(records) and records[position].seq <= basis:
+    for point in sorted(set(by_basis) | set(claims)):
+        while position < len(records) and records[position].seq <= point:
             apply(state, records[position])
             position += 1
         # entries the reactors skipped as malformed still advanced their state's seq
-        state.seq = max(state.seq, basis)
-        _verify_cycle(state, by_basis[basis], registry, report)
+        state.seq = max(state.seq, point)
+        if point in by_basis:
+            _verify_cycle(state, by_basis[point], registry, report)
+        for claim in sorted(claims.get(point, ()), key=lambda c: c.bucket):
+            check = check_claim(state, claim)
+            report.snapshots.append(check)
+            if check.outcome == "differs":
+                report.mismatches.append(check.line())
     report.seconds = time.perf_counter() - started
     return report
 

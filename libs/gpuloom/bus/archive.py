@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import gzip
 import hashlib
 import json
@@ -65,8 +66,8 @@ def load_manifest(root: Path) -> list[Segment]:
                 f"(format {doc.get('format')!r}, version {doc.get('version')!r})"
             )
         return [Segment(**entry) for entry in doc["segments"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ArchiveError(f"{path}: unreadable manifest: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ArchiveError(f"{path}: unreadable manifest: {exc!r}") from exc
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -115,7 +116,10 @@ def write_segment(root: Path, messages: Sequence[Incoming], segments: list[Segme
     first, last = messages[0].seq, messages[-1].seq
     if segments and first != segments[-1].last + 1:
         raise ArchiveError(f"segment starting at {first} does not follow {segments[-1].last}")
-    data = gzip.compress(b"\n".join(_line(m) for m in messages) + b"\n", compresslevel=6)
+    if [m.seq for m in messages] != list(range(first, last + 1)):
+        raise ArchiveError(f"the stream has a gap between seq {first} and {last}: not sealed")
+    lines = b"\n".join(_line(m) for m in messages) + b"\n"
+    data = gzip.compress(lines, compresslevel=6, mtime=0)  # the same events, the same bytes
     name = f"seg-{first:015d}-{last:015d}.jsonl.gz"
     _write_durably(root / name, data)
     segment = Segment(name, first, last, len(messages), hashlib.sha256(data).hexdigest(), len(data))
@@ -196,6 +200,17 @@ async def export(
     stream's first sequence; an archive that the stream no longer continues (events
     dropped before they were exported) is refused."""
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise ArchiveError(f"{root}: another export is writing there") from exc
+        return await _export(bus, root, upto, segment_events, timeout_s)
+
+
+async def _export(
+    bus: EventBus, root: Path, upto: int | None, segment_events: int, timeout_s: float
+) -> list[Segment]:
     segments = load_manifest(root)
     figures = await bus.stream_figures()
     start = segments[-1].last + 1 if segments else max(1, figures.first_seq)

@@ -1,16 +1,24 @@
-"""Read the whole log once, in order: what audits, replays and tests fold."""
+"""Read the log once, in order (all of it, or from a sequence on), and the snapshots
+of every bucket: what audits, replays and tests fold and prove."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuloom.bus.credentials import connect_options
+from gpuloom.bus.identities import SERVICES, SNAPSHOT_BUCKET_PREFIX, bucket_of
 from gpuloom.bus.jetstream import EventBus
+from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import load_settings
 from gpuloom.events import MalformedEvent, Recorded, decode
+
+
+class LogStartDropped(Exception):
+    """Events asked for are no longer in the stream: they were archived and dropped."""
 
 
 async def read_log(
@@ -19,8 +27,12 @@ async def read_log(
     timeout: float = 120,
     upto: int | None = None,
     options: Mapping[str, Any] | None = None,
+    from_seq: int = 1,
 ) -> list[Recorded]:
-    """Every well-formed event in the stream up to `upto` (default: the last), in order.
+    """Every well-formed event in the stream from `from_seq` up to `upto` (default: the
+    last), in order. `from_seq`: where a snapshot at `from_seq - 1` leaves off, so that
+    an audit or replay from it reads only the rest of the log (an ordered consumer
+    that starts there: the events before are not sent at all).
 
     Malformed entries are skipped, as every reactor skips them. Read-only: the
     stream is neither created nor changed; a missing one raises `StreamMissingError`
@@ -33,11 +45,18 @@ async def read_log(
         nats_url, stream, name="gpuloom-log-reader", create=False, **options
     )
     try:
-        last = await bus.last_seq()
+        figures = await bus.stream_figures()
+        if figures.first_seq > 1 and from_seq < figures.first_seq:
+            raise LogStartDropped(
+                f"the log starts at seq {figures.first_seq}: its start was dropped (gpuloom "
+                f"archive drop); fold from a snapshot at seq {figures.first_seq - 1} or later "
+                "(gpuloom audit --from-snapshot; replay finds one by itself)"
+            )
+        last = figures.last_seq
         if upto is not None:
             last = min(last, upto)
         records: list[Recorded] = []
-        if last == 0:
+        if last == 0 or from_seq > last:
             return records
         done = asyncio.Event()
 
@@ -52,7 +71,7 @@ async def read_log(
             if message.seq >= last:
                 done.set()
 
-        unsubscribe = await bus.follow(on_message)
+        unsubscribe = await bus.follow(on_message, from_seq=from_seq)
         try:
             await asyncio.wait_for(done.wait(), timeout)
         finally:
@@ -60,3 +79,93 @@ async def read_log(
         return records
     finally:
         await bus.close()
+
+
+@dataclass(frozen=True)
+class SnapshotRead:
+    """One snapshot read back from a snapshot bucket, or why it could not be read."""
+
+    bucket: str
+    #: Whose bucket: a service's name (`SERVICES`), or "agent".
+    service: str
+    name: str
+    seq: int
+    data: bytes | None = field(default=None, repr=False)
+    error: str = ""
+
+
+def _owner(bucket: str) -> str:
+    for service in SERVICES:
+        if bucket_of(service) == bucket:
+            return service
+    if bucket.startswith(f"{SNAPSHOT_BUCKET_PREFIX}AGENT_"):
+        return "agent"
+    return bucket.removeprefix(SNAPSHOT_BUCKET_PREFIX).lower()
+
+
+async def read_snapshots(
+    nats_url: str, stream: str = "GPULOOM", options: Mapping[str, Any] | None = None
+) -> tuple[list[SnapshotRead], list[str]]:
+    """Every snapshot in every snapshot bucket (the services', the gateway's and each
+    agent's), and the problems met listing them (a bucket that cannot be listed: its
+    snapshots are then not read, which is said rather than failed on).
+
+    Read-only: only buckets found among the server's streams are opened, so none is
+    created (`SnapshotStore` creates its own bucket when missing, a service's need).
+    Reading other processes' buckets takes the admin identity; any other is refused
+    by the server, and that is one of the problems returned.
+    """
+    if options is None:
+        options = connect_options(load_settings())
+    bus = await EventBus.connect(
+        nats_url, stream, name="gpuloom-snapshot-reader", create=False, **options
+    )
+    found: list[SnapshotRead] = []
+    problems: list[str] = []
+    try:
+        try:
+            buckets = await _snapshot_buckets(bus)
+        except Exception as exc:
+            return found, [f"cannot list the snapshot buckets: {exc!r}"]
+        for bucket in buckets:
+            store = SnapshotStore(bus.js, _owner(bucket), bucket=bucket, read_only=True)
+            try:
+                stored = await store.stored()
+            except Exception as exc:
+                problems.append(f"cannot list bucket {bucket}: {exc!r}")
+                continue
+            for snapshot in stored:
+                try:
+                    data = await store.read(snapshot)
+                except Exception as exc:  # deleted since listed (a newer one came), ...
+                    found.append(
+                        SnapshotRead(
+                            bucket,
+                            store.service,
+                            snapshot.name,
+                            snapshot.seq,
+                            error=f"cannot be read: {exc!r}",
+                        )
+                    )
+                    continue
+                found.append(SnapshotRead(bucket, store.service, snapshot.name, snapshot.seq, data))
+        return found, problems
+    finally:
+        await bus.close()
+
+
+async def _snapshot_buckets(bus: EventBus) -> list[str]:
+    """The snapshot buckets on the server: object stores are streams named `OBJ_<bucket>`."""
+    prefix = f"OBJ_{SNAPSHOT_BUCKET_PREFIX}"
+    names: list[str] = []
+    offset = 0
+    while True:
+        page = await bus.js.streams_info(offset)
+        for info in page:
+            name = info.config.name or ""
+            if name.startswith(prefix):
+                names.append(name)
+        if not page or offset > 100_000:
+            break
+        offset += len(page)
+    return sorted(name.removeprefix("OBJ_") for name in names)

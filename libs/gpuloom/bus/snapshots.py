@@ -37,6 +37,11 @@ _NAME = re.compile(r"^seq-(\d{15})$")
 TIMEOUT_S = 30.0
 
 
+#: The largest snapshot read back: compressed, 64 MiB is far beyond any state the
+#: decoder accepts inflated (`gpuloom.state.snapshot.MAX_SIZE`).
+MAX_READ = 1 << 26
+
+
 def object_name(seq: int) -> str:
     return f"seq-{seq:015d}"
 
@@ -110,7 +115,10 @@ class SnapshotStore:
         return sorted(found, key=lambda s: s.seq, reverse=True)
 
     async def read(self, snapshot: StoredSnapshot) -> bytes:
-        """The bytes of `snapshot` (the store checks its chunks' digest)."""
+        """The bytes of `snapshot` (the store checks its chunks' digest); one larger than
+        `MAX_READ` is refused before it is read."""
+        if snapshot.size > MAX_READ:
+            raise ValueError(f"{snapshot.name} is {snapshot.size} bytes, over {MAX_READ}")
         store = await self._open()
         result = await asyncio.wait_for(store.get(snapshot.name), TIMEOUT_S)
         return bytes(result.data or b"")

@@ -73,15 +73,19 @@ def retire_if_done(state: ClusterState, job: JobState, at: datetime) -> None:
 
 
 def expire(state: ClusterState) -> None:
-    """Drop the tombstones (and their keys and arrays) older than RETENTION on the log's clock."""
+    """Drop the tombstones (and their keys and arrays) older than RETENTION on the log's
+    clock, but for one a live job still depends on (its outcome decides that job)."""
     clock = state.clock
     if clock is None:
         return
     retired = state.retired
     head = state.retired_head
     while head < len(retired) and clock - retired[head][0] > RETENTION:
-        job_id = retired[head][1]
+        left, job_id = retired[head]
         head += 1
+        if _awaited(state, job_id, left + RETENTION):  # its outcome still decides a job:
+            retired.append((clock, job_id))  # kept, looked at again a window later
+            continue
         tombstone = state.tombstones.pop(job_id, None)
         if tombstone is None:
             continue
@@ -94,6 +98,16 @@ def expire(state: ClusterState) -> None:
         del retired[:head]
         head = 0
     state.retired_head = head
+
+
+def _awaited(state: ClusterState, job_id: str, window_end: datetime) -> bool:
+    """A live job that was submitted within the window depends on `job_id`. (One
+    submitted after it finds the job unknown, as documented: the answer does not depend
+    on whether the tombstone happened to expire before or after that submission.)"""
+    return any(
+        (job := state.jobs.get(dependent)) is not None and job.submitted_at <= window_end
+        for dependent in state.dependents.get(job_id, ())
+    )
 
 
 def _task_expired(state: ClusterState, array_id: str) -> None:

@@ -43,9 +43,10 @@ COMPRESSION = "zlib"
 #: Level 1: half the time of the default level for a fifth more bytes.
 ZLIB_LEVEL = 1
 MAX_HEADER = 4096
-#: Refuse to inflate a payload that claims more (a guard against a crafted header):
-#: 4 GiB of JSON is some millions of live jobs.
-MAX_SIZE = 1 << 32
+#: Refuse to inflate a payload that claims more (a guard against a crafted header or a
+#: zlib bomb): 256 MiB of JSON is about 200,000 live jobs (10,000 take 11 MB), within
+#: the memory a service is meant to use.
+MAX_SIZE = 1 << 28
 _LENGTH = struct.Struct(">I")
 _DIGEST = 32
 

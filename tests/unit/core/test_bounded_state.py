@@ -398,3 +398,28 @@ def test_a_preemption_for_a_job_that_already_left_is_applied_as_before() -> None
     state = compare_at_every_position(log.records)
     assert "urgent" in state.tombstones and state.voided == 0
     assert state.jobs["victim"].preempted_by == "urgent"
+
+
+def test_a_job_still_waiting_on_a_forgotten_one_keeps_its_tombstone_past_the_window() -> None:
+    """Review of #11: a dependent queued before the window ran out must not be cancelled
+    as "depends on unknown job" when the window passes while it still waits."""
+    log = LogBuilder()
+    log.register("n1", 1)
+    log.run_to_queue("j1", gpus=1)
+    log.place("j1", "n1", [0])
+    log.start("j1", "n1")
+    log.finish("j1", "n1", after=60)
+    log.charge("j1", seconds=60)
+    log.run_to_queue("blocker", gpus=1)  # holds the only GPU for more than the window
+    log.place("blocker", "n1", [0])
+    log.start("blocker", "n1")
+    log.submit("next", make_job_spec(1, depends_on=[Dependency(job="j1")]))
+    log.admit("next")
+    log.queue("next")
+    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
+    forgetting, keeping = log.state(), log.state(keep_history=True)
+    assert "j1" in forgetting.tombstones and "j1" not in forgetting.jobs
+    assert [d.event for d in decide_queue(forgetting)] == [d.event for d in decide_queue(keeping)]
+    placed = [d.event for d in placement_cycle(forgetting, BestFit())]
+    assert placed == [d.event for d in placement_cycle(keeping, BestFit())]
+    assert [(type(e).__name__, e.job_id) for e in placed] == [("JobPlaced", "next")]
