@@ -12,11 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from projection_helpers import put, submit
 
-from gpuloom.bus import EventBus
+from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.snapshots import SnapshotStore
+from gpuloom.decide import Decision
 from gpuloom.devstack import wait_http
-from gpuloom.state.snapshot import _pack, _split
+from gpuloom.events import Recorded, decode
+from gpuloom.runtime.reactor import Reactor
+from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
+from gpuloom.state import ClusterState, fold
+from gpuloom.state.snapshot import _pack, _split, encode_snapshot
 from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -109,3 +115,47 @@ def test_snapshots_cut_short_or_of_another_schema_are_skipped_for_the_one_before
     _wait_log(logs, rf"starts from its snapshot at seq {last}\b")
     assert {j["state"] for j in cluster.wait_final(waiting, timeout=60).values()} == {"succeeded"}
     _run(cluster, 2, "after")
+
+
+async def test_restored_at_the_logs_end_it_decides_without_waiting_for_an_event(
+    bus: EventBus,
+) -> None:
+    """Nothing comes after the snapshot: the service still decides on what it holds
+    (found by bench/restart_catchup.py: admission and queue waited for an event)."""
+    last = await put(bus, submit("waiting-for-admission"))
+    store = SnapshotStore(bus.js, "admission")
+    await store.write(last, encode_snapshot(fold(await read_all(bus, last))))
+    decided = asyncio.Event()
+    seen: list[int] = []
+
+    async def decide(state: ClusterState) -> list[Decision]:
+        seen.append(state.seq)
+        decided.set()
+        return []
+
+    stop = asyncio.Event()
+    reactor = Reactor(bus, "admission", decide, snapshots=Snapshotter(store, SnapshotPolicy()))
+    task = asyncio.create_task(reactor.run(stop))
+    try:
+        await asyncio.wait_for(decided.wait(), 5)
+    finally:
+        stop.set()
+        await task
+    assert seen[0] == last and "waiting-for-admission" in reactor.state.submitted
+
+
+async def read_all(bus: EventBus, last: int) -> list[Recorded]:
+    records: list[Recorded] = []
+    done = asyncio.Event()
+
+    async def on_message(message: Incoming) -> None:
+        records.append(
+            decode(message.seq, message.body, message.stored_at, subject=message.subject)
+        )
+        if message.seq >= last:
+            done.set()
+
+    unsubscribe = await bus.follow(on_message)
+    await asyncio.wait_for(done.wait(), 10)
+    await unsubscribe()
+    return records

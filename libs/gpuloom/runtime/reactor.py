@@ -219,10 +219,13 @@ class Reactor:
             self._catch_up_seq,
         )
         stopper = asyncio.create_task(stop.wait())
+        # restored at the log's end, nothing will arrive: look at the state at once
+        look_now = self.state.seq >= self._catch_up_seq
         try:
             while not stop.is_set():
                 getter = asyncio.create_task(self._inbox.get())
-                timeout = 0.5 if self._retry else self.tick_s
+                timeout = 0 if look_now else 0.5 if self._retry else self.tick_s
+                look_now = False
                 done, _ = await asyncio.wait(
                     {getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
