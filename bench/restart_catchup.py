@@ -12,6 +12,9 @@ no auth). For each it measures:
   restart      the same after a clean stop (SIGTERM writes a snapshot), with the
                sequence of the snapshot it started from ("starts from its snapshot at
                seq S").
+A service that logs "replaying the log from seq S+1 up to seq S" (nothing to replay)
+and no "caught up" within 2 s is counted ready at that line, with a note. Each line
+also says how many events the service published meanwhile (its decisions).
 Every service runs with GPULOOM_NODE_LOST_TIMEOUT_S=86400: no agent sends heartbeats,
 and inventory must not declare the nodes lost while it is measured.
 
@@ -29,6 +32,7 @@ ref REF (exported with `git archive`, run with this venv) against the same log.
 
   python bench/restart_catchup.py [--events 1001100] [--live 1000] [--clock history|now]
                                   [--services admission,queue,...] [--compare-ref a39b914]
+                                  [--timeout 600] [--keep]   (keep: the temp folder, logs)
 """
 
 from __future__ import annotations

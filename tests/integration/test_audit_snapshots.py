@@ -9,6 +9,7 @@ import dataclasses
 import json
 import re
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -112,8 +113,11 @@ def test_audit_proves_snapshots_catches_a_forged_one_and_replay_starts_from_one(
         f"{forged_seq}: first difference in {where}"
     ) in " ".join(caught.output.split()), caught.output
     assert f"proved snapshot {name} of placement" in caught.output
-    view = cluster.http.get("/v1/audit").json()  # the failure is recorded in the log
-    assert view["mismatch_count"] == 1, view
+    # the failure is recorded in the log (the gateway shows it once it has folded it)
+    deadline = time.monotonic() + 15
+    while (view := cluster.http.get("/v1/audit").json())["mismatch_count"] != 1:
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
     assert view["mismatches"][0].startswith(f"snapshot seq-{forged_seq:015d} of placement")
 
     # replay: from the newest snapshot not past the point, or from seq 1 when asked
