@@ -194,9 +194,10 @@ def bucket_of(service: str) -> str:
 BASE_BUCKET = f"{SNAPSHOT_BUCKET_PREFIX}BASE"
 
 
-def base_snapshot_api() -> list[str]:
-    """Reading the base snapshots: stream info, getting messages, ordered consumers."""
-    stream = f"OBJ_{BASE_BUCKET}"
+def _bucket_read_api(bucket: str) -> list[str]:
+    """Reading an object store bucket: stream info, getting messages, ordered consumers
+    (nats-py finds the bucket's stream by subject: STREAM.NAMES)."""
+    stream = f"OBJ_{bucket}"
     api = "$JS.API"
     return [
         f"{api}.STREAM.NAMES",
@@ -212,6 +213,11 @@ def base_snapshot_api() -> list[str]:
     ]
 
 
+def base_snapshot_api() -> list[str]:
+    """Reading the base snapshots, and nothing more."""
+    return _bucket_read_api(BASE_BUCKET)
+
+
 def agent_bucket(nodes: Sequence[str]) -> str:
     """The snapshot bucket of the agent serving `nodes` (any node name, any order): a
     digest of the node set, since a bucket name allows fewer characters than a node's."""
@@ -225,22 +231,12 @@ def snapshot_api(service: str, bucket: str | None = None) -> list[str]:
     read them back. No other bucket."""
     bucket = bucket or bucket_of(service)
     stream = f"OBJ_{bucket}"
-    api = "$JS.API"
-    return [
+    writes = [
         f"$O.{bucket}.>",
-        f"{api}.STREAM.NAMES",  # nats-py finds the bucket's stream by subject
-        f"{api}.STREAM.CREATE.{stream}",
-        f"{api}.STREAM.INFO.{stream}",
-        f"{api}.STREAM.PURGE.{stream}",
-        f"{api}.STREAM.MSG.GET.{stream}",
-        f"{api}.DIRECT.GET.{stream}",
-        f"{api}.DIRECT.GET.{stream}.>",
-        f"{api}.CONSUMER.CREATE.{stream}",
-        f"{api}.CONSUMER.CREATE.{stream}.>",
-        f"{api}.CONSUMER.INFO.{stream}.*",
-        f"{api}.CONSUMER.DELETE.{stream}.*",
-        f"$JS.FC.{stream}.>",
+        f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.PURGE.{stream}",
     ]
+    return writes + _bucket_read_api(bucket)
 
 
 def _durable_api(stream: str, durable: str) -> list[str]:
