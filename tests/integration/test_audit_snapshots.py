@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from restart_helpers import run_jobs
 from typer.testing import CliRunner
 
 from gpuloom.audit import state_at
@@ -25,15 +26,6 @@ from gpuloom.state.snapshot import encode_snapshot
 from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
-
-
-def _run(cluster: Cluster, count: int, tag: str) -> None:
-    ids = [
-        cluster.submit(name=f"{tag}-{i}", gpus=1, command=["sh", "-c", "true"])
-        for i in range(count)
-    ]
-    done = cluster.wait_final(ids, timeout=90)
-    assert {job["state"] for job in done.values()} == {"succeeded"}, done
 
 
 def _forge(state: ClusterState) -> str:
@@ -69,14 +61,14 @@ def test_audit_proves_snapshots_catches_a_forged_one_and_replay_starts_from_one(
 ) -> None:
     stack = cluster.stack
     assert stack is not None
-    _run(cluster, 3, "before")
+    run_jobs(cluster, 3, "before")
     stack.kill("placement", signal.SIGTERM)  # a clean stop stores the state it folded
     logs = (cluster.data_dir / "logs" / "placement.log").read_text(errors="replace")
     written = re.findall(r"wrote its snapshot at seq (\d+)", logs)
     assert written, logs[-2000:]
     seq = int(written[-1])
     stack.restart("placement")
-    _run(cluster, 2, "after")  # decisions after the snapshot
+    run_jobs(cluster, 2, "after")  # decisions after the snapshot
     runner = CliRunner()
     name = f"seq-{seq:015d}"
 
@@ -139,14 +131,14 @@ def test_audit_proves_the_snapshot_of_every_process(cluster: Cluster) -> None:
     clean stop (services, the gateway's projector, the agents) is the fold of the log."""
     stack = cluster.stack
     assert stack is not None
-    _run(cluster, 3, "before")
+    run_jobs(cluster, 3, "before")
     processes = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
     for name in (*processes, "agent-a", "agent-b"):
         stack.kill(name, signal.SIGTERM)
         stack.restart(name)
     wait_http(f"{cluster.gateway_url}/readyz", timeout=30)
     cluster.wait_nodes_ready(2)
-    _run(cluster, 2, "after")
+    run_jobs(cluster, 2, "after")
     result = CliRunner().invoke(app, ["audit", "--nats", cluster.nats_url, "--json"])
     assert result.exit_code == 0, result.output
     report = _json(result)

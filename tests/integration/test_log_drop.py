@@ -6,12 +6,11 @@ services (no audit from seq 1 at the end: the stream no longer starts there)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
+from restart_helpers import run_jobs, wait_log
 from typer.testing import CliRunner
 
 from gpuloom.bus import EventBus
@@ -26,23 +25,6 @@ from gpuloom.state.snapshot import decode_snapshot
 from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
 
 pytestmark = pytest.mark.integration
-
-
-def _run(cluster: Cluster, count: int, tag: str) -> None:
-    ids = [
-        cluster.submit(name=f"{tag}-{i}", gpus=1, command=["sh", "-c", "true"])
-        for i in range(count)
-    ]
-    done = cluster.wait_final(ids, timeout=90)
-    assert {job["state"] for job in done.values()} == {"succeeded"}, done
-
-
-def _wait_log(path: Path, pattern: str, timeout: float = 30) -> re.Match[str]:
-    deadline = time.monotonic() + timeout
-    while (found := re.search(pattern, path.read_text(errors="replace"))) is None:
-        assert time.monotonic() < deadline, f"{path.name} never said /{pattern}/"
-        time.sleep(0.2)
-    return found
 
 
 async def _figures(url: str) -> tuple[int, int]:
@@ -78,7 +60,7 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
         cluster.wait_nodes_ready(2)
         stack = cluster.stack
         assert stack is not None
-        _run(cluster, 4, "old")
+        run_jobs(cluster, 4, "old")
         _, last = asyncio.run(_figures(nats_url))
         archive = tmp_path / "archive"
         runner = CliRunner()
@@ -111,11 +93,11 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
         for name in ("placement", "queue", "gateway"):  # the gateway keeps its own
             stack.restart(name)
         for name in ("placement", "queue"):
-            _wait_log(
+            wait_log(
                 data / "logs" / f"{name}.log", rf"starts from the base snapshot at seq {last}\b"
             )
         wait_http(f"{cluster.gateway_url}/readyz", timeout=60)
-        _run(cluster, 3, "new")
+        run_jobs(cluster, 3, "new")
 
         # the audit cannot start from seq 1 any more; from a snapshot it can
         plain = runner.invoke(app, ["audit", "--nats", nats_url, "--no-record"])
@@ -129,6 +111,6 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
         stack.kill("admission", signal.SIGTERM)
         asyncio.run(_base_and_forget(nats_url, bucket_of("admission"), BASE_BUCKET))
         stack.restart("admission")
-        _wait_log(data / "logs" / "admission.log", r"will not fold a log from its middle")
+        wait_log(data / "logs" / "admission.log", r"will not fold a log from its middle")
     finally:
         cluster.stop()

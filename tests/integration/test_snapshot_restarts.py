@@ -9,10 +9,10 @@ import re
 import signal
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from projection_helpers import put, submit
+from restart_helpers import run_jobs, wait_log
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.snapshots import SnapshotStore
@@ -34,39 +34,22 @@ def _log(cluster: Cluster, service: str) -> str:
     return (cluster.data_dir / "logs" / f"{service}.log").read_text(errors="replace")
 
 
-def _wait_log(path: Path, pattern: str, timeout: float = 30) -> re.Match[str]:
-    deadline = time.monotonic() + timeout
-    while (found := re.search(pattern, path.read_text(errors="replace"))) is None:
-        assert time.monotonic() < deadline, f"{path.name} never said /{pattern}/"
-        time.sleep(0.2)
-    return found
-
-
-def _run(cluster: Cluster, count: int, tag: str) -> None:
-    ids = [
-        cluster.submit(name=f"{tag}-{i}", gpus=1, command=["sh", "-c", "true"])
-        for i in range(count)
-    ]
-    done = cluster.wait_final(ids, timeout=90)
-    assert {job["state"] for job in done.values()} == {"succeeded"}, done
-
-
 def test_every_service_restarts_from_its_snapshot(cluster: Cluster) -> None:
     stack = cluster.stack
     assert stack is not None
-    _run(cluster, 4, "before")
+    run_jobs(cluster, 4, "before")
     for service in PROCESSES:  # a clean stop stores the state it has folded
         stack.kill(service, signal.SIGTERM)
         assert "wrote its snapshot at seq" in _log(cluster, service), _log(cluster, service)[-2000:]
         stack.restart(service)
     for service in PROCESSES:
         logs = cluster.data_dir / "logs" / f"{service}.log"
-        started = _wait_log(logs, r"starts from its snapshot at seq (\d+)")
+        started = wait_log(logs, r"starts from its snapshot at seq (\d+)")
         assert int(started.group(1)) > 0
     wait_http(f"{cluster.gateway_url}/readyz", timeout=30)
     listed = cluster.http.get("/v1/jobs", params={"limit": 100}).json()
     assert sum(job["name"].startswith("before-") for job in listed["jobs"]) == 4
-    _run(cluster, 3, "after")  # and they decide as before (the audit checks every decision)
+    run_jobs(cluster, 3, "after")  # and they decide as before (the audit checks every decision)
 
 
 async def _plant(nats_url: str, service: str, good: int) -> list[int]:
@@ -90,7 +73,7 @@ def test_snapshots_cut_short_or_of_another_schema_are_skipped_for_the_one_before
 ) -> None:
     stack = cluster.stack
     assert stack is not None
-    _run(cluster, 2, "before")
+    run_jobs(cluster, 2, "before")
     stack.kill("placement", signal.SIGTERM)
     good = re.findall(r"wrote its snapshot at seq (\d+)", _log(cluster, "placement"))
     assert good, _log(cluster, "placement")[-2000:]
@@ -108,13 +91,13 @@ def test_snapshots_cut_short_or_of_another_schema_are_skipped_for_the_one_before
         time.sleep(0.2)
     stack.restart("placement")
     logs = cluster.data_dir / "logs" / "placement.log"
-    cut = _wait_log(logs, rf"skips snapshot seq-0*{last + 5}: (.*)")
-    other = _wait_log(logs, rf"skips snapshot seq-0*{last + 3}: (.*)")
+    cut = wait_log(logs, rf"skips snapshot seq-0*{last + 5}: (.*)")
+    other = wait_log(logs, rf"skips snapshot seq-0*{last + 3}: (.*)")
     assert "written by schema 0123456789abcdef" in other.group(1), other.group(0)
     assert cut.group(1), cut.group(0)
-    _wait_log(logs, rf"starts from its snapshot at seq {last}\b")
+    wait_log(logs, rf"starts from its snapshot at seq {last}\b")
     assert {j["state"] for j in cluster.wait_final(waiting, timeout=60).values()} == {"succeeded"}
-    _run(cluster, 2, "after")
+    run_jobs(cluster, 2, "after")
 
 
 async def test_restored_at_the_logs_end_it_decides_without_waiting_for_an_event(
