@@ -33,6 +33,8 @@ import yaml
 
 from gpuloom.bus.identities import SERVICES as BUS_SERVICES
 from gpuloom.bus.keyring import Keyring, write_private
+from gpuloom.bus.provision import provision_at, run_blocking
+from gpuloom.bus.streams import Expected
 from gpuloom.natsserver import (
     DEFAULT_NATS_SYNC,
     NATS_MAX_PAYLOAD,
@@ -88,6 +90,8 @@ class Stack:
     server: NatsServer | None = None
     #: Environment of one process on top of `env` (its identity).
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The log and the services' buckets exist (`provision`), and these agents' too.
+    provisioned: set[tuple[str, ...]] = field(default_factory=set)
 
     @classmethod
     def for_urls(
@@ -134,7 +138,27 @@ class Stack:
         command = [sys.executable, "-m", f"services.{module}", *args]
         self.commands[name] = command
         self.envs[name] = self.identity_env(name, module, nodes)
+        self.provision({name: nodes} if module == "agent" and nodes else {})
         self._spawn(name)
+
+    def provision(self, agents: Mapping[str, Sequence[str]] = {}) -> None:
+        """Create, as the admin, the log and the snapshot buckets the processes need
+        (the services', and those of `agents`: agent -> nodes) where missing: no process
+        may create them (`gpuloom.bus.provision`). Once per stack and agent."""
+        wanted = {tuple(sorted(set(nodes))) for nodes in agents.values()}
+        services = () not in self.provisioned
+        if not services and wanted <= self.provisioned:
+            return
+        url = self.server.admin_url if self.server is not None else self.env["GPULOOM_NATS_URL"]
+        window, replicas = (
+            self.env.get("GPULOOM_DEDUP_WINDOW_S"),
+            self.env.get("GPULOOM_STREAM_REPLICAS"),
+        )
+        expected = Expected(float(window) if window else None, int(replicas) if replicas else None)
+        stream = self.env.get("GPULOOM_STREAM", "GPULOOM")
+        work = provision_at(url, stream, agents=agents, expected=expected, services=services)
+        run_blocking(work)
+        self.provisioned |= wanted | {()}
 
     def identity_env(self, name: str, module: str, nodes: Sequence[str] | None) -> dict[str, str]:
         """The environment that makes process `name` connect as its own identity."""

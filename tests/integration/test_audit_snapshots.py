@@ -44,7 +44,7 @@ def _forge(state: ClusterState) -> str:
 async def _plant(nats_url: str, data: bytes, seq: int) -> list[int]:
     bus = await EventBus.connect(nats_url, "GPULOOM", name="forger", create=False)
     try:
-        store = SnapshotStore(bus.js, "placement", keep=10)
+        store = SnapshotStore(bus.js, "placement", keep=10, create=True)
         await store.write(seq, data)
         return [s.seq for s in await store.stored()]
     finally:

@@ -40,7 +40,7 @@ async def _base_and_forget(url: str, *buckets: str) -> ClusterState:
     """The base snapshot; and the given buckets deleted (processes with no snapshot)."""
     bus = await EventBus.connect(url, "GPULOOM", name="check", create=False)
     try:
-        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET, read_only=True)
+        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET)
         state = decode_snapshot(await base.read((await base.stored())[0]))
         for bucket in buckets:
             await bus.js.delete_object_store(bucket)

@@ -57,7 +57,7 @@ async def _plant(nats_url: str, service: str, good: int) -> list[int]:
     older or newer version writes) at good+3, and one cut short at good+5."""
     bus = await EventBus.connect(nats_url, "GPULOOM", name="planter", create=False)
     try:
-        store = SnapshotStore(bus.js, service, keep=10)
+        store = SnapshotStore(bus.js, service, keep=10, create=True)
         data = await store.read((await store.stored())[0])
         header, start = _split(data)
         other = replace(header, fingerprint="0123456789abcdef", seq=good + 3)
@@ -106,7 +106,7 @@ async def test_restored_at_the_logs_end_it_decides_without_waiting_for_an_event(
     """Nothing comes after the snapshot: the service still decides on what it holds
     (found by bench/restart_catchup.py: admission and queue waited for an event)."""
     last = await put(bus, submit("waiting-for-admission"))
-    store = SnapshotStore(bus.js, "admission")
+    store = SnapshotStore(bus.js, "admission", create=True)
     await store.write(last, encode_snapshot(fold(await read_all(bus, last))))
     decided = asyncio.Event()
     seen: list[int] = []

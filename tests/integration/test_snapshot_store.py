@@ -14,10 +14,18 @@ from typing import Any
 import pytest
 from test_bus_permissions import connect_as, server_of
 
+from gpuloom.bus.provision import provision_at
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.natsserver import strip_credentials
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def nats_url(nats_url: str) -> str:
+    """The test NATS, set up by the admin (the buckets no service may create)."""
+    await provision_at(nats_url, "GPULOOM")
+    return nats_url
 
 
 async def store_as(

@@ -173,11 +173,6 @@ def _writer_api(stream: str, service: str) -> list[str]:
     ]
 
 
-def _creator_api(stream: str) -> list[str]:
-    """Creating the log and its dead-letter stream when missing (services only)."""
-    return [f"$JS.API.STREAM.CREATE.{stream}", f"$JS.API.STREAM.CREATE.{stream}_DLQ"]
-
-
 #: A service's snapshot bucket is this and its name (`gpuloom.bus.snapshots`).
 SNAPSHOT_BUCKET_PREFIX = "GPULOOM_SNAP_"
 
@@ -227,15 +222,13 @@ def agent_bucket(nodes: Sequence[str]) -> str:
 
 def snapshot_api(service: str, bucket: str | None = None) -> list[str]:
     """A process's own snapshot bucket (`gpuloom.bus.snapshots`; a service's by its
-    name, an agent's by `agent_bucket`): create it, write and delete objects, list and
-    read them back. No other bucket."""
+    name, an agent's by `agent_bucket`): write and delete objects, list and read them
+    back. No other bucket, and no creating one: the admin creates them at setup, since
+    a create call carries a configuration no permission can restrict
+    (`gpuloom.bus.provision`)."""
     bucket = bucket or bucket_of(service)
     stream = f"OBJ_{bucket}"
-    writes = [
-        f"$O.{bucket}.>",
-        f"$JS.API.STREAM.CREATE.{stream}",
-        f"$JS.API.STREAM.PURGE.{stream}",
-    ]
+    writes = [f"$O.{bucket}.>", f"$JS.API.STREAM.PURGE.{stream}"]
     return writes + _bucket_read_api(bucket)
 
 
@@ -257,7 +250,7 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
         raise ValueError(f"unknown service {service!r}: one of {', '.join(SERVICES)}")
     inbox = f"{inbox_prefix(public_key)}.>"
     publish = [event_permission(t) for t in events_of(service)]
-    publish += _writer_api(stream, service) + _creator_api(stream) + read_api(stream)
+    publish += _writer_api(stream, service) + read_api(stream)
     publish += snapshot_api(service) + base_snapshot_api()
     subscribe = [inbox]
     for durable, owner in DURABLES.items():

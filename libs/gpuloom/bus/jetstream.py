@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpuloom.bus.deadletters import DeadLetters
-from gpuloom.bus.streams import Expected, ensure_streams, require_stream
+from gpuloom.bus.streams import Expected, check_streams, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,12 @@ class EventBus:
     ) -> None:
         """Create the log and its dead-letter stream when missing; never update them."""
         await ensure_streams(self.js, self.stream, Expected(dedup_window_s, replicas))
+
+    async def check_stream(
+        self, dedup_window_s: float | None = None, replicas: int | None = None
+    ) -> None:
+        """Log (once) how the log differs from these expectations; change nothing."""
+        await check_streams(self.js, self.stream, Expected(dedup_window_s, replicas))
 
     def dead_letters(self, service: str) -> DeadLetters:
         """The dead-letter outbox of `service` on this bus (one per service)."""

@@ -110,9 +110,8 @@ async def read_snapshots(
     agent's), and the problems met listing them (a bucket that cannot be listed: its
     snapshots are then not read, which is said rather than failed on).
 
-    Read-only: only buckets found among the server's streams are opened, so none is
-    created (`SnapshotStore` creates its own bucket when missing, a service's need).
-    Reading other processes' buckets takes the admin identity; any other is refused
+    Read-only: only buckets found among the server's streams are opened, and none is
+    created. Reading other processes' buckets takes the admin identity; any other is refused
     by the server, and that is one of the problems returned.
     """
     if options is None:
@@ -128,7 +127,7 @@ async def read_snapshots(
         except Exception as exc:
             return found, [f"cannot list the snapshot buckets: {exc!r}"]
         for bucket in buckets:
-            store = SnapshotStore(bus.js, _owner(bucket), bucket=bucket, read_only=True)
+            store = SnapshotStore(bus.js, _owner(bucket), bucket=bucket)
             try:
                 stored = await store.stored()
             except Exception as exc:

@@ -5,7 +5,9 @@ storage to run, back up or secure, and an object store splits a large snapshot i
 chunks (a KV value is one message, bounded by the server's max payload). Each service
 has its own bucket (`GPULOOM_SNAP_<SERVICE>`), so the bus's permissions let it write
 only its own (`gpuloom.bus.identities`): a bug or an intruder in one service cannot
-hand another a forged state.
+hand another a forged state. The operator creates the buckets at setup
+(`gpuloom.bus.provision`, which says why no process may); a missing one holds nothing
+and takes no snapshot.
 
 Objects are named by the sequence they were folded to (`seq-000000000001234`); the
 newest `keep` stay, so that a damaged newest one falls back to the one before. An
@@ -23,11 +25,11 @@ import re
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
 from gpuloom.bus.identities import bucket_of
+from gpuloom.bus.provision import Bucket, create_bucket
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ class SnapshotStore:
         keep: int = 2,
         replicas: int = 1,
         bucket: str | None = None,
-        read_only: bool = False,
+        create: bool = False,
     ):
         if keep < 1:
             raise ValueError("keep at least one snapshot")
@@ -74,9 +76,9 @@ class SnapshotStore:
         self.service = service
         #: A service's bucket by its name; an agent's by its nodes (`agent_bucket`).
         self.bucket = bucket or bucket_of(service)
-        #: Never create the bucket (the base snapshots: only the operator writes them);
-        #: a missing one holds nothing.
-        self.read_only = read_only
+        #: Create the bucket when missing: the operator's tools only (who may create a
+        #: stream may give it any configuration: `gpuloom.bus.provision`).
+        self.create = create
         self.keep = keep
         self.replicas = replicas
         self._store: ObjectStore | None = None
@@ -86,22 +88,18 @@ class SnapshotStore:
             try:
                 self._store = await self.js.object_store(self.bucket)
             except BucketNotFoundError:
-                if self.read_only:
+                if not self.create:
                     raise
-                config = ObjectStoreConfig(
-                    bucket=self.bucket,
-                    description=f"snapshots of the {self.service} service's folded state",
-                    storage=StorageType.FILE,
-                    replicas=self.replicas,
-                )
-                self._store = await self.js.create_object_store(self.bucket, config)
+                bucket = Bucket(self.bucket, f"snapshots of the {self.service}'s state")
+                await create_bucket(self.js, bucket, replicas=self.replicas)
+                self._store = await self.js.object_store(self.bucket)
         return self._store
 
     async def stored(self) -> list[StoredSnapshot]:
         """The snapshots held, newest first (names that are not a snapshot's are ignored)."""
         try:
             store = await self._open()
-        except BucketNotFoundError:  # a read-only bucket nobody wrote
+        except BucketNotFoundError:  # not created at setup: nothing in it
             return []
         try:
             infos = await asyncio.wait_for(store.list(ignore_deletes=True), TIMEOUT_S)

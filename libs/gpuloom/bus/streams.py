@@ -3,10 +3,10 @@
 An existing stream's configuration belongs to whoever made it (an operator's
 replicas, limits or placement on the 3-server deployment): a process that merely
 connects must not shrink or reset it, as `update_stream` on every connect did.
-So a process creates the log and its dead-letter stream only when they are
-missing, compares what it finds with what it expected, and logs each difference
-once. Read-only tools (audit, replay, the log reader) neither create nor change
-anything: a missing log is an error they report.
+So the admin's setup (`gpuloom.bus.provision`) creates the log and its dead-letter
+stream only when they are missing; a service compares what it finds with what it
+expected and logs each difference once, and neither it nor the read-only tools
+(audit, replay, the log reader) create or change anything.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpuloom.events.subjects import ALL_EVENTS
 
 log = logging.getLogger(__name__)
 
-#: Defaults of a log this process creates itself (`Settings` passes its own).
+#: Defaults of a log created without expectations (`Settings` passes its own).
 DEFAULT_DEDUP_WINDOW_S = 2 * 3600.0
 DEFAULT_REPLICAS = 1
 
@@ -127,14 +127,26 @@ async def ensure_streams(js: JetStreamContext, stream: str, expected: Expected) 
         warn_once(dead_letter_stream(stream), [f"cannot be created ({exc}): dead letters are lost"])
 
 
+async def check_streams(js: JetStreamContext, stream: str, expected: Expected) -> None:
+    """Say (once) how the log differs from what this process expects, and when its
+    dead-letter stream is missing; creates and changes nothing."""
+    warn_once(stream, differences((await js.stream_info(stream)).config, expected))
+    try:
+        await js.stream_info(dead_letter_stream(stream))
+    except NotFoundError:
+        warn_once(
+            dead_letter_stream(stream), ["missing (`gpuloom bus setup`): dead letters are lost"]
+        )
+
+
 async def require_stream(js: JetStreamContext, stream: str, where: str) -> None:
     """Raise `StreamMissingError` unless `stream` exists; creates and changes nothing."""
     try:
         await js.stream_info(stream)
     except NotFoundError:
         raise StreamMissingError(
-            f"no stream {stream} at {where}: nothing has been logged there "
-            "(is this the NATS of the cluster? its services create the log)"
+            f"no stream {stream} at {where}: nothing has been logged there (is this the "
+            "NATS of the cluster? `gpuloom bus setup` creates the log, as the admin)"
         ) from None
 
 

@@ -120,7 +120,7 @@ async def _drop(url: str, root: Path, upto: int) -> str:
         report = verify_archive(root)
         if report.last < upto:
             raise ArchiveError(f"the archive ends at seq {report.last}: export up to {upto} first")
-        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET, keep=2)
+        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET, keep=2, create=True)
         state = ClusterState()
         if report.first > 1:  # an archive begun after an earlier drop: from its base
             earlier = [s for s in await base.stored() if s.seq == report.first - 1]

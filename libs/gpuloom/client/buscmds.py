@@ -12,12 +12,20 @@ writes its seed (`<data_dir>/bus/agent-node-c.seed`: give it to that agent as
 is there (`make run`), makes it reload (SIGHUP). Elsewhere (compose, Kubernetes)
 copy the users file where the server reads it and reload it yourself.
 
+No process may create a stream (`gpuloom.bus.provision` says why): once the server
+runs, and again after adding an agent, the operator creates the log and every
+snapshot bucket, as the admin:
+
+    gpuloom bus setup --nats nats://admin:PASSWORD@host:4222
+
 Also `python -m gpuloom.client.buscmds ...`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -25,8 +33,14 @@ from typing import Annotated
 
 import typer
 
+from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.keyring import Keyring
-from gpuloom.natsserver import write_users
+from gpuloom.bus.provision import provision_at
+from gpuloom.bus.streams import Expected
+from gpuloom.client.context import emit, fail
+from gpuloom.client.logcmds import resolve_nats_url
+from gpuloom.config import load_settings
+from gpuloom.natsserver import strip_credentials, write_users
 
 app = typer.Typer(help="Identities on the bus (NATS): who may write which events.")
 
@@ -99,6 +113,45 @@ def add_agent_command(
         typer.echo("nats-server reloaded its users")
     else:
         typer.echo(f"no running server found: reload the one that reads {users} (SIGHUP)")
+
+
+@app.command("setup")
+def setup_command(
+    nats: Annotated[
+        str | None, typer.Option("--nats", help="the admin's NATS URL (default: make run's)")
+    ] = None,
+    agents_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="agent -> nodes, as `add-agent` keeps it (default: DATA_DIR/bus/agents.json)"
+        ),
+    ] = None,
+    data_dir: DataDir = Path(".gpuloom"),
+    keyring: KeyringDir = None,
+) -> None:
+    """Create the log, its dead letters and every snapshot bucket that is missing, as
+    the admin (GPULOOM_NATS_SEED_FILE=admin.seed, or a URL with the admin's password).
+    Idempotent; changes nothing that exists."""
+    ring, _ = _paths(data_dir, keyring, None)
+    path = agents_file or ring.root / "agents.json"
+    try:
+        agents = json.loads(path.read_text()) if path.exists() else {}
+        url = resolve_nats_url(nats)
+    except (ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    settings = load_settings()
+    expected = Expected(settings.dedup_window_s, settings.stream_replicas)
+    work = provision_at(
+        url, settings.stream, agents=agents, expected=expected, **connect_options(settings)
+    )
+    try:
+        created = asyncio.run(work)
+    except Exception as exc:
+        fail(f"cannot set up the bus at {strip_credentials(url)}: {exc!r}")
+    emit(
+        f"log {settings.stream} and the snapshot buckets of every service and of "
+        f"{len(agents)} agent(s) are there; created now: {', '.join(created) or 'none'}"
+    )
 
 
 @app.command("list")

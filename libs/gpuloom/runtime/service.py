@@ -40,29 +40,29 @@ def snapshotter(
         replicas=settings.stream_replicas,
         bucket=bucket,
     )
-    base = SnapshotStore(bus.js, service, bucket=BASE_BUCKET, read_only=True)
+    base = SnapshotStore(bus.js, service, bucket=BASE_BUCKET)
     return Snapshotter(store, policy, base=base)
 
 
 async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> EventBus:
-    """Connect to NATS as this process's identity (`GPULOOM_NATS_SEED_FILE`) and ensure
-    the stream, retrying while the server starts. A seed that cannot be read fails at once."""
+    """Connect to NATS as this process's identity (`GPULOOM_NATS_SEED_FILE`) and find
+    the log, retrying while the server starts and until the operator's setup has
+    created the log (no process creates it: `gpuloom.bus.provision`). A seed that
+    cannot be read fails at once."""
     options = connect_options(settings)
     for attempt in range(1, attempts + 1):
         try:
-            return await EventBus.connect(
-                settings.nats_url,
-                settings.stream,
-                name=name,
-                dedup_window_s=settings.dedup_window_s,
-                replicas=settings.stream_replicas,
-                **options,
+            bus = await EventBus.connect(
+                settings.nats_url, settings.stream, name=name, create=False, **options
             )
         except Exception as exc:
             if attempt == attempts:
                 raise
             log.warning("waiting for NATS at %s: %s", settings.nats_url, exc)
             await asyncio.sleep(0.5)
+            continue
+        await bus.check_stream(settings.dedup_window_s, settings.stream_replicas)
+        return bus
     raise AssertionError("unreachable")
 
 

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nats.js.errors import BucketNotFoundError
+
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.state import ClusterState
 from gpuloom.state.snapshot import SnapshotError, decode_snapshot, encode_snapshot
@@ -86,6 +88,7 @@ class Snapshotter:
         self.written_seq = 0
         self.written_at = clock()
         self._upload: asyncio.Task[None] | None = None
+        self._said_missing = False
 
     async def restore(self, at_most: int | None = None, at_least: int = 0) -> ClusterState | None:
         """The newest snapshot in [`at_least`, `at_most`] that decodes and matches its
@@ -185,6 +188,16 @@ class Snapshotter:
     async def _write(self, seq: int, data: bytes) -> None:
         try:
             await self.store.write(seq, data)
+        except BucketNotFoundError:
+            if not self._said_missing:
+                self._said_missing = True
+                log.warning(
+                    "%s takes no snapshots: its bucket %s does not exist (the operator "
+                    "creates it: `gpuloom bus setup`); a restart replays the log",
+                    self.service,
+                    self.store.bucket,
+                )
+            return
         except Exception as exc:  # the next one is due in `every_*`: a restart replays more
             log.warning("%s could not store its snapshot at seq %d: %r", self.service, seq, exc)
             return

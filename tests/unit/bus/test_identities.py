@@ -118,10 +118,15 @@ def test_the_reader_publishes_nothing_but_read_calls() -> None:
     assert not may_publish(reader, "gpuloom.dlq.reader.log")
 
 
-def test_only_services_create_streams_and_only_the_owner_uses_a_durable() -> None:
+def test_only_the_admin_creates_streams_and_only_the_owner_uses_a_durable() -> None:
+    """A create call carries a whole configuration (republish, sources) that no
+    permission restricts: the admin creates every stream and bucket at setup."""
     for identity in table():
-        creates = may_publish(identity.permissions, f"$JS.API.STREAM.CREATE.{STREAM}")
-        assert creates == (identity.name in SERVICES or identity.name == ADMIN), identity.name
+        for stream in (STREAM, f"{STREAM}_DLQ", "OBJ_GPULOOM_SNAP_PLACEMENT", "ANY"):
+            creates = may_publish(identity.permissions, f"$JS.API.STREAM.CREATE.{stream}")
+            assert creates == (identity.name == ADMIN), (identity.name, stream)
+            updates = may_publish(identity.permissions, f"$JS.API.STREAM.UPDATE.{stream}")
+            assert updates == (identity.name == ADMIN), (identity.name, stream)
         for durable, owner in DURABLES.items():
             nexts = may_publish(
                 identity.permissions, f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{durable}"
