@@ -107,7 +107,8 @@ async def test_restored_at_the_logs_end_it_decides_without_waiting_for_an_event(
     (found by bench/restart_catchup.py: admission and queue waited for an event)."""
     last = await put(bus, submit("waiting-for-admission"))
     store = SnapshotStore(bus.js, "admission", create=True)
-    await store.write(last, encode_snapshot(fold(await read_all(bus, last))))
+    log = (await bus.stream_figures()).created
+    await store.write(last, encode_snapshot(fold(await read_all(bus, last)), log))
     decided = asyncio.Event()
     seen: list[int] = []
 
@@ -125,6 +126,26 @@ async def test_restored_at_the_logs_end_it_decides_without_waiting_for_an_event(
         stop.set()
         await task
     assert seen[0] == last and "waiting-for-admission" in reactor.state.submitted
+
+
+async def test_a_snapshot_of_a_log_made_anew_is_never_taken_for_its_state(bus: EventBus) -> None:
+    """The stream deleted and made again restarts at seq 1: the old log's snapshot, at
+    a seq the new log has reached, is skipped, and pruned once the new log is past it."""
+    old_last = await put(bus, submit("old-1"), submit("old-2"), submit("old-3"))
+    old = await bus.stream_figures()
+    store = SnapshotStore(bus.js, "queue", keep=1, create=True)
+    await store.write(old_last, encode_snapshot(fold(await read_all(bus, old_last)), old.created))
+    await bus.js.delete_stream(bus.stream)
+    await bus.ensure_stream()
+    new_last = await put(bus, *(submit(f"new-{i}") for i in range(4)))
+    new = await bus.stream_figures()
+    assert new.created != old.created and new_last > old_last
+    snapshotter = Snapshotter(store, SnapshotPolicy())
+    assert await snapshotter.restore(at_most=new_last, log_created=new.created) is None
+    state = fold(await read_all(bus, new_last))
+    assert "old-1" not in state.submitted
+    await store.write(new_last, encode_snapshot(state, new.created))
+    assert await snapshotter.restore(at_most=new_last, log_created=new.created) == state
 
 
 async def read_all(bus: EventBus, last: int) -> list[Recorded]:

@@ -43,9 +43,13 @@ async def test_a_service_keeps_its_newest_snapshots_in_its_own_bucket(nats_url: 
         for seq in (10, 250, 40):
             await store.write(seq, f"state at {seq}".encode() * 50_000)  # chunked: 650 kB
         kept = await store.stored()
-        assert [s.seq for s in kept] == [250, 40]  # newest first; 10 dropped
+        # newest first; the one just written (40) and those past it (250: another copy's,
+        # or an earlier log's) stay; of the older ones, keep - 1 (10)
+        assert [s.seq for s in kept] == [250, 40, 10]
         assert await store.read(kept[0]) == b"state at 250" * 50_000
         assert await store.read(kept[1]) == b"state at 40" * 50_000
+        await store.write(300, b"state at 300")
+        assert [s.seq for s in await store.stored()] == [300, 250]
     finally:
         await nc.close()
     assert not errors, errors

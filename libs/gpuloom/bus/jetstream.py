@@ -34,6 +34,9 @@ class StreamFigures:
     bytes: int
     first_seq: int
     last_seq: int
+    #: When the stream was created (ISO 8601; "" where the server does not say): which
+    #: log this is, since a stream made anew under the same name restarts at seq 1.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +158,14 @@ class EventBus:
         return (await self.stream_figures()).last_seq
 
     async def stream_figures(self) -> StreamFigures:
-        state = (await self.js.stream_info(self.stream)).state
+        info = await self.js.stream_info(self.stream)
+        state = info.state
         return StreamFigures(
             messages=int(state.messages),
             bytes=int(state.bytes),
             first_seq=int(state.first_seq),
             last_seq=int(state.last_seq),
+            created=info.created.isoformat() if info.created else "",
         )
 
     async def publish(self, message: Outgoing, timeout: float = 5.0) -> tuple[int, bool]:

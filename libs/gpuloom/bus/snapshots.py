@@ -122,11 +122,15 @@ class SnapshotStore:
         return bytes(result.data or b"")
 
     async def write(self, seq: int, data: bytes) -> StoredSnapshot:
-        """Store a snapshot folded to `seq`, then drop all but the newest `keep`."""
+        """Store a snapshot folded to `seq`, then drop the older ones past the newest
+        `keep`. Never the one just written, and never one past `seq`: that is another
+        copy's further along, or of an earlier log (a stream made anew restarts at seq
+        1), which restores skip and this prune drops once this log has passed it."""
         store = await self._open()
         name = object_name(seq)
         await asyncio.wait_for(store.put(name, data), TIMEOUT_S)
-        for old in (await self.stored())[self.keep :]:
+        older = [s for s in await self.stored() if s.seq < seq]
+        for old in older[self.keep - 1 :]:
             try:
                 await asyncio.wait_for(store.delete(old.name), TIMEOUT_S)
             except Exception as exc:  # kept one more than asked: harmless, said once

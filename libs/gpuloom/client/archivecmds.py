@@ -129,11 +129,11 @@ async def _drop(url: str, root: Path, upto: int) -> str:
                     f"the archive starts at seq {report.first} and no base snapshot at seq "
                     f"{report.first - 1} is stored: cannot fold the log before it"
                 )
-            state = decode_snapshot(await base.read(earlier[0]))
+            state = decode_snapshot(await base.read(earlier[0]), figures.created)
         for message in read_archive(root, upto):
             fold_message(state, message)
         state.seq = max(state.seq, upto)
-        stored = await base.write(upto, encode_snapshot(state))
+        stored = await base.write(upto, encode_snapshot(state, figures.created))
         await bus.js.purge_stream(settings.stream, seq=upto + 1)
         after = await bus.stream_figures()
     finally:

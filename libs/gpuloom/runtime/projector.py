@@ -226,6 +226,7 @@ class Projector:
             restored = await self.snapshots.restore(
                 at_most=min(self._checkpoint, figures.last_seq),
                 at_least=max(0, figures.first_seq - 1),
+                log_created=figures.created,
             )
             if restored is not None:
                 self.state = restored

@@ -206,7 +206,9 @@ class Reactor:
         self._catch_up_seq = figures.last_seq
         if self.snapshots is not None:  # never one past the log (a stream made anew)
             restored = await self.snapshots.restore(
-                at_most=figures.last_seq, at_least=max(0, figures.first_seq - 1)
+                at_most=figures.last_seq,
+                at_least=max(0, figures.first_seq - 1),
+                log_created=figures.created,
             )
             if restored is not None:
                 self.state = restored

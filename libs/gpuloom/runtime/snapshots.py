@@ -89,8 +89,12 @@ class Snapshotter:
         self.written_at = clock()
         self._upload: asyncio.Task[None] | None = None
         self._said_missing = False
+        #: The log this process folds (`restore`'s `log_created`), named in each snapshot.
+        self.log = ""
 
-    async def restore(self, at_most: int | None = None, at_least: int = 0) -> ClusterState | None:
+    async def restore(
+        self, at_most: int | None = None, at_least: int = 0, log_created: str | None = None
+    ) -> ClusterState | None:
         """The newest snapshot in [`at_least`, `at_most`] that decodes and matches its
         name: the process's own, else the base snapshot written when the log's start
         was dropped (`gpuloom archive drop`); None: replay the log from its start.
@@ -98,7 +102,11 @@ class Snapshotter:
         `at_most`: none folded past this sequence: the log's end (a snapshot past it is
         of another log), or a projection's checkpoint (the rows of the events after it
         are still to be written, from their events). `at_least`: none older than the
-        log's first sequence - 1 (the events after it are no longer in the log)."""
+        log's first sequence - 1 (the events after it are no longer in the log).
+        `log_created`: when the log was created (`StreamFigures.created`): a snapshot of
+        another log is skipped, and the snapshots written from now on name this one."""
+        if log_created is not None:
+            self.log = log_created
         for store, whose in ((self.store, "its"), (self.base, "the base")):
             if store is None:
                 continue
@@ -130,7 +138,7 @@ class Snapshotter:
                 )
                 continue
             try:
-                state = decode_snapshot(await store.read(snapshot))
+                state = decode_snapshot(await store.read(snapshot), self.log or None)
             except SnapshotError as exc:
                 log.warning("%s skips snapshot %s: %s", self.service, snapshot.name, exc)
                 continue
@@ -180,7 +188,7 @@ class Snapshotter:
 
     def _encode(self, state: ClusterState) -> bytes:
         started = time.perf_counter()
-        data = encode_snapshot(state)
+        data = encode_snapshot(state, self.log)
         SNAPSHOT_ENCODE_SECONDS.labels(self.service).observe(time.perf_counter() - started)
         self.written_seq, self.written_at = state.seq, self.clock()  # tried: not again at once
         return data

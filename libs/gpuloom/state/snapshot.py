@@ -11,7 +11,7 @@ Layout (every integer big-endian):
 
     MAGIC                     b"GPULOOM-SNAPSHOT\\n"
     header length             4 bytes
-    header                    JSON: format, version, fingerprint, seq, size, compression
+    header                    JSON: format, version, fingerprint, log, seq, size, compression
     payload                   zlib(JSON of the state), `size` bytes once inflated
     checksum                  sha256 of everything above (32 bytes)
 
@@ -37,8 +37,9 @@ from gpuloom.state.snapshot_schema import schema_fingerprint, state_codec
 
 MAGIC = b"GPULOOM-SNAPSHOT\n"
 FORMAT = "gpuloom-snapshot"
-#: The layout above; bump it when the layout (not the state's shape) changes.
-VERSION = 1
+#: The layout above; bump it when the layout (not the state's shape) changes. 2: the
+#: header names the log (`log`).
+VERSION = 2
 COMPRESSION = "zlib"
 #: Level 1: half the time of the default level for a fifth more bytes.
 ZLIB_LEVEL = 1
@@ -63,6 +64,10 @@ class SnapshotHeader:
     version: int
     #: `snapshot_fingerprint()` of the process that wrote it.
     fingerprint: str
+    #: Which log it is the fold of: when that stream was created (a stream deleted and
+    #: made anew restarts at seq 1, and a snapshot of the old one at a seq the new one
+    #: reaches later must not pass for its state); "" where unknown.
+    log: str
     #: The state is `fold(log[:seq])`: replay from `seq + 1`.
     seq: int
     #: Bytes of the payload's JSON once inflated.
@@ -75,8 +80,8 @@ def snapshot_fingerprint() -> str:
     return schema_fingerprint()
 
 
-def encode_snapshot(state: ClusterState) -> bytes:
-    """The snapshot of `state` at `state.seq`. Deterministic: equal states (dicts in the
+def encode_snapshot(state: ClusterState, log: str = "") -> bytes:
+    """The snapshot of `state` at `state.seq`, a fold of `log` (`SnapshotHeader.log`). Deterministic: equal states (dicts in the
     same order, as the fold builds them) give equal bytes. Does not change `state`.
 
     A value that does not fit its declared type (a list where the model says tuple)
@@ -85,7 +90,7 @@ def encode_snapshot(state: ClusterState) -> bytes:
     """
     payload = state_codec().serializer.to_json(state, warnings="error")
     header = SnapshotHeader(
-        FORMAT, VERSION, snapshot_fingerprint(), state.seq, len(payload), COMPRESSION
+        FORMAT, VERSION, snapshot_fingerprint(), log, state.seq, len(payload), COMPRESSION
     )
     return _pack(header, zlib.compress(payload, ZLIB_LEVEL))
 
@@ -133,7 +138,7 @@ def _header(fields: dict[str, object]) -> SnapshotHeader:
     if set(fields) != names:
         raise SnapshotError("damaged snapshot header (unexpected fields)")
     header = SnapshotHeader(**fields)  # type: ignore[arg-type]
-    strings = (header.fingerprint, header.compression)
+    strings = (header.fingerprint, header.log, header.compression)
     numbers = (header.seq, header.size)
     if not all(isinstance(s, str) for s in strings) or not all(
         type(n) is int and n >= 0 for n in numbers
@@ -142,11 +147,12 @@ def _header(fields: dict[str, object]) -> SnapshotHeader:
     return header
 
 
-def decode_snapshot(data: bytes) -> ClusterState:
+def decode_snapshot(data: bytes, log: str | None = None) -> ClusterState:
     """The state a snapshot holds, or SnapshotError saying why it cannot be trusted.
 
     Checked in this order: magic and format, layout version, checksum (truncated or
-    edited), schema fingerprint (written by an incompatible model), payload size,
+    edited), the log it folds (when `log` is given), schema fingerprint (written by an
+    incompatible model), payload size,
     the payload against the model, and its `seq` against the header's. The state
     returned shares nothing with any other object: fold on from it freely.
     """
@@ -156,6 +162,11 @@ def decode_snapshot(data: bytes) -> ClusterState:
         raise SnapshotError("truncated snapshot (no checksum)")
     if hashlib.sha256(data[:end]).digest() != data[end:]:
         raise SnapshotError("snapshot checksum mismatch (truncated or edited)")
+    if log is not None and header.log != log:
+        raise SnapshotError(
+            f"snapshot of another log (one created {_show(header.log) or 'at an unknown time'}),"
+            f" this log was created {_show(log)}"
+        )
     if header.fingerprint != snapshot_fingerprint():
         raise SnapshotError(
             f"snapshot written by schema {_show(header.fingerprint)}, "

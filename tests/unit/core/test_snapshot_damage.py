@@ -63,7 +63,7 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
     "header nested deep": (lambda: MAGIC + b"\x00\x00\x0f\xa0" + b"[" * 4000, "not JSON"),
     "a schema that is not a name": (lambda: repacked(fingerprint="a\nb"), "schema 'a\\\\nb'"),
     "another format": (lambda: repacked(format="tarball"), "format 'tarball'"),
-    "another layout version": (lambda: repacked(version=2), "version 2, this reads 1"),
+    "another layout version": (lambda: repacked(version=1), "version 1, this reads 2"),
     "another schema": (
         lambda: repacked(fingerprint="0123456789abcdef"),
         "written by schema 0123456789abcdef, this is [0-9a-f]{16}",
@@ -89,6 +89,19 @@ def test_a_snapshot_that_cannot_be_trusted_is_refused_with_its_reason(
     with pytest.raises(SnapshotError, match=reason) as refused:
         decode_snapshot(make())
     assert "\n" not in str(refused.value)
+
+
+def test_a_snapshot_of_another_log_is_refused_where_the_log_is_known() -> None:
+    """A stream deleted and made anew starts again at seq 1: a snapshot of the old one
+    at a seq the new one reaches later is not its state."""
+    state = fold(story())
+    old = encode_snapshot(state, log="2026-11-01T08:00:00Z")
+    assert decode_snapshot(old, log="2026-11-01T08:00:00Z") == state
+    assert decode_snapshot(old) == state  # the log unknown to the reader: not checked
+    with pytest.raises(SnapshotError, match="another log .*2026-11-01.*created 2026-12-04"):
+        decode_snapshot(old, log="2026-12-04T09:30:00Z")
+    with pytest.raises(SnapshotError, match="created at an unknown time"):
+        decode_snapshot(encode_snapshot(state), log="2026-12-04T09:30:00Z")
 
 
 def test_every_cut_and_every_flipped_bit_is_refused() -> None:
