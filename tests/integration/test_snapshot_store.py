@@ -102,13 +102,15 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 async def test_a_writer_killed_mid_snapshot_leaves_only_whole_ones(
     nats_url: str, tmp_path: Path
 ) -> None:
-    """kill -9 of a process while it writes: every snapshot listed reads back whole."""
+    """kill -9 of a process while it writes: every snapshot listed reads back whole, and
+    the chunks of the upload it cut are swept once they are old enough."""
     keyring = server_of(nats_url).keyring
     assert keyring is not None
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     url, seed = strip_credentials(nats_url), str(keyring.seed_file("placement"))
     whole = 0
+    cut: list[str] = []
     for delay in (0.9, 1.2, 1.5, 1.9):
         writer = subprocess.Popen([sys.executable, str(script), url, seed], stdout=subprocess.PIPE)
         await asyncio.sleep(delay)
@@ -121,6 +123,18 @@ async def test_a_writer_killed_mid_snapshot_leaves_only_whole_ones(
                 assert len(data) == snapshot.size == 32 + 3_000_000, snapshot
                 assert hashlib.sha256(data[32:]).digest() == data[:32], snapshot
                 whole += 1
+            assert await store.sweep() == []  # cut just now: maybe an upload under way
+            cut += await store.sweep(older_than_s=0)
+            assert await unnamed_chunks(store) == set()
         finally:
             await nc.close()
     assert whole > 0, "the writer never finished a snapshot: nothing was checked"
+    assert cut, "no kill cut an upload: the sweep was not tried"
+
+
+async def unnamed_chunks(store: SnapshotStore) -> set[str]:
+    """The chunk ids in the bucket that no object names."""
+    named = {i.nuid for i in await (await store._open()).list(ignore_deletes=True)}
+    prefix = f"$O.{store.bucket}.C."
+    info = await store.js.stream_info(f"OBJ_{store.bucket}", subjects_filter=f"{prefix}>")
+    return {s.removeprefix(prefix) for s in info.state.subjects or {}} - named

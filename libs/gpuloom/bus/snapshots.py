@@ -12,7 +12,9 @@ and takes no snapshot.
 Objects are named by the sequence they were folded to (`seq-000000000001234`); the
 newest `keep` stay, so that a damaged newest one falls back to the one before. An
 object becomes visible only when its metadata is written, after every chunk: a
-process killed while writing leaves the previous snapshots as they were. What is in
+process killed while writing leaves the previous snapshots as they were, and chunks
+no object names, which the next write sweeps (`sweep`) so that they do not fill the
+bucket (it refuses writes past its `max_bytes`, `gpuloom.bus.provision`). What is in
 a snapshot and what makes one untrustworthy is `gpuloom.state.snapshot`'s business;
 this module moves bytes.
 """
@@ -23,6 +25,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
@@ -34,6 +37,9 @@ from gpuloom.bus.provision import Bucket, create_bucket
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^seq-(\d{15})$")
+#: Chunks no object names are an upload cut short once they are this old, seconds (a
+#: younger one may be another copy's upload under way: two per `TIMEOUT_S` call).
+ORPHAN_AGE_S = 4 * 30.0
 #: How long one call to the store may take before the snapshot is given up (a restart
 #: then replays more of the log; it never waits on a store that does not answer).
 TIMEOUT_S = 30.0
@@ -135,4 +141,48 @@ class SnapshotStore:
                 await asyncio.wait_for(store.delete(old.name), TIMEOUT_S)
             except Exception as exc:  # kept one more than asked: harmless, said once
                 log.warning("could not delete old snapshot %s: %r", old.name, exc)
+        try:
+            await asyncio.wait_for(self.sweep(), TIMEOUT_S)
+        except Exception as exc:  # the next write sweeps again
+            log.warning("could not sweep the chunks of cut uploads in %s: %r", self.bucket, exc)
         return StoredSnapshot(seq, name, len(data))
+
+    async def sweep(self, older_than_s: float = ORPHAN_AGE_S) -> list[str]:
+        """Purge the chunks that no object names and whose last one is older than
+        `older_than_s` (uploads cut short by a kill or a timeout); their ids."""
+        store = await self._open()
+        stream = f"OBJ_{self.bucket}"
+        chunks = f"$O.{self.bucket}.C."
+        try:
+            named = {i.nuid for i in await store.list(ignore_deletes=True) if not i.deleted}
+        except NotFoundError:  # no object at all
+            named = set()
+        info = await self.js.stream_info(stream, subjects_filter=f"{chunks}>")
+        swept = []
+        now = datetime.now(UTC)
+        for subject in sorted(info.state.subjects or {}):
+            nuid = subject.removeprefix(chunks)
+            if nuid in named:
+                continue
+            last = await self.js.get_last_msg(stream, subject)
+            if now - _stored_at(last.time) < timedelta(seconds=older_than_s):
+                continue  # maybe an upload under way
+            await self.js.purge_stream(stream, subject=subject)
+            swept.append(nuid)
+        if swept:
+            log.info("swept the chunks of %d cut upload(s) from %s", len(swept), self.bucket)
+        return swept
+
+
+def _stored_at(stamp: object) -> datetime:
+    """A message's JetStream timestamp (RFC 3339 with nanoseconds, or a datetime); the
+    epoch where it cannot be read (the chunks are then old enough to sweep)."""
+    if isinstance(stamp, datetime):
+        return stamp
+    text = str(stamp or "")
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
+    if match is None:
+        return datetime.fromtimestamp(0, UTC)
+    fraction = (match.group(2) or ".0")[:7]
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    return datetime.fromisoformat(match.group(1) + fraction + zone)
