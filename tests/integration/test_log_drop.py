@@ -1,11 +1,13 @@
 """Bounding the stream: the log's start is exported, folded into the base snapshot and
 dropped; processes without a snapshot of their own start from the base one, and one
 with no snapshot at all refuses to fold a log from its middle. Real nats-server, real
-services (no audit from seq 1 at the end: the stream no longer starts there)."""
+services; audit and replay from seq 1 read the dropped events from the archive (no
+audit at the end of the fixture: the stream no longer starts at seq 1)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
@@ -106,6 +108,20 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
             app, ["audit", "--from-snapshot", "--nats", nats_url, "--no-record"]
         )
         assert audited.exit_code == 0, audited.output
+        # and with the archive, from seq 1 again: the dropped events read from its segments
+        whole = runner.invoke(
+            app, ["audit", "--archive", str(archive), "--nats", nats_url, "--no-record", "--json"]
+        )
+        assert whole.exit_code == 0, whole.output
+        report = json.loads(whole.output[whole.output.index("{") :])
+        assert report["start"] is None and report["to_seq"] > last
+        assert report["verified"] == 7  # the 4 old jobs' placements too, re-made
+        early = ["replay", "--at", str(last // 2), "--from-start", "--nats", nats_url, "--json"]
+        refused = runner.invoke(app, early)
+        assert refused.exit_code == 1 and "--archive DIR" in refused.output, refused.output
+        replayed = runner.invoke(app, [*early, "--archive", str(archive)])
+        assert replayed.exit_code == 0, replayed.output
+        assert f'"seq": {last // 2}' in replayed.output
 
         # a process with no snapshot at all, not even the base: it will not start
         stack.kill("admission", signal.SIGTERM)

@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from gpuloom.bus.archive import MANIFEST, ArchiveError, load_manifest, read_archive
 from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.identities import SERVICES, SNAPSHOT_BUCKET_PREFIX, bucket_of
 from gpuloom.bus.jetstream import EventBus
@@ -50,7 +52,8 @@ async def read_log(
             raise LogStartDropped(
                 f"the log starts at seq {figures.first_seq}: its start was dropped (gpuloom "
                 f"archive drop); fold from a snapshot at seq {figures.first_seq - 1} or later "
-                "(gpuloom audit --from-snapshot; replay finds one by itself)"
+                "(gpuloom audit --from-snapshot; replay finds one by itself), or read the "
+                "dropped events from the archive (--archive DIR)"
             )
         last = figures.last_seq
         if upto is not None:
@@ -79,6 +82,46 @@ async def read_log(
         return records
     finally:
         await bus.close()
+
+
+async def read_history(
+    nats_url: str,
+    archive: Path,
+    stream: str = "GPULOOM",
+    upto: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    from_seq: int = 1,
+) -> list[Recorded]:
+    """`read_log` across the archive (`gpuloom.bus.archive`): the events from `from_seq`
+    up to `upto` out of the archive's segments (each checked against its sha256), then
+    out of the stream from the archive's end on. So an audit from seq 1, or a replay
+    to any point, still reads the whole trail once the stream's start was dropped.
+
+    `ArchiveError` when the archive has no segments or starts after `from_seq`;
+    `LogStartDropped` when the stream starts after the archive's end (a gap).
+    """
+    segments = load_manifest(archive)
+    if not segments:
+        raise ArchiveError(f"{archive}: no segments (no {MANIFEST}): export the log first")
+    first, last = segments[0].first, segments[-1].last
+    if from_seq < first:
+        raise ArchiveError(
+            f"the archive in {archive} starts at seq {first}: it cannot give seq {from_seq}"
+        )
+    records: list[Recorded] = []
+    if from_seq <= last:
+        for message in read_archive(archive, upto):
+            if message.seq >= from_seq:
+                with contextlib.suppress(MalformedEvent):
+                    records.append(
+                        decode(
+                            message.seq, message.body, message.stored_at, subject=message.subject
+                        )
+                    )
+    rest = max(from_seq, last + 1)
+    if upto is None or rest <= upto:
+        records += await read_log(nats_url, stream, upto=upto, options=options, from_seq=rest)
+    return records
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from gpuloom.audit import (
     snapshot,
     state_at,
 )
-from gpuloom.bus.reader import SnapshotRead, read_log, read_snapshots
+from gpuloom.bus.archive import ArchiveError
+from gpuloom.bus.reader import SnapshotRead, read_history, read_log, read_snapshots
 from gpuloom.bus.streams import StreamMissingError
 from gpuloom.client.context import emit, err, fail, print_json
 from gpuloom.events import AuditCompleted, Recorded, encode, make_envelope, subject_for
@@ -44,6 +45,15 @@ from gpuloom.natsserver import strip_credentials
 NatsOption = Annotated[
     str | None,
     typer.Option("--nats", help="NATS URL of the log (default: GPULOOM_NATS_URL, then make run's)"),
+]
+
+
+ArchiveOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--archive",
+        help="the log's archive (gpuloom archive export): read the events the stream dropped",
+    ),
 ]
 
 
@@ -70,10 +80,16 @@ def _url(url: str | None) -> str:
         fail(str(exc), 2)
 
 
-def _read(url: str | None, upto: int | None = None, from_seq: int = 1) -> list[Recorded]:
+def _read(
+    url: str | None, upto: int | None = None, from_seq: int = 1, archive: Path | None = None
+) -> list[Recorded]:
     nats_url = _url(url)
     try:
+        if archive is not None:
+            return asyncio.run(read_history(nats_url, archive, upto=upto, from_seq=from_seq))
         return asyncio.run(read_log(nats_url, upto=upto, from_seq=from_seq))
+    except ArchiveError as exc:
+        fail(f"cannot read the archive: {exc}")
     except Exception as exc:
         fail(f"cannot read the log at {strip_credentials(nats_url)}: {exc}")
 
@@ -138,6 +154,7 @@ def audit_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="the report as JSON")] = False,
+    archive: ArchiveOption = None,
     record: Annotated[
         bool, typer.Option(help="write the result to the log (GET /v1/audit shows it)")
     ] = True,
@@ -153,7 +170,7 @@ def audit_command(
         else:
             claims = [claim for claim in claims if claim is not start.claim]
     begin = start.state.seq if start is not None else 0
-    records = _read(nats, from_seq=begin + 1)
+    records = _read(nats, from_seq=begin + 1, archive=archive)
     report = audit(
         records,
         from_seq=from_seq,
@@ -248,6 +265,7 @@ def replay_command(
         bool,
         typer.Option("--from-start", help="fold from seq 1, not from the newest snapshot before"),
     ] = False,
+    archive: ArchiveOption = None,
 ) -> None:
     """The cluster as it was at a seq or a time: nodes, GPUs, pools, holders, queue.
 
@@ -266,7 +284,7 @@ def replay_command(
         err.print("replayed from seq 1")
     else:
         err.print(f"replayed from the snapshot of {escape(start.claim.source)} at seq {begin}")
-    records = _read(nats, upto=seq, from_seq=begin + 1)
+    records = _read(nats, upto=seq, from_seq=begin + 1, archive=archive)
     state = state_at(records, seq=seq, at=when, start=start.state if start is not None else None)
     view = snapshot(state)
     if as_json:
