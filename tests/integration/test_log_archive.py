@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.archive import ArchiveError, export, load_manifest, read_archive, verify_archive
+from gpuloom.bus.reader import LogStartDropped, read_history
 from gpuloom.client.cli import app
 from gpuloom.events import decode
 
@@ -83,6 +84,26 @@ async def test_an_export_after_events_were_dropped_unexported_is_refused(
     with pytest.raises(ArchiveError, match=r"events 5\.\.6 were dropped before they were exported"):
         await export(bus, root)
     assert [s.last for s in load_manifest(root)] == [4]
+
+
+async def test_history_reads_the_archive_then_the_stream_and_names_a_gap(
+    nats_url: str, bus: EventBus, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    with pytest.raises(ArchiveError, match="no segments"):
+        await read_history(nats_url, root)
+    await put(bus, *(submit(f"h-{i}") for i in range(6)))
+    await export(bus, root, segment_events=2)
+    last = await put(bus, *(submit(f"h-{i}") for i in range(6, 9)))
+    await bus.js.purge_stream("GPULOOM", seq=5)  # seq 1..4 only in the archive now
+    jobs = [r.event.job_id for r in await read_history(nats_url, root)]  # type: ignore[attr-defined]
+    assert jobs == [f"h-{i}" for i in range(9)]
+    middle = await read_history(nats_url, root, from_seq=3, upto=7)
+    assert [r.seq for r in middle] == [3, 4, 5, 6, 7]
+    await put(bus, submit("h-9"))
+    await bus.js.purge_stream("GPULOOM", seq=last + 1)  # 7..9 dropped, never exported
+    with pytest.raises(LogStartDropped, match="--archive"):
+        await read_history(nats_url, root)
 
 
 def test_the_cli_exports_and_verifies(nats_url: str, tmp_path: Path) -> None:
