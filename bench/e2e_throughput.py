@@ -15,6 +15,11 @@ JobPlaced, JobStarted, JobFinished). `--profile DIR` runs each service under cPr
 and prints where the time went.
 
   python bench/e2e_throughput.py [--scenario placed|started] [--jobs N] [--profile DIR]
+                                 [--env GPULOOM_SETTING=VALUE ...]
+
+`--env` sets a setting of every service (e.g. GPULOOM_SNAPSHOT_EVERY_EVENTS=500 to
+write snapshots often while deciding); the snapshots each service wrote, and how
+long their encoding paused its loop, are printed from the services' logs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import argparse
 import asyncio
 import os
 import pstats
+import re
+import statistics
 import sys
 import tempfile
 import time
@@ -132,6 +139,21 @@ def print_profiles(profile_dir: Path) -> None:
         stats.sort_stats("tottime").print_stats(12)
 
 
+def print_snapshots(log_dir: Path) -> None:
+    """Per service: snapshots written during the run and their encoding pauses."""
+    pattern = re.compile(r"wrote its snapshot at seq \d+ \((\d+) bytes, encoded in ([\d.]+) ms\)")
+    for path in sorted(log_dir.glob("*.log")):
+        found = pattern.findall(path.read_text(errors="replace"))
+        if not found:
+            continue
+        pauses = [float(ms) for _, ms in found]
+        print(
+            f"snapshots of {path.stem}: {len(found)}, up to {max(int(b) for b, _ in found)} bytes;"
+            f" encoding paused its loop {statistics.median(pauses):.1f} ms median,"
+            f" {max(pauses):.1f} ms at most"
+        )
+
+
 def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gpuloom-bench-"))
     nats = NatsServer(workdir / "nats").start()
@@ -146,6 +168,9 @@ def run(args: argparse.Namespace) -> None:
         for a in range(nodes // per_agent)
     }
     env = {"GPULOOM_NODE_LOST_TIMEOUT_S": "60", "GPULOOM_HEARTBEAT_INTERVAL_S": "2"}
+    for setting in args.env:
+        name, _, value = setting.partition("=")
+        env[name] = value
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         env["GPULOOM_PROFILE_DIR"] = str(Path(args.profile).resolve())
@@ -188,6 +213,7 @@ def run(args: argparse.Namespace) -> None:
     finally:
         cluster.stop()
         nats.stop()
+    print_snapshots(workdir / "data" / "logs")
     t = times_by_type(records)
     if args.scenario == "placed":
         placed = [j for j in t["placed"] if j in t["submitted"]]
@@ -227,6 +253,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="")
+    parser.add_argument("--env", action="append", default=[], help="GPULOOM_X=VALUE (repeat)")
     run(parser.parse_args())
 
 

@@ -91,6 +91,8 @@ class Snapshotter:
         self._said_missing = False
         #: The log this process folds (`restore`'s `log_created`), named in each snapshot.
         self.log = ""
+        #: How long the last encode paused the loop, seconds.
+        self.encode_s = 0.0
 
     async def restore(
         self, at_most: int | None = None, at_least: int = 0, log_created: str | None = None
@@ -189,7 +191,8 @@ class Snapshotter:
     def _encode(self, state: ClusterState) -> bytes:
         started = time.perf_counter()
         data = encode_snapshot(state, self.log)
-        SNAPSHOT_ENCODE_SECONDS.labels(self.service).observe(time.perf_counter() - started)
+        self.encode_s = time.perf_counter() - started
+        SNAPSHOT_ENCODE_SECONDS.labels(self.service).observe(self.encode_s)
         self.written_seq, self.written_at = state.seq, self.clock()  # tried: not again at once
         return data
 
@@ -211,7 +214,13 @@ class Snapshotter:
             return
         SNAPSHOT_SEQ.labels(self.service).set(seq)
         SNAPSHOT_BYTES.labels(self.service).set(len(data))
-        log.info("%s wrote its snapshot at seq %d (%d bytes)", self.service, seq, len(data))
+        log.info(
+            "%s wrote its snapshot at seq %d (%d bytes, encoded in %.1f ms)",
+            self.service,
+            seq,
+            len(data),
+            self.encode_s * 1000,
+        )
 
     async def close(self, state: ClusterState | None) -> None:
         """At a clean stop: wait for the upload under way, then store `state` if it is
