@@ -56,6 +56,7 @@ from pathlib import Path
 from longlog import LongLog, finished_jobs, validate, write
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.provision import provision_at
 from gpuloom.devstack import REPO_ROOT, NatsServer, die_with_parent, free_port
 
 SERVICES = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
@@ -283,6 +284,7 @@ def run(args: argparse.Namespace) -> None:
         )
         last, took = asyncio.run(write_log(nats.url, args))
         print(f"wrote {last:,} events in {took:.1f} s ({last / took:,.0f} events/s)", flush=True)
+        asyncio.run(provision_at(nats.url, "GPULOOM"))  # the buckets, as `gpuloom bus setup`
         print(f"load before the starts: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
         here = Code(REPO_ROOT, widen=args.clock == "history")
         results: dict[str, tuple[Start, Start]] = {}

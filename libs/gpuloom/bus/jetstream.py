@@ -25,6 +25,14 @@ from gpuloom.events.subjects import ALL_EVENTS
 log = logging.getLogger(__name__)
 
 
+#: The most messages a follower of the log (`follow`) holds delivered but not yet
+#: folded. A process that folds slower than the server delivers (the gateway writing
+#: rows as it replays a long log) would otherwise hold the log itself in memory
+#: (a gigabyte for a million events, measured); bounded, it holds a few megabytes
+#: and the server keeps the rest.
+INBOX_LIMIT = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFigures:
     """The stream's size as the server reports it: what `/metrics` shows operators, so
@@ -209,7 +217,9 @@ class EventBus:
         """Deliver every message from `from_seq` on, in order, then keep following.
 
         Uses an ordered push consumer: it replays, survives reconnects and resets
-        itself on a gap. Returns a function that stops it.
+        itself on a gap. Returns a function that stops it. `on_message` may wait (a
+        full inbox, `INBOX_LIMIT`): the next message is delivered once it returns, and
+        JetStream's flow control keeps the rest on the server meanwhile.
         """
 
         async def callback(msg: Msg) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
+from gpuloom.bus.jetstream import INBOX_LIMIT
 from gpuloom.events import JobEvent, MalformedEvent, NodeEvent, decode
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, JobState, NodeState, apply
@@ -52,6 +53,7 @@ class Projector:
         node_row: NodeMapper = rows.node_row,
         name: str = CHECKPOINT,
         snapshots: Snapshotter | None = None,
+        inbox_limit: int = INBOX_LIMIT,
     ) -> None:
         self.bus = bus
         #: Start from a snapshot of the fold not past the checkpoint, and write some.
@@ -67,7 +69,8 @@ class Projector:
         self.stream_seq = 0
         self._checkpoint = 0
         self._quarantined: set[tuple[str, str]] = set()
-        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue()
+        #: Bounded: a full inbox makes the log's delivery wait (`EventBus.follow`).
+        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(inbox_limit)
         self._dirty_jobs: set[str] = set()
         self._dirty_nodes: set[str] = set()
         #: Dirty jobs the fold forgot since the last flush (final and charged,
@@ -76,7 +79,7 @@ class Projector:
         self.changed = asyncio.Condition()
 
     async def _enqueue(self, message: Incoming) -> None:
-        self._inbox.put_nowait(message)
+        await self._inbox.put(message)
 
     @property
     def quarantined(self) -> int:

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 
 from opentelemetry.trace import SpanKind
 
-from gpuloom.bus import EventBus, Incoming, Outgoing
+from gpuloom.bus import EventBus, Incoming
+from gpuloom.bus.jetstream import INBOX_LIMIT, Outgoing
 from gpuloom.decide import Decision
 from gpuloom.events import MalformedEvent, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
@@ -60,6 +61,7 @@ class Reactor:
         on_recorded: Callable[[Recorded], None] | None = None,
         publish_timeout_s: float = 10.0,
         snapshots: Snapshotter | None = None,
+        inbox_limit: int = INBOX_LIMIT,
     ) -> None:
         self.bus = bus
         self.service = service
@@ -69,7 +71,8 @@ class Reactor:
         self.publish_timeout_s = publish_timeout_s
         self.snapshots = snapshots
         self.state = ClusterState()
-        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue()
+        #: Bounded: a full inbox makes the log's delivery wait (`EventBus.follow`).
+        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(inbox_limit)
         self._trace_headers: dict[str, dict[str, str]] = {}
         self._awaited_seq = 0
         self._catch_up_seq = 0
@@ -83,7 +86,7 @@ class Reactor:
     # --- folding -------------------------------------------------------------------
 
     async def _enqueue(self, message: Incoming) -> None:
-        self._inbox.put_nowait(message)
+        await self._inbox.put(message)
 
     def _fold(self, message: Incoming) -> None:
         """Fold one message; one that cannot be handled is dead-lettered, never raised."""
