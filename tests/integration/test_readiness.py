@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.auth import OPERATOR, Principal, issue_token, read_secret
 from gpuloom.bus import EventBus
+from gpuloom.bus.provision import provision_at
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
 from gpuloom.store.migrate import upgrade
@@ -135,6 +136,7 @@ async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
     database_url: str, nats_url: str, tmp_path: Path
 ) -> None:
     await upgrade(database_url)
+    await provision_at(nats_url, "GPULOOM")  # as `gpuloom bus setup`: no service creates it
     settings = Settings(nats_url=nats_url, database_url=database_url, data_dir=tmp_path)
     app = create_app(settings)
     transport = httpx.ASGITransport(app=app)

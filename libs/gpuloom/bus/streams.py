@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
@@ -139,13 +140,19 @@ async def check_streams(js: JetStreamContext, stream: str, expected: Expected) -
         )
 
 
+def _without_password(url: str) -> str:
+    """An error message must not carry the admin's password: `nats://host:port`."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 async def require_stream(js: JetStreamContext, stream: str, where: str) -> None:
     """Raise `StreamMissingError` unless `stream` exists; creates and changes nothing."""
     try:
         await js.stream_info(stream)
     except NotFoundError:
         raise StreamMissingError(
-            f"no stream {stream} at {where}: nothing has been logged there (is this the "
+            f"no stream {stream} at {_without_password(where)}: nothing has been logged there (is this the "
             "NATS of the cluster? `gpuloom bus setup` creates the log, as the admin)"
         ) from None
 

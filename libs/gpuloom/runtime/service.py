@@ -15,6 +15,7 @@ from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.identities import BASE_BUCKET
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
+from gpuloom.natsserver import strip_credentials
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.telemetry import setup_tracing, shutdown_tracing
 from gpuloom.telemetry.logging import setup_logging
@@ -58,7 +59,10 @@ async def connect_bus(settings: Settings, name: str, attempts: int = 120) -> Eve
         except Exception as exc:
             if attempt == attempts:
                 raise
-            log.warning("waiting for NATS at %s: %s", settings.nats_url, exc)
+            where = strip_credentials(settings.nats_url)
+            log.warning(
+                "waiting for NATS at %s: %s", where, str(exc).replace(settings.nats_url, where)
+            )
             await asyncio.sleep(0.5)
             continue
         await bus.check_stream(settings.dedup_window_s, settings.stream_replicas)
