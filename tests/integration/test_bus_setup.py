@@ -15,24 +15,15 @@ import nats
 import pytest
 from nats.js.api import RePublish, StreamConfig
 from nats.js.errors import NotFoundError
-from test_bus_permissions import body, connect_as
+from test_bus_permissions import STREAM, body, connect_as, server_of
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.identities import BASE_BUCKET, SERVICES, agent_bucket, bucket_of
 from gpuloom.devstack import REPO_ROOT, Stack
 from gpuloom.events import JobSubmitted, subject_for
-from gpuloom.natsserver import NatsServer, serving
 from gpuloom.testing.builders import make_job_spec
 
 pytestmark = pytest.mark.integration
-
-STREAM = "GPULOOM"
-
-
-def server_of(url: str) -> NatsServer:
-    server = serving(url)
-    assert server is not None and server.keyring is not None, "the test NATS runs with auth"
-    return server
 
 
 async def stream_names(url: str) -> set[str]:
