@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from gpuloom.bus.identities import Identity, Permissions
 from gpuloom.bus.keyring import Keyring, write_private
+from gpuloom.bus.streams import strip_credentials as strip_credentials  # re-exported
 
 #: JetStream's fsync period (`GPULOOM_NATS_SYNC`; docs/operations.md, "Durability").
 #: nats-server's default is 2 min; 1 s bounds what a host crash (power cut, kernel panic)
@@ -192,13 +193,6 @@ def serving(url: str) -> NatsServer | None:
     """The running server of this process that listens at `url`'s port, if any."""
     port = urlsplit(url).port
     return _serving.get(port) if port is not None else None
-
-
-def strip_credentials(url: str) -> str:
-    """`nats://user:password@host:port` -> `nats://host:port`."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=netloc).geturl()
 
 
 class NatsServer:

@@ -140,8 +140,8 @@ async def check_streams(js: JetStreamContext, stream: str, expected: Expected) -
         )
 
 
-def _without_password(url: str) -> str:
-    """An error message must not carry the admin's password: `nats://host:port`."""
+def strip_credentials(url: str) -> str:
+    """`nats://user:password@host:port` -> `nats://host:port`: what a message may show."""
     parts = urlsplit(url)
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
@@ -152,7 +152,7 @@ async def require_stream(js: JetStreamContext, stream: str, where: str) -> None:
         await js.stream_info(stream)
     except NotFoundError:
         raise StreamMissingError(
-            f"no stream {stream} at {_without_password(where)}: nothing has been logged there (is this the "
+            f"no stream {stream} at {strip_credentials(where)}: nothing has been logged there (is this the "
             "NATS of the cluster? `gpuloom bus setup` creates the log, as the admin)"
         ) from None
 
