@@ -126,8 +126,17 @@ async def get_job(
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
         return array_view(job_id, [to_job(task, principal, accounts) for task in tasks])
     job = to_job(row, principal, accounts)
-    if job.state in PENDING_PHASES and gateway.projector is not None:
-        found = explain(gateway.projector.state, job_id, brief=True)
+    state = gateway.projector.state if gateway.projector is not None else None
+    live = state.jobs.get(job_id) if state is not None else None
+    # The rows are written a batch after the fold: explain only the state the row shows,
+    # lest a row still `submitted` carry the reason of the job already queued.
+    if (
+        state is not None
+        and live is not None
+        and live.phase == job.state
+        and job.state in PENDING_PHASES
+    ):
+        found = explain(state, job_id, brief=True)
         if found is not None and found.reason is not None:
             detail = found.detail or ""
             reason = detail if detail.startswith(found.reason) else f"{found.reason}: {detail}"
