@@ -19,7 +19,7 @@ and prints where the time went.
 
 `--env` sets a setting of every service (e.g. GPULOOM_SNAPSHOT_EVERY_EVENTS=500 to
 write snapshots often while deciding); the snapshots each service wrote, and how
-long their encoding paused its loop, are printed from the services' logs.
+long serializing each paused its loop, are printed from the services' logs.
 """
 
 from __future__ import annotations
@@ -140,8 +140,10 @@ def print_profiles(profile_dir: Path) -> None:
 
 
 def print_snapshots(log_dir: Path) -> None:
-    """Per service: snapshots written during the run and their encoding pauses."""
-    pattern = re.compile(r"wrote its snapshot at seq \d+ \((\d+) bytes, encoded in ([\d.]+) ms\)")
+    """Per service: snapshots written during the run and the pauses to serialize them."""
+    pattern = re.compile(
+        r"wrote its snapshot at seq \d+ \((\d+) bytes; the loop paused ([\d.]+) ms"
+    )
     for path in sorted(log_dir.glob("*.log")):
         found = pattern.findall(path.read_text(errors="replace"))
         if not found:
@@ -149,7 +151,7 @@ def print_snapshots(log_dir: Path) -> None:
         pauses = [float(ms) for _, ms in found]
         print(
             f"snapshots of {path.stem}: {len(found)}, up to {max(int(b) for b, _ in found)} bytes;"
-            f" encoding paused its loop {statistics.median(pauses):.1f} ms median,"
+            f" serializing paused its loop {statistics.median(pauses):.1f} ms median,"
             f" {max(pauses):.1f} ms at most"
         )
 

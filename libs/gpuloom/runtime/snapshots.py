@@ -8,9 +8,11 @@ replay from sequence 1 gives: the decisions are the same.
 Nothing here may stop a service: a snapshot that cannot be listed, read or trusted
 (damaged, truncated, written by a version with another state schema) is skipped with
 one log line, and the service falls back to an older one or to a full replay; a write
-that fails is logged and tried again later. Encoding runs on the event loop between
-two decisions (the state must not change under it, and it is bounded by the live
-cluster); the upload runs beside the loop, one at a time.
+that fails is logged and tried again later. Serializing the state to JSON runs on the
+event loop between two decisions (the state must not change under it; it is bounded
+by the live cluster: about 45 ms for 10,000 live jobs at an idle hour); compressing
+and checksumming it (a third of the cost) runs in a thread, and the upload beside the
+loop, one at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from nats.js.errors import BucketNotFoundError
 
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.state import ClusterState
-from gpuloom.state.snapshot import SnapshotError, decode_snapshot, encode_snapshot
+from gpuloom.state.snapshot import (
+    SnapshotError,
+    decode_snapshot,
+    pack_snapshot,
+    serialize_state,
+)
 from gpuloom.telemetry.metrics import (
     SNAPSHOT_BYTES,
     SNAPSHOT_ENCODE_SECONDS,
@@ -185,19 +192,21 @@ class Snapshotter:
         is under way; True when it started one."""
         if not self.due(state) or (self._upload is not None and not self._upload.done()):
             return False
-        self._upload = asyncio.create_task(self._write(state.seq, self._encode(state)))
+        self._upload = asyncio.create_task(self._write(state.seq, self._serialize(state)))
         return True
 
-    def _encode(self, state: ClusterState) -> bytes:
+    def _serialize(self, state: ClusterState) -> bytes:
+        """The part of the encoding that reads the state: on the loop, timed (the pause)."""
         started = time.perf_counter()
-        data = encode_snapshot(state, self.log)
+        payload = serialize_state(state)
         self.encode_s = time.perf_counter() - started
         SNAPSHOT_ENCODE_SECONDS.labels(self.service).observe(self.encode_s)
         self.written_seq, self.written_at = state.seq, self.clock()  # tried: not again at once
-        return data
+        return payload
 
-    async def _write(self, seq: int, data: bytes) -> None:
+    async def _write(self, seq: int, payload: bytes) -> None:
         try:
+            data = await asyncio.to_thread(pack_snapshot, payload, seq, self.log)
             await self.store.write(seq, data)
         except BucketNotFoundError:
             if not self._said_missing:
@@ -215,7 +224,7 @@ class Snapshotter:
         SNAPSHOT_SEQ.labels(self.service).set(seq)
         SNAPSHOT_BYTES.labels(self.service).set(len(data))
         log.info(
-            "%s wrote its snapshot at seq %d (%d bytes, encoded in %.1f ms)",
+            "%s wrote its snapshot at seq %d (%d bytes; the loop paused %.1f ms to serialize it)",
             self.service,
             seq,
             len(data),
@@ -229,7 +238,7 @@ class Snapshotter:
             if self._upload is not None:
                 await asyncio.wait_for(self._upload, FINAL_WRITE_TIMEOUT_S)
             if state is not None and self.policy.enabled and state.seq > self.written_seq:
-                seq, data = state.seq, self._encode(state)
-                await asyncio.wait_for(self._write(seq, data), FINAL_WRITE_TIMEOUT_S)
+                seq, payload = state.seq, self._serialize(state)
+                await asyncio.wait_for(self._write(seq, payload), FINAL_WRITE_TIMEOUT_S)
         except TimeoutError:
             log.warning("%s stopped before its last snapshot was stored", self.service)

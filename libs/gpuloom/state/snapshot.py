@@ -88,9 +88,21 @@ def encode_snapshot(state: ClusterState, log: str = "") -> bytes:
     would come back as another value: that raises (pydantic_core's
     PydanticSerializationError, a bug in the fold) rather than write such a snapshot.
     """
-    payload = state_codec().serializer.to_json(state, warnings="error")
+    return pack_snapshot(serialize_state(state), state.seq, log)
+
+
+def serialize_state(state: ClusterState) -> bytes:
+    """The first half of `encode_snapshot`: the state as JSON. It reads the live state,
+    so it runs where nothing folds meanwhile (on the event loop, between two events)."""
+    return state_codec().serializer.to_json(state, warnings="error")
+
+
+def pack_snapshot(payload: bytes, seq: int, log: str = "") -> bytes:
+    """The second half: compress and checksum `serialize_state`'s JSON of the state at
+    `seq`. It touches no state, and zlib and sha256 release the GIL: a service runs it
+    in a thread while it goes on deciding."""
     header = SnapshotHeader(
-        FORMAT, VERSION, snapshot_fingerprint(), log, state.seq, len(payload), COMPRESSION
+        FORMAT, VERSION, snapshot_fingerprint(), log, seq, len(payload), COMPRESSION
     )
     return _pack(header, zlib.compress(payload, ZLIB_LEVEL))
 

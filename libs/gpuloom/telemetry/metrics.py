@@ -52,6 +52,6 @@ SNAPSHOT_RESTORED_SEQ = Gauge(
 SNAPSHOT_BYTES = Gauge("gpuloom_snapshot_bytes", "Size of the newest snapshot written", ["service"])
 SNAPSHOT_ENCODE_SECONDS = Histogram(
     "gpuloom_snapshot_encode_seconds",
-    "Time to encode a snapshot (the event loop's pause; the upload does not block it)",
+    "Time to serialize the state for a snapshot: the event loop's pause (compressing it and the upload run beside the loop)",
     ["service"],
 )
