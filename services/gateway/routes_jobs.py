@@ -183,12 +183,19 @@ async def cancel_job(
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
-async def explain_job(job_id: JobId, gateway: GatewayDep) -> JobExplanation:
-    """Why the job is pending: reason code, queue position, per-node verdicts, estimate."""
+async def explain_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> JobExplanation:
+    """Why the job is pending: reason code, queue position, per-node verdicts, estimate.
+
+    A job that ended long enough ago has left the live state (only a tombstone, or
+    nothing, is kept there): its row says how it ended."""
     await gateway.catch_up()
     if gateway.projector is None:
         raise unavailable("the gateway has not read the log yet")
     found = explain(gateway.projector.state, job_id)
+    if found is None or job_id not in gateway.projector.state.jobs:
+        row = await session.get(JobRow, job_id)
+        if row is not None:
+            return JobExplanation(id=job_id, state=row.state, reason=None, detail=row.reason)
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     return JobExplanation(

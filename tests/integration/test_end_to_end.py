@@ -99,6 +99,10 @@ def test_impossible_jobs_are_rejected_with_a_reason(cluster: Cluster) -> None:
     assert "V100" in done[model]["reason"]
     assert done[too_big]["state"] == "rejected"
     assert "largest node has 4" in done[too_big]["reason"]
+    # an ended job has left the live state at once (nothing is left to charge): its
+    # explanation is how it ended, from its row
+    explained = cluster.http.get(f"/v1/jobs/{model}/explain").json()
+    assert (explained["state"], explained["detail"]) == ("rejected", done[model]["reason"])
 
 
 def test_time_limit_and_cancel(cluster: Cluster) -> None:
