@@ -97,15 +97,27 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         "Placement decisions folded (JobPlaced): rate() is decisions per second",
         value=state.forgotten_attempts + sum(job.attempt for job in state.jobs.values()),
     )
-    since = now - RECENT
     recent = GaugeMetricFamily(
         "gpuloom_placements_last_minute",
-        "Jobs whose current placement was made in the last 60 s",
-        value=sum(
-            1 for job in state.jobs.values() if job.placed_at is not None and job.placed_at >= since
-        ),
+        "Jobs whose last placement was made in the last 60 s, ended ones included",
+        value=placed_since(state, now - RECENT),
     )
     return [jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent]
+
+
+def placed_since(state: ClusterState, since: datetime) -> int:
+    """Jobs whose last placement was made at `since` or later: the live ones, and those
+    that ended and left the state since then (the newest end of `retired`: a job ends
+    after it is placed, so no older entry can have been placed since)."""
+    live = sum(1 for job in state.jobs.values() if job.placed_at and job.placed_at >= since)
+    gone: set[str] = set()
+    for left, job_id in reversed(state.retired):
+        if left < since:
+            break
+        tombstone = state.tombstones.get(job_id)
+        if tombstone is not None and tombstone.placed_at and tombstone.placed_at >= since:
+            gone.add(job_id)
+    return live + len(gone)
 
 
 class ClusterCollector(Collector):

@@ -280,6 +280,9 @@ class Tombstone:
     account: str
     array_id: str | None = None
     idempotency_key: str | None = None
+    #: When its last placement was made (None: never placed), for the gauge of recent
+    #: placements: a short job is placed, ends and leaves within the same minute.
+    placed_at: datetime | None = None
 
 
 #: How many of the latest submissions' specs the state keeps: placement's typical

@@ -57,6 +57,7 @@ def retire_if_done(state: ClusterState, job: JobState, at: datetime) -> None:
         account=job.spec.account,
         array_id=job.array_id,
         idempotency_key=job.idempotency_key,
+        placed_at=job.placed_at,
     )
     since = at if state.clock is None else max(state.clock, at)
     state.retired.append((since, job_id))

@@ -38,15 +38,22 @@ def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
     log.start("early", "h")
     log.finish("early", "h")
     log.run_to_queue("train", gpus=2)
-    log.place("train", "a", [1, 2], after=120)  # the only placement in the last minute
+    log.place("train", "a", [1, 2], after=120)  # from here on: the last minute
     log.start("train", "a")
     log.run_to_queue("waits", gpus=4)
-    got = samples(cluster_metrics(log.state(), log.now))
+    log.run_to_queue("short", gpus=1)  # placed, ended and charged within the minute
+    log.place("short", "a", [3], after=10)
+    log.start("short", "a")
+    log.finish("short", "a", after=5)
+    log.charge("short", seconds=5)
+    state = log.state()
+    assert "short" in state.tombstones and "short" not in state.jobs
+    got = samples(cluster_metrics(state, log.now))
 
     def job_count(state: str) -> float:
         return got[("gpuloom_jobs", (("state", state),))]
 
-    assert (job_count("running"), job_count("queued"), job_count("succeeded")) == (1, 1, 1)
+    assert (job_count("running"), job_count("queued"), job_count("succeeded")) == (1, 1, 2)
     assert job_count("cancelled") == 0
     assert got[("gpuloom_queue_length", ())] == 1
     a100 = (("model", "A100-80GB"), ("pool", "physical"))
@@ -59,8 +66,8 @@ def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
     assert got[("gpuloom_gpus_allocated", h100)] == 0
     assert got[("gpuloom_nodes", (("state", "lost"),))] == 1
     assert got[("gpuloom_nodes", (("state", "ready"),))] == 2
-    assert got[("gpuloom_placements_total", ())] == 2
-    assert got[("gpuloom_placements_last_minute", ())] == 1
+    assert got[("gpuloom_placements_total", ())] == 3
+    assert got[("gpuloom_placements_last_minute", ())] == 2  # train and short
     later = samples(cluster_metrics(log.state(), log.now + timedelta(minutes=5)))
     assert later[("gpuloom_placements_last_minute", ())] == 0
 
