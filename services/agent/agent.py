@@ -180,9 +180,13 @@ class Agent:
         """The outbox entries ready to publish, and their events, in key order.
 
         An entry waits while the state has not folded its attempt's placement; it
-        is discarded when its attempt is over on its node. An attempt the log
-        still shows as placed gets its JobStarted first, so that the run is
-        recorded (and charged) before it ends.
+        is discarded when its attempt is over on its node, and when the state no
+        longer knows its job: the runner starts a process only for a placement the
+        state has folded, and the outbox publishes only once the agent has caught
+        up, so a job the state lacks then has ended and been forgotten (its
+        tombstone too, after the retention window). An attempt the log still shows
+        as placed gets its JobStarted first, so that the run is recorded (and
+        charged) before it ends.
         """
         keys: list[JobKey] = []
         decisions: list[Decision] = []
@@ -193,10 +197,11 @@ class Agent:
         for key in sorted(self.outbox):
             exited = self.outbox[key]
             job = state.jobs.get(key[0])
-            if job is None and key[0] in state.tombstones:
+            if job is None:
                 del self.outbox[key]  # ended and forgotten: its end is no longer news
+                log.info("agent drops the end of job %s: the log has forgotten it", key[0])
                 continue
-            if job is None or job.attempt < key[1]:
+            if job.attempt < key[1]:
                 continue  # the state is behind: wait
             if not is_current(state, key, exited.node):
                 del self.outbox[key]

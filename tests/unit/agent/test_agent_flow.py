@@ -12,10 +12,11 @@ from pathlib import Path
 from agent_fakelog import FakeLog
 
 from gpuloom.events import JobFinished, JobStarted
-from gpuloom.state import FINAL_PHASES
+from gpuloom.state import FINAL_PHASES, ClusterState
 from gpuloom.state.retention import final_phase
 from services.agent.agent import Agent
-from services.agent.shim import RunDir
+from services.agent.runner import Exited
+from services.agent.shim import Ended, RunDir
 
 ENVIRON = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
@@ -250,3 +251,14 @@ async def test_a_job_requeued_while_the_agent_was_dead_is_killed_on_restart(
     assert pid is not None and not run.shim_alive(pid)
     assert finishes(fake_log, "j1") == []
     assert fake_log.state.jobs["j1"].phase == "queued"
+
+
+def test_the_end_of_a_job_the_state_no_longer_knows_is_dropped(run_root: Path) -> None:
+    """Ended, forgotten and its tombstone expired (or restored from a snapshot that never
+    held it): nothing can fold its end, so the outbox drops it instead of retrying it
+    twice a second for ever."""
+    agent = Agent(["node-a"], run_root, environ=ENVIRON)
+    end = Ended("failed", 1, "exit code 1")
+    agent.on_exit(Exited(("gone", 1, 0), "node-a", 4242, end))
+    assert agent.due(ClusterState(seq=10)) == ([], [])
+    assert agent.outbox == {}
