@@ -35,6 +35,7 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check libs services tests bench migrations
 	$(VENV)/bin/ruff format --check libs services tests bench migrations
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP) ## format the code
 	$(VENV)/bin/ruff check --fix libs services tests bench migrations

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
-from gpuloom.decide import Decision
 from gpuloom.decide.accounting import decide_charges
+from gpuloom.events import Decision
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState

@@ -6,8 +6,8 @@ import asyncio
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
-from gpuloom.decide import Decision
 from gpuloom.decide.admission import decide_admission
+from gpuloom.events import Decision
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState

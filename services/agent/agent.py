@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from gpuloom.decide import Decision
+from gpuloom.events import Decision
 from gpuloom.state import ClusterState
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpuloom.decide import Decision
-from gpuloom.events import JobFinished, JobSpec, JobStarted, Outcome, SliceRef
+from gpuloom.events import Decision, JobFinished, JobSpec, JobStarted, Outcome, SliceRef
 from gpuloom.state import ON_NODE_PHASES, ClusterState, JobState
 
 #: (job id, attempt, replica): one local process.

@@ -18,10 +18,9 @@ from gpuloom.events import (
     QuotaSet,
     SharesSet,
 )
-from gpuloom.events.accounts import QUOTA_MAX
+from gpuloom.events.accounts import GPU_MILLI, QUOTA_MAX, RESOURCE
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
-from gpuloom.queueing.quota import GPU_MILLI, RESOURCE
 from gpuloom.state import ClusterState
 from gpuloom.state.model import AccountState
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden

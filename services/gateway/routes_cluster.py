@@ -11,9 +11,9 @@ from fastapi import APIRouter, Depends, HTTPException, Path
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from gpuloom.decide.queueing import dependency_status, pending_in_order, priority_weights
 from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_schemas
 from gpuloom.events.text import Remark
+from gpuloom.queueing.order import dependency_status, pending_in_order, priority_weights
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator

@@ -14,11 +14,11 @@ from fastapi import APIRouter, Depends, HTTPException, Path
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from gpuloom.decide.policies import classes, default_class
 from gpuloom.events import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.policies import MEMBERS_MAX, PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import INT32_MAX, Remark, UserName
+from gpuloom.queueing.classes import classes, default_class
 from gpuloom.state import ClusterState
 from gpuloom.state.model import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator

@@ -1,6 +1,6 @@
 """A submission's priority class, priority and limits, checked before it is published.
 
-The rules are pure (`gpuloom.decide.policies`, `gpuloom.auth.policy`); this module
+The rules are pure (`gpuloom.queueing.classes`, `gpuloom.auth.policy`); this module
 reads the gateway's folded state and answers in HTTP: an unknown class, a class
 the job's user and account may not use, a priority over the class's (but for an
 operator), or a submission over `max_submit_jobs` or `max_array_size` is 403 with
@@ -19,7 +19,8 @@ from fastapi import HTTPException
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import priority_problem
-from gpuloom.decide.policies import (
+from gpuloom.events import JobSpec
+from gpuloom.queueing.classes import (
     active_counts,
     class_named,
     class_use_problem,
@@ -27,7 +28,6 @@ from gpuloom.decide.policies import (
     default_class,
     submit_limit_problem,
 )
-from gpuloom.events import JobSpec
 from gpuloom.state import ClusterState
 from services.gateway.auth import forbidden
 from services.gateway.deps import Gateway

@@ -19,8 +19,8 @@ from nats.aio.msg import Msg
 
 from gpuloom.bus import DeadLetter, EventBus
 from gpuloom.config import Settings
-from gpuloom.decide import Decision
 from gpuloom.decide.inventory import Heard, LossLimit, inventory_round, watch_start
+from gpuloom.events import Decision
 from gpuloom.events.heartbeats import BadHeartbeat, Heartbeat
 from gpuloom.events.subjects import HEARTBEAT_PREFIX
 from gpuloom.runtime.reactor import Reactor, pure

@@ -10,8 +10,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from gpuloom.bus import EventBus, Incoming, Outgoing
-from gpuloom.decide import Decision
-from gpuloom.events import JobAdmitted, JobSpec, JobSubmitted, encode, make_envelope, subject_for
+from gpuloom.events import (
+    Decision,
+    JobAdmitted,
+    JobSpec,
+    JobSubmitted,
+    encode,
+    make_envelope,
+    subject_for,
+)
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.state import ClusterState
 from gpuloom.telemetry import extract, inject

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
-from gpuloom.decide import Decision
+from gpuloom.events import Decision
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.state import ClusterState, JobState

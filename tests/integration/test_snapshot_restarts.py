@@ -16,9 +16,8 @@ from restart_helpers import run_jobs, wait_log
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.snapshots import SnapshotStore
-from gpuloom.decide import Decision
 from gpuloom.devstack import wait_http
-from gpuloom.events import Recorded, decode
+from gpuloom.events import Decision, Recorded, decode
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.state import ClusterState, fold

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuloom.decide.queueing import queue_order
 from gpuloom.events import Recorded
+from gpuloom.queueing.order import queue_order
 from gpuloom.state import ClusterState, apply
 
 

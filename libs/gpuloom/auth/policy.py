@@ -18,7 +18,7 @@ Three kinds of principal (docs/security.md has the matrix):
   another user (the log then records both names), define priority classes and
   limits, and give a job a priority over its class's.
 
-Which priority class a user may use is the class's own list (`gpuloom.decide.policies`,
+Which priority class a user may use is the class's own list (`gpuloom.queueing.classes`,
 which admission asks too); the priority within it is `priority_problem`.
 """
 

@@ -1,21 +1,3 @@
-"""Pure decisions: functions of the folded state that return the events to write.
-
-Each service's shell folds the log, calls its decision function when it is caught
-up, and publishes what it returns. A `Decision` carries the event and its
-`msg_id`, a deterministic intent key: JetStream drops a second publish of the same
-key (a retry after a crash), and the fold voids what slips past the window.
-"""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from gpuloom.events import Event
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    event: Event
-    msg_id: str
-    #: Envelope id of the event this one answers (the aggregate's latest), if any.
-    causation_id: str | None = None
+"""Pure decisions: functions of the folded state that return the events to write
+(`gpuloom.events.Decision`), one module per writing service, and `explain`, the query
+that says why a job waits."""

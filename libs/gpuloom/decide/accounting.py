@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpuloom.decide import Decision
-from gpuloom.events import UsageCharged
+from gpuloom.events import Decision, UsageCharged
 from gpuloom.state import ClusterState, JobState, Run
 
 

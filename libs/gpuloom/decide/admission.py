@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from gpuloom.decide import Decision
-from gpuloom.decide.policies import SubmitTally, class_problem
-from gpuloom.events import JobAdmitted, JobRejected, JobSpec
+from gpuloom.events import Decision, JobAdmitted, JobRejected, JobSpec
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
+from gpuloom.queueing.classes import SubmitTally, class_problem
 from gpuloom.state import FINAL_PHASES, ClusterState
 from gpuloom.state.retention import dependency_unknown, final_phase
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuloom.decide.queueing import (
+from gpuloom.events import QueuePolicySet
+from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
+from gpuloom.placement.resources import NodeView, Request, fits_locally, gpu_serves, host_fits
+from gpuloom.queueing.order import (
     dependency_status,
     gpu_demand,
     queue_order,
     quota_book,
     upfront_demand,
 )
-from gpuloom.events import QueuePolicySet
-from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
-from gpuloom.placement.resources import NodeView, Request, fits_locally, gpu_serves, host_fits
 from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state import ClusterState, JobState
 

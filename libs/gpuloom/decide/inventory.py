@@ -23,8 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuloom.decide import Decision
-from gpuloom.events import NodeLost, NodeRecovered, NodeRegistered, NodeSpec
+from gpuloom.events import Decision, NodeLost, NodeRecovered, NodeRegistered, NodeSpec
 from gpuloom.state import ClusterState, registration_conflict
 
 

@@ -16,6 +16,7 @@ from gpuloom.events.agent import JobFinished, JobStarted, Outcome
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Envelope, Event, JobEvent, NodeEvent
 from gpuloom.events.codec import MalformedEvent, Recorded, decode, encode, make_envelope
+from gpuloom.events.decision import Decision
 from gpuloom.events.gateway import (
     JobArraySubmitted,
     JobCancelRequested,
@@ -53,6 +54,7 @@ __all__ = [
     "AccountCreated",
     "AccountUsersSet",
     "AuditCompleted",
+    "Decision",
     "Dependency",
     "Envelope",
     "Event",

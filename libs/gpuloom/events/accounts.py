@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN, Event
 from gpuloom.events.text import Remark, UserName
-from gpuloom.queueing.quota import RESOURCE
 
 #: The largest quota amount: milli-GPU of a million GPUs, with room to add.
 QUOTA_MAX = 2**53
+#: The resource of all GPU time, in milli-GPU (1000 per whole GPU): a quota's default.
+GPU_MILLI = "gpu_milli"
+#: The resource kinds a quota may limit (`gpuloom.queueing.quota`): all GPU time,
+#: whole GPUs, the milli-GPU of one GPU model or of one pool.
+RESOURCE = re.compile(
+    r"^(gpu_milli|gpus|model:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}|pool:(vgpu|physical))$"
+)
 
 
 class AccountEvent(Event):
@@ -53,7 +60,7 @@ class QuotaSet(AccountEvent):
     """
 
     TYPE: ClassVar[str] = "QuotaSet"
-    resource: str = Field(default="gpu_milli", pattern=RESOURCE.pattern)
+    resource: str = Field(default=GPU_MILLI, pattern=RESOURCE.pattern)
     nominal: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
     borrowing_limit: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
     cap: int | None = Field(default=None, ge=0, le=QUOTA_MAX)

@@ -14,10 +14,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from gpuloom.decide import Decision
-from gpuloom.decide.policies import may_preempt
-from gpuloom.decide.queueing import queue_order, quota_book, upfront_demand
 from gpuloom.events import (
+    Decision,
     JobPlaced,
     JobPreempted,
     JobReserved,
@@ -45,6 +43,8 @@ from gpuloom.placement.scheduling import (
     Reservation,
     schedule,
 )
+from gpuloom.queueing.classes import may_preempt
+from gpuloom.queueing.order import queue_order, quota_book, upfront_demand
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.model import RECENT_SPECS_KEPT
 
@@ -228,7 +228,7 @@ def candidate_of(
     job: JobState, awaiting: frozenset[str] = frozenset(), may_preempt: bool = True
 ) -> Candidate:
     """The scheduler's view of a pending job; `may_preempt` comes from its priority
-    class (`gpuloom.decide.policies.may_preempt`)."""
+    class (`gpuloom.queueing.classes.may_preempt`)."""
     spec = job.spec
     return Candidate(
         job_id=job.job_id,

@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from gpuloom.events.accounts import GPU_MILLI
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
 from gpuloom.placement.holdings import Holding, release_all, scratch
 from gpuloom.placement.preemption import choose_victims
 from gpuloom.placement.resources import Placement, ReplicaPlacement, Request, fits_locally
-from gpuloom.queueing.quota import GPU_MILLI, QuotaBook
+from gpuloom.queueing.quota import QuotaBook
 
 Backfill = Literal["easy", "off"]
 

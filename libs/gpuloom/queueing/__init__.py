@@ -5,7 +5,6 @@ queue's order is a function of the folded state and `gpuloom audit` can replay i
 """
 
 from gpuloom.queueing.fairshare import (
-    DecayedUsage,
     fair_share_factor,
     fair_share_factors,
     normalised_shares,
@@ -13,7 +12,6 @@ from gpuloom.queueing.fairshare import (
 from gpuloom.queueing.priority import PriorityFactors, PriorityWeights, multifactor_priority
 
 __all__ = [
-    "DecayedUsage",
     "PriorityFactors",
     "PriorityWeights",
     "fair_share_factor",

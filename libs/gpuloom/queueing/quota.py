@@ -14,15 +14,11 @@ them; a job's demand names the amount of each resource it takes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-GPU_MILLI = "gpu_milli"
-#: The resource kinds a quota may limit.
-RESOURCE = re.compile(
-    r"^(gpu_milli|gpus|model:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}|pool:(vgpu|physical))$"
-)
+from gpuloom.events.accounts import GPU_MILLI
+
 Demand = Mapping[str, int]
 
 

@@ -21,8 +21,15 @@ from opentelemetry.trace import SpanKind
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.jetstream import INBOX_LIMIT, Outgoing
-from gpuloom.decide import Decision
-from gpuloom.events import MalformedEvent, Recorded, decode, encode, make_envelope, subject_for
+from gpuloom.events import (
+    Decision,
+    MalformedEvent,
+    Recorded,
+    decode,
+    encode,
+    make_envelope,
+    subject_for,
+)
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, apply
 from gpuloom.telemetry import extract, inject, tracer

@@ -49,7 +49,6 @@ from gpuloom.events import (
     SliceRef,
     UsageCharged,
 )
-from gpuloom.queueing.fairshare import DecayedUsage
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import (
     VOIDED_KEPT,
@@ -71,6 +70,7 @@ from gpuloom.state.retention import (
     task_added,
     unknown_job,
 )
+from gpuloom.state.usage import DecayedUsage
 
 WHOLE_GPU = 1000
 #: How far an event's `at` may be from the log's own timestamp of it: writers' clocks

@@ -17,7 +17,7 @@ from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import JobReserved, ReplicaAssignment
 from gpuloom.events.queue import QueuePolicySet
-from gpuloom.queueing.fairshare import DecayedUsage
+from gpuloom.state.usage import DecayedUsage
 
 JobPhase = Literal[
     "submitted",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuloom.decide.queueing import dependency_status
+from gpuloom.queueing.order import dependency_status
 from gpuloom.state import ClusterState, JobState, NodeState
 
 

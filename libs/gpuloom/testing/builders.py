@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
-from gpuloom.decide import Decision
 from gpuloom.events import (
+    Decision,
     Event,
     GpuSpec,
     JobAdmitted,

@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from gpuloom.decide import Decision
 from gpuloom.events import (
+    Decision,
     Event,
     GpuSpec,
     JobAdmitted,

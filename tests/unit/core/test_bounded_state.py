@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.explain import explain
-from gpuloom.decide.queueing import decide_queue, pending_in_order
+from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import (
     Dependency,
     JobAdmitted,
@@ -39,6 +39,7 @@ from gpuloom.events import (
 )
 from gpuloom.placement import BestFit, placement_cycle
 from gpuloom.placement.registry import default_registry
+from gpuloom.queueing.order import pending_in_order
 from gpuloom.state import ClusterState, JobState, apply, fold
 from gpuloom.state.model import RECENT_SPECS_KEPT
 from gpuloom.state.retention import RETENTION, final_phase

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuloom.decide.admission import decide_admission, rejection_reason
-from gpuloom.decide.queueing import decide_queue, queue_key, queue_order
+from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import (
     AccountCreated,
     AccountUsersSet,
@@ -15,6 +15,7 @@ from gpuloom.events import (
     JobRejected,
     JobSpec,
 )
+from gpuloom.queueing.order import queue_key, queue_order
 from gpuloom.state import JobState
 from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec

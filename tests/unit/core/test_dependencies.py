@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gpuloom.decide.admission import decide_admission
-from gpuloom.decide.queueing import decide_queue, dependency_status, queue_order
+from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import Dependency, JobAdmitted, JobCancelled, JobRejected
+from gpuloom.queueing.order import dependency_status, queue_order
 from gpuloom.state.retention import final_phase
 from gpuloom.store.rows import job_row
 from gpuloom.testing.builders import LogBuilder, make_job_spec

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 from gpuloom.bus.deadletters import excerpt_of
 from gpuloom.decide.admission import decide_admission
-from gpuloom.decide.queueing import pending_in_order
 from gpuloom.events import (
     JobAdmitted,
     JobArraySubmitted,
@@ -28,6 +27,7 @@ from gpuloom.events import (
     encode,
     make_envelope,
 )
+from gpuloom.queueing.order import pending_in_order
 from gpuloom.state import apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 

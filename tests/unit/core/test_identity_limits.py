@@ -7,10 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuloom.decide import Decision
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.explain import explain
-from gpuloom.events import JobAdmitted, JobArraySubmitted, JobRejected, LimitsSet
+from gpuloom.events import Decision, JobAdmitted, JobArraySubmitted, JobRejected, LimitsSet
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
 from gpuloom.queueing.quota import QuotaBook

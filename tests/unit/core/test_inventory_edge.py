@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 import orjson
 import pytest
 
-from gpuloom.decide import Decision
 from gpuloom.decide.inventory import (
     Heard,
     LossLimit,
@@ -16,7 +15,7 @@ from gpuloom.decide.inventory import (
     inventory_round,
     watch_start,
 )
-from gpuloom.events import NodeLost
+from gpuloom.events import Decision, NodeLost
 from gpuloom.events.heartbeats import BadHeartbeat, Heartbeat
 from gpuloom.testing.builders import T0, LogBuilder, make_node_spec
 

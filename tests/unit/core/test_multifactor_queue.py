@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpuloom.decide.queueing import decide_queue, pending_in_order, queue_order
+from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import QueuePolicySet
+from gpuloom.queueing.order import pending_in_order, queue_order
 from gpuloom.testing.builders import LogBuilder
 
 

@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuloom.decide.admission import decide_admission
-from gpuloom.decide.policies import class_named, classes, default_class, may_preempt
 from gpuloom.events import (
     JobAdmitted,
     JobPreempted,
@@ -27,6 +26,7 @@ from gpuloom.placement.holdings import Holding, scratch
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import GpuView, NodeView, Request
 from gpuloom.placement.scheduling import Candidate, Preempted, schedule
+from gpuloom.queueing.classes import class_named, classes, default_class, may_preempt
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 
 

@@ -14,6 +14,8 @@ PURE = [
     "gpuloom.decide",
     "gpuloom.decide.admission",
     "gpuloom.decide.queueing",
+    "gpuloom.queueing.order",
+    "gpuloom.queueing.classes",
     "gpuloom.decide.accounting",
     "gpuloom.decide.inventory",
     "gpuloom.testing.builders",

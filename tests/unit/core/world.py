@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 
-from gpuloom.decide import Decision
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.inventory import Heard, decide_inventory
 from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import (
+    Decision,
     Event,
     JobAdmitted,
     JobCancelled,

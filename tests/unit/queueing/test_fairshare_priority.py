@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuloom.queueing import (
-    DecayedUsage,
     PriorityWeights,
     fair_share_factor,
     fair_share_factors,
     multifactor_priority,
     normalised_shares,
 )
+from gpuloom.state.usage import DecayedUsage
 
 HOUR = 3600.0
 

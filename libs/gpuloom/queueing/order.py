@@ -1,0 +1,170 @@
+"""The queue's order and the quotas' book, pure queries of the folded state.
+
+Which queued jobs placement may place and in what order (`queue_order`), whether a
+job's dependencies are met (`dependency_status`), and what every account and
+identity holds against its quotas (`quota_book`). Placement, explain, the queue's
+decision and the read model all ask these; none of them decides anything.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpuloom.events import JobSpec, QueuePolicySet
+from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.queueing import (
+    PriorityFactors,
+    PriorityWeights,
+    fair_share_factors,
+    multifactor_priority,
+)
+from gpuloom.queueing.quota import Quota, QuotaBook, QuotaTracker
+from gpuloom.state import FINAL_PHASES, ClusterState, JobState
+from gpuloom.state.retention import dependency_unknown, final_phase
+
+DependencyStatus = Literal["met", "waiting", "never"]
+
+
+def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencyStatus, str | None]:
+    """Whether the jobs `job` depends on have ended as it needs, with a reason if not.
+
+    `never`: a dependency is unknown (never submitted, or ended longer ago than
+    `retention.RETENTION`), or ended otherwise than `succeeded` when the job needs it
+    to succeed. `waiting`: a dependency has not ended yet.
+    """
+    waiting: list[str] = []
+    for dependency in job.spec.depends_on:
+        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
+        if phase is None:
+            return "never", dependency_unknown(dependency.job)
+        if phase not in FINAL_PHASES:
+            waiting.append(
+                f"{dependency.job} to {'succeed' if dependency.when == 'succeeded' else 'end'}"
+            )
+            continue
+        if dependency.when == "succeeded" and phase != "succeeded":
+            return "never", f"dependency {dependency.job} ended {phase}, not succeeded"
+    if waiting:
+        return "waiting", "Dependency: waiting for " + ", ".join(waiting)
+    return "met", None
+
+
+def queue_key(job: JobState) -> tuple[int, tuple[int, int, str]]:
+    """Total order of pending jobs: higher priority first, then submission order
+    (`JobState.order`: an array's tasks by index), then id."""
+    return (-job.priority, job.order)
+
+
+def priority_weights(state: ClusterState) -> PriorityWeights:
+    """The weights of the log's QueuePolicySet (all 0, plain priority, before any)."""
+    policy = state.queue_policy or QueuePolicySet()
+    return PriorityWeights(
+        age=policy.weight_age,
+        fair_share=policy.weight_fair_share,
+        size=policy.weight_size,
+        max_age_s=policy.max_age_s,
+    )
+
+
+def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactors]]:
+    """Queued jobs with their priority factors, best first; dependencies not checked.
+
+    Time is the log's clock (the latest `at` folded), fair share is per account
+    (decayed usage against shares normalised down the account tree; an account
+    no admin created is a top-level one with 1 share), size is GPU
+    demand against every registered GPU.
+    """
+    weights = priority_weights(state)
+    jobs = [state.jobs[j] for j in state.queued]
+    now = state.clock
+    accounts = state.job_accounts | set(state.accounts)  # every account a job named
+    shares = {
+        name: state.accounts[name].shares if name in state.accounts else 1
+        for name in sorted(accounts)
+    }
+    parents = {name: account.parent for name, account in sorted(state.accounts.items())}
+    factors = fair_share_factors(
+        state.decayed_usage, shares, now.timestamp() if now else 0.0, parents
+    )
+    capacity = 1000 * sum(len(node.gpus) for node in state.nodes.values())
+    ranked = []
+    for job in jobs:
+        spec = job.spec
+        ranked.append(
+            (
+                job,
+                multifactor_priority(
+                    weights,
+                    priority=job.priority,
+                    waited_s=(now - job.submitted_at).total_seconds() if now else 0.0,
+                    fair_share=factors.get(spec.account, 1.0),
+                    gpu_milli_demand=spec.gpus * spec.share_milli * spec.replicas,
+                    cluster_gpu_milli=capacity,
+                ),
+            )
+        )
+    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].order))
+    return ranked
+
+
+def gpu_demand(job: JobState) -> int:
+    """Milli-GPU the job holds when placed (all replicas)."""
+    return job.spec.gpus * job.spec.share_milli * job.spec.replicas
+
+
+def upfront_demand(spec: JobSpec) -> dict[str, int]:
+    """What a job takes of the quota resources known before placement."""
+    whole = spec.gpus * spec.replicas if spec.gpu_milli is None else 0
+    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.replicas, "gpus": whole}
+
+
+def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
+    """What a placed or running job holds of every quota resource."""
+    demand: dict[str, int] = {GPU_MILLI: 0, "gpus": 0}
+    for replica in job.replicas:
+        for piece in replica.slices:
+            node = state.nodes.get(piece.node)
+            gpu = node.gpus.get(piece.index) if node is not None else None
+            demand[GPU_MILLI] += piece.milli
+            demand["gpus"] += 1 if piece.milli >= 1000 else 0
+            if gpu is not None:
+                for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+                    demand[key] = demand.get(key, 0) + piece.milli
+    return demand
+
+
+def quota_book(state: ClusterState) -> QuotaBook:
+    """Every quota of the log's accounts, every identity's `max_gpus` (LimitsSet), and
+    what their placed and running jobs hold now."""
+    resources = sorted({r for a in state.accounts.values() for r in a.quotas})
+    book = QuotaBook()
+    for resource in resources:
+        quotas = {}
+        for name, account in sorted(state.accounts.items()):
+            nominal, limit, cap = account.quotas.get(resource, (None, None, None))
+            quotas[name] = Quota(account.parent, nominal, limit, cap)
+        book.trackers[resource] = QuotaTracker(quotas, {}, resource)
+    for identity, limits in sorted(state.limits.items()):
+        if limits.max_gpus is not None:
+            book.identity_caps[identity] = 1000 * limits.max_gpus
+    if not resources and not book.identity_caps:
+        return book
+    on_node = sorted({job_id for jobs in state.on_node.values() for job_id in jobs})
+    for job_id in on_node:  # what is held now; sums do not depend on the order
+        job = state.jobs[job_id]
+        book.take(job.spec.account, held_demand(state, job), user=job.spec.user)
+    return book
+
+
+def queue_order(state: ClusterState) -> list[JobState]:
+    """Queued jobs that placement may place (dependencies met), in queue order."""
+    if priority_weights(state).plain:
+        ordered = sorted((state.jobs[j] for j in state.queued), key=queue_key)
+    else:
+        ordered = [job for job, _ in pending_in_order(state)]
+    return [
+        job
+        for job in ordered
+        if not job.cancel_requested
+        and (not job.spec.depends_on or dependency_status(state, job)[0] == "met")
+    ]
