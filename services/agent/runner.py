@@ -286,8 +286,8 @@ class Runner:
             del self._procs[key]
 
     def _terminate(self, proc: _Proc) -> None:
-        """SIGTERM the shim (which TERMs its group) once its traps are set: it writes
-        `pid` right after. Until then, try again at the next poll."""
+        """SIGTERM the shim (which TERMs its group) once its traps are set and its
+        child started: it writes `pid` then. Until then, try again at the next poll."""
         if proc.run.read_pid() is None:
             proc.stage, proc.deadline = 0, time.monotonic()
             return

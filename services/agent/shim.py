@@ -56,9 +56,9 @@ t=
 i=
 trap 'i=1; if [ -z "$t" ]; then t=1; kill -TERM 0 2>/dev/null; fi' TERM
 trap 'i=1; kill -KILL "$c" 2>/dev/null' USR1
-echo $$ >pid
 "$@" </dev/null &
 c=$!
+echo $$ >pid
 while :; do
   i=
   wait "$c"
@@ -72,6 +72,9 @@ while :; do
 done
 echo "$s" >exit.tmp && mv -f exit.tmp exit
 """
+# `pid` is written once the child exists: the agent signals the shim only after it
+# reads `pid`, so a TERM (a cancel right after the start) always finds the child in
+# the group. Written before, a TERM could come while there was none to pass it to.
 # The loop: a trap interrupts `wait` with a status > 128 that is not the child's.
 # After a trap, wait again while the child exists; once it is gone, `wait` gives
 # its real status, or 127 if the first `wait` had already collected it.

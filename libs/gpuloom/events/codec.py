@@ -6,6 +6,7 @@ envelope and its typed payload. This is what the fold consumes.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,35 @@ class Recorded:
     #: the fold voids an event whose `at` is far from it (a writer's clock, or a forged
     #: time, must not move the log's clock by years).
     stored_at: datetime | None = None
+
+
+def read_payload(cls: type[Event], data: dict[str, Any]) -> Event:
+    """`cls` from its payload, ignoring fields this version does not know, at any depth.
+
+    A tolerant reader: during a rolling upgrade a newer writer may add an optional
+    field (an additive change keeps its VERSION, `gpuloom.events.contract`), and an
+    older reader must fold that event as it knows it rather than refuse it. Event
+    classes forbid unknown fields themselves, so that the API and the code that
+    builds events still reject a misspelt one; only reading is tolerant. Anything
+    else wrong with the payload still raises."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as error:
+        unknown = [e["loc"] for e in error.errors() if e["type"] == "extra_forbidden"]
+        if not unknown or len(unknown) != error.error_count():
+            raise
+    known = copy.deepcopy(data)
+    for loc in unknown:
+        _drop(known, loc)
+    return cls.model_validate(known)
+
+
+def _drop(data: Any, loc: tuple[int | str, ...]) -> None:
+    """Delete the item at path `loc` (keys and list indexes) from `data`."""
+    *parents, last = loc
+    for step in parents:
+        data = data[step]
+    del data[last]
 
 
 def new_event_id() -> str:
@@ -88,7 +118,7 @@ def decode(
         raise MalformedEvent(f"seq {seq}: unknown event type {envelope.type!r}")
     try:
         data = upcast(envelope.type, envelope.v, dict(envelope.data), cls.VERSION)
-        event = cls.model_validate(data)
+        event = read_payload(cls, data)
     except (UnknownVersionError, ValidationError) as exc:
         raise MalformedEvent(f"seq {seq}: invalid {envelope.type} payload: {exc}") from exc
     if subject is not None and not subject_matches(event, subject):
