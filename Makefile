@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test test-unit test-integration lint format bench migrate up clean
+.PHONY: help venv run test test-unit test-integration lint contract format bench migrate up clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff format --check libs services tests bench migrations
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+contract: $(STAMP) ## write contracts/events.json, the published event schemas (after an additive change)
+	$(PY) -c 'import sys; from gpuloom.events.contract import dump; sys.stdout.write(dump())' > contracts/events.json
 
 format: $(STAMP) ## format the code
 	$(VENV)/bin/ruff check --fix libs services tests bench migrations
