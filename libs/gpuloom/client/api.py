@@ -27,15 +27,22 @@ from urllib.parse import quote
 import httpx
 
 from gpuloom.client.schema import (
+    AccountList,
     CancelAnswer,
+    DeadLetterList,
     Health,
     Job,
     JobEvents,
+    JobExplanation,
     JobList,
     JobLogs,
+    LimitsList,
     NodeList,
+    PriorityClassList,
+    Queue,
     SubmitAnswer,
     Usage,
+    UsageRecords,
 )
 
 DEFAULT_GATEWAY_HOST = "127.0.0.1"
@@ -262,9 +269,9 @@ class GpuloomClient:
         params = {key: value for key, value in given.items() if value is not None}
         return cast(JobList, self._request("GET", "/v1/jobs", params=params))
 
-    def accounts(self) -> dict[str, Any]:
+    def accounts(self) -> AccountList:
         """`GET /v1/accounts`."""
-        return cast(dict[str, Any], self._request("GET", "/v1/accounts"))
+        return cast(AccountList, self._request("GET", "/v1/accounts"))
 
     def create_account(
         self, name: str, parent: str | None, shares: int, description: str = ""
@@ -313,13 +320,36 @@ class GpuloomClient:
         """Any other route: `method` on `path` (segments already quoted), the JSON answer."""
         return cast(dict[str, Any], self._request(method, path, json=body))
 
-    def queue(self) -> dict[str, Any]:
+    def queue(self) -> Queue:
         """`GET /v1/queue`: pending jobs in order with their priority factors."""
-        return cast(dict[str, Any], self._request("GET", "/v1/queue"))
+        return cast(Queue, self._request("GET", "/v1/queue"))
 
-    def explain(self, job_id: str) -> dict[str, Any]:
+    def priority_classes(self) -> PriorityClassList:
+        """GET /v1/priority-classes: every class a job may name, and the default."""
+        return cast(PriorityClassList, self._request("GET", "/v1/priority-classes"))
+
+    def set_priority_class(self, name: str, body: dict[str, Any]) -> PriorityClassList:
+        """PUT /v1/priority-classes/{name} (operators): the classes after the change."""
+        path = f"/v1/priority-classes/{_segment(name)}"
+        return cast(PriorityClassList, self._request("PUT", path, json=body))
+
+    def delete_priority_class(self, name: str) -> PriorityClassList:
+        """DELETE /v1/priority-classes/{name} (operators): the classes left."""
+        path = f"/v1/priority-classes/{_segment(name)}"
+        return cast(PriorityClassList, self._request("DELETE", path))
+
+    def limits(self) -> LimitsList:
+        """GET /v1/limits: every user's and account's limits."""
+        return cast(LimitsList, self._request("GET", "/v1/limits"))
+
+    def set_limits(self, scope: str, name: str, body: dict[str, Any]) -> LimitsList:
+        """PUT /v1/limits/{scope}/{name} (operators): every limit after the change."""
+        path = f"/v1/limits/{_segment(scope)}/{_segment(name)}"
+        return cast(LimitsList, self._request("PUT", path, json=body))
+
+    def explain(self, job_id: str) -> JobExplanation:
         """`GET /v1/jobs/{id}/explain`: why the job is pending."""
-        return cast(dict[str, Any], self._request("GET", f"/v1/jobs/{_segment(job_id)}/explain"))
+        return cast(JobExplanation, self._request("GET", f"/v1/jobs/{_segment(job_id)}/explain"))
 
     def get_job(self, job_id: str) -> Job:
         """`GET /v1/jobs/{id}`; 404 raises `ApiError`."""
@@ -361,10 +391,10 @@ class GpuloomClient:
 
     def usage_records(
         self, since: str | None = None, until: str | None = None, **filters: str
-    ) -> dict[str, Any]:
+    ) -> UsageRecords:
         """`GET /v1/usage/jobs`: one record per charged run (like sacct)."""
         params = {**_window(since, until), **{k: v for k, v in filters.items() if v}}
-        return cast(dict[str, Any], self._request("GET", "/v1/usage/jobs", params=params))
+        return cast(UsageRecords, self._request("GET", "/v1/usage/jobs", params=params))
 
     def usage_csv(
         self, what: str, group_by: str, since: str | None = None, until: str | None = None
@@ -384,10 +414,10 @@ class GpuloomClient:
         """`GET /healthz`."""
         return cast(Health, self._request("GET", "/healthz"))
 
-    def dead_letters(self, limit: int = 50) -> dict[str, Any]:
+    def dead_letters(self, limit: int = 50) -> DeadLetterList:
         """`GET /v1/deadletters`: messages the services could not handle, newest first."""
         return cast(
-            dict[str, Any], self._request("GET", "/v1/deadletters", params={"limit": limit})
+            DeadLetterList, self._request("GET", "/v1/deadletters", params={"limit": limit})
         )
 
 

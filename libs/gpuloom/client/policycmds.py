@@ -13,12 +13,12 @@ answers 403 otherwise):
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 from rich.table import Table
 
 from gpuloom.client.context import emit, fail, gateway, print_json
+from gpuloom.client.schema import LimitsList, PriorityClassList
 
 priority_class_app = typer.Typer(
     help="Priority classes: the priorities jobs may ask and who may preempt.",
@@ -32,11 +32,6 @@ limits_app = typer.Typer(
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the gateway's raw JSON.")]
 
 
-def _segment(value: str) -> str:
-    """`value` as one URL path segment."""
-    return quote(value, safe="")
-
-
 def _names(value: str | None) -> list[str]:
     return [name for name in (value or "").split(",") if name]
 
@@ -45,7 +40,7 @@ def _dash(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _classes_table(answer: dict[str, Any]) -> Table:
+def _classes_table(answer: PriorityClassList) -> Table:
     table = Table("CLASS", "PRIORITY", "PREEMPTS", "USERS", "ACCOUNTS", "DEFAULT", "DESCRIPTION")
     for known in answer["classes"]:
         everyone = not known["users"] and not known["accounts"]
@@ -61,7 +56,7 @@ def _classes_table(answer: dict[str, Any]) -> Table:
     return table
 
 
-def _limits_table(answer: dict[str, Any]) -> Table:
+def _limits_table(answer: LimitsList) -> Table:
     table = Table("SCOPE", "NAME", "MAX SUBMIT JOBS", "MAX ARRAY SIZE", "MAX GPUS")
     for row in answer["limits"]:
         table.add_row(
@@ -74,7 +69,7 @@ def _limits_table(answer: dict[str, Any]) -> Table:
     return table
 
 
-def _show(answer: dict[str, Any], as_json: bool, table: Table) -> None:
+def _show(answer: object, as_json: bool, table: Table) -> None:
     if as_json:
         print_json(answer)
     else:
@@ -85,7 +80,7 @@ def _show(answer: dict[str, Any], as_json: bool, table: Table) -> None:
 def list_classes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every priority class a job may name (--priority-class), and the default one."""
     with gateway(ctx) as client:
-        answer = client.call("GET", "/v1/priority-classes")
+        answer = client.priority_classes()
     _show(answer, as_json, _classes_table(answer))
 
 
@@ -123,7 +118,7 @@ def set_class(
         "default": default,
     }
     with gateway(ctx) as client:
-        answer = client.call("PUT", f"/v1/priority-classes/{_segment(name)}", body)
+        answer = client.set_priority_class(name, body)
     _show(answer, as_json, _classes_table(answer))
 
 
@@ -135,7 +130,7 @@ def delete_class(
 ) -> None:
     """Remove a priority class (operators); its jobs keep their priority."""
     with gateway(ctx) as client:
-        answer = client.call("DELETE", f"/v1/priority-classes/{_segment(name)}")
+        answer = client.delete_priority_class(name)
     _show(answer, as_json, _classes_table(answer))
 
 
@@ -143,7 +138,7 @@ def delete_class(
 def list_limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every user's and account's limits (anyone not listed is unlimited)."""
     with gateway(ctx) as client:
-        answer = client.call("GET", "/v1/limits")
+        answer = client.limits()
     _show(answer, as_json, _limits_table(answer))
 
 
@@ -171,5 +166,5 @@ def set_limits(
         "max_gpus": max_gpus,
     }
     with gateway(ctx) as client:
-        answer = client.call("PUT", f"/v1/limits/{scope}/{_segment(name)}", body)
+        answer = client.set_limits(scope, name, body)
     _show(answer, as_json, _limits_table(answer))

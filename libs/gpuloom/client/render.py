@@ -12,7 +12,17 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from gpuloom.client.schema import EventRecord, Job, JobList, Node, Usage
+from gpuloom.client.schema import (
+    Account,
+    EventRecord,
+    Job,
+    JobExplanation,
+    JobList,
+    Node,
+    Queue,
+    Usage,
+    UsageRecord,
+)
 
 STATE_STYLES: dict[str, str] = {
     "succeeded": "green",
@@ -252,7 +262,7 @@ def usage_tables(usage: Usage) -> tuple[Table, ...]:
     return accounts, users, models
 
 
-def usage_records_table(records: list[dict[str, Any]]) -> Table:
+def usage_records_table(records: list[UsageRecord]) -> Table:
     """One row per charged run, oldest first (like sacct)."""
     table = new_table(title=f"{len(records)} charged runs")
     for column in [
@@ -280,7 +290,7 @@ def usage_records_table(records: list[dict[str, Any]]) -> Table:
     return table
 
 
-def explanation(answer: dict[str, Any]) -> Table:
+def explanation(answer: JobExplanation) -> Table:
     """`gpuloom explain`: the verdict first, then each node's."""
     table = new_table(title=f"job {answer['id']}: {answer['state']}")
     table.add_column("WHAT")
@@ -298,7 +308,7 @@ def explanation(answer: dict[str, Any]) -> Table:
     return table
 
 
-def queue_table(answer: dict[str, Any]) -> Table:
+def queue_table(answer: Queue) -> Table:
     """`gpuloom queue`: position, job, priority, each factor and the total points."""
     weights = answer.get("weights", {})
     title = (
@@ -335,7 +345,7 @@ def queue_table(answer: dict[str, Any]) -> Table:
     return table
 
 
-def accounts_table(accounts: list[dict[str, Any]]) -> Table:
+def accounts_table(accounts: list[Account]) -> Table:
     table = new_table(title="accounts")
     for column in ["ACCOUNT", "PARENT", "SHARES", "QUOTAS", "DESCRIPTION"]:
         table.add_column(column)

@@ -80,7 +80,8 @@ class JobEvents(TypedDict):
 class JobLogs(TypedDict):
     job_id: str
     node: str | None
-    attempt: int
+    #: None: the job never ran (no attempt's logs to show).
+    attempt: int | None
     stdout: str
     stderr: str
 
@@ -138,3 +139,107 @@ class Health(TypedDict):
     status: str
     nats: bool
     projection_seq: int
+
+
+class QueuedJob(TypedDict):
+    position: int
+    id: str
+    user: str
+    account: str
+    priority: int
+    age: float
+    fair_share: float
+    size: float
+    points: float
+    reason: str | None
+
+
+class Queue(TypedDict):
+    weights: dict[str, float]
+    jobs: list[QueuedJob]
+
+
+class JobExplanation(TypedDict):
+    id: str
+    state: str
+    reason: str | None
+    detail: str | None
+    position: int | None
+    ahead: list[str]
+    nodes: dict[str, str]
+    estimated_start: str | None
+
+
+class Quota(TypedDict):
+    resource: str
+    nominal: int | None
+    borrowing_limit: int | None
+    cap: int | None
+
+
+class Account(TypedDict):
+    name: str
+    parent: str | None
+    shares: int
+    description: str
+    quotas: list[Quota]
+
+
+class AccountList(TypedDict):
+    accounts: list[Account]
+
+
+class UsageRecord(TypedDict):
+    job_id: str
+    attempt: int
+    user: str
+    account: str
+    gpus: int
+    seconds: float
+    gpu_seconds: float
+    charged_at: str
+
+
+class UsageRecords(TypedDict):
+    records: list[UsageRecord]
+
+
+class PriorityClass(TypedDict):
+    name: str
+    priority: int
+    may_preempt: bool
+    users: list[str]
+    accounts: list[str]
+    description: str
+
+
+class PriorityClassList(TypedDict):
+    classes: list[PriorityClass]
+    default: str
+
+
+class Limits(TypedDict):
+    scope: str
+    name: str
+    max_submit_jobs: int | None
+    max_array_size: int | None
+    max_gpus: int | None
+
+
+class LimitsList(TypedDict):
+    limits: list[Limits]
+
+
+class DeadLetter(TypedDict):
+    service: str | None
+    seq: int | None
+    subject: str | None
+    reason_kind: str | None
+    reason: str | None
+    at: str | None
+
+
+class DeadLetterList(TypedDict):
+    stream: str
+    total: int
+    dead_letters: list[DeadLetter]
