@@ -1,6 +1,6 @@
 """Pure fold of the log into the cluster state. Imports nothing of the outside world."""
 
-from gpuloom.state.fold import apply, fold, registration_conflict
+from gpuloom.state.fold import apply, fold
 from gpuloom.state.model import (
     FINAL_PHASES,
     ON_NODE_PHASES,
@@ -13,6 +13,7 @@ from gpuloom.state.model import (
     Run,
     Voided,
 )
+from gpuloom.state.rules.nodes import registration_conflict
 
 __all__ = [
     "FINAL_PHASES",

@@ -193,7 +193,7 @@ def test_the_comparison_catches_a_job_forgotten_before_it_is_charged(
             state.uncharged.discard(job.job_id)
             del state.jobs[job.job_id]
 
-    monkeypatch.setattr(sys.modules["gpuloom.state.fold"], "retire_if_done", careless)
+    monkeypatch.setattr(sys.modules["gpuloom.state.retention"], "retire_if_done", careless)
     log = finished_not_charged()
     with pytest.raises(AssertionError):
         compare_at_every_position(log.records)

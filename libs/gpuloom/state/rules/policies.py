@@ -1,19 +1,19 @@
 """Fold rules of the operators' policies: priority classes and per-identity limits.
 
-Apart from `fold.py` (which dispatches to `POLICY_HANDLERS`); pure like every rule:
+Pure like every rule:
 no clock, and nothing depends on dict or set order (at most one class is the
 default, whatever order the classes were defined in).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
-from gpuloom.events import Event, Recorded
+from gpuloom.events import Recorded
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState, IdentityLimits, PriorityClass
+from gpuloom.state.rules.common import Rule, rule
 
 
 def _class_set(state: ClusterState, event: PriorityClassSet, recorded: Recorded) -> None:
@@ -48,10 +48,8 @@ def _limits_set(state: ClusterState, event: LimitsSet, recorded: Recorded) -> No
         state.limits[(event.scope, event.name)] = limits
 
 
-PolicyHandler = Callable[[ClusterState, Event, Recorded], None]
-
-POLICY_HANDLERS: dict[type[Event], PolicyHandler] = {
-    PriorityClassSet: _class_set,  # type: ignore[dict-item]
-    PriorityClassDeleted: _class_deleted,  # type: ignore[dict-item]
-    LimitsSet: _limits_set,  # type: ignore[dict-item]
-}
+RULES: tuple[Rule, ...] = (
+    rule(PriorityClassSet, _class_set),
+    rule(PriorityClassDeleted, _class_deleted),
+    rule(LimitsSet, _limits_set),
+)

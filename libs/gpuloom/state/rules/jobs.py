@@ -1,0 +1,158 @@
+"""The fold's rules of a job's way to the queue: submitted (alone or in an array),
+admitted or rejected, queued, and cancelled before it runs."""
+
+from __future__ import annotations
+
+from gpuloom.events import (
+    JobAdmitted,
+    JobArraySubmitted,
+    JobCancelled,
+    JobCancelRequested,
+    JobQueued,
+    JobRejected,
+    JobSpec,
+    JobSubmitted,
+    Recorded,
+)
+from gpuloom.state import retention
+from gpuloom.state.errors import Invalid
+from gpuloom.state.model import ClusterState, JobState
+from gpuloom.state.retention import known, spec_submitted, task_added
+from gpuloom.state.rules.common import Rule, job_of, release, require_phase, rule, set_phase, touch
+
+
+def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> None:
+    if known(state, event.job_id) or event.job_id in state.arrays:
+        raise Invalid(f"job {event.job_id} already submitted")
+    key = event.idempotency_key
+    if key is not None and key in state.idempotency_keys:
+        raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
+    _add_job(state, event.job_id, event.spec, recorded, key, event.array_id, event.array_index)
+    if event.array_id is not None and event.array_index is not None:
+        tasks = state.arrays.get(event.array_id, 0)
+        state.arrays[event.array_id] = max(tasks, event.array_index + 1)
+        task_added(state, event.array_id)
+
+
+def _array_submitted(state: ClusterState, event: JobArraySubmitted, recorded: Recorded) -> None:
+    """Every task at once, or (voided) none."""
+    if known(state, event.job_id) or event.job_id in state.arrays:
+        raise Invalid(f"job {event.job_id} already submitted")
+    key = event.idempotency_key
+    if key is not None and key in state.idempotency_keys:
+        raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
+    tasks = event.task_ids()
+    taken = [task for task in tasks if known(state, task)]
+    if taken:
+        raise Invalid(f"task {taken[0]} already submitted")
+    task_spec = event.spec.model_copy(update={"array": None})
+    for index, task in enumerate(tasks):
+        _add_job(state, task, task_spec, recorded, None, event.job_id, index)
+        task_added(state, event.job_id, key)
+    state.arrays[event.job_id] = len(tasks)
+    if key is not None:
+        state.idempotency_keys[key] = event.job_id
+
+
+def _add_job(
+    state: ClusterState,
+    job_id: str,
+    spec: JobSpec,
+    recorded: Recorded,
+    key: str | None,
+    array_id: str | None,
+    array_index: int | None,
+) -> None:
+    job = JobState(
+        job_id=job_id,
+        spec=spec,
+        phase="submitted",
+        submitted_at=recorded.envelope.at,
+        submit_seq=recorded.seq,
+        idempotency_key=key,
+        priority=spec.priority,
+        array_id=array_id,
+        array_index=array_index,
+    )
+    state.jobs[job_id] = job
+    state.submitted.add(job_id)
+    for dependency in spec.depends_on:
+        state.dependents.setdefault(dependency.job, set()).add(job_id)
+    if key is not None:
+        state.idempotency_keys[key] = job_id
+    spec_submitted(state, job)
+    touch(job, recorded)
+
+
+def _admitted(state: ClusterState, event: JobAdmitted, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "submitted")
+    set_phase(state, job, "admitted")
+    touch(job, recorded)
+
+
+def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "submitted")
+    set_phase(state, job, "rejected")
+    job.reason = event.reason
+    job.finished_at = recorded.envelope.at
+    touch(job, recorded)
+    retention.retire_if_done(state, job, recorded.envelope.at)
+
+
+def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "admitted")
+    job.priority = event.priority
+    set_phase(state, job, "queued")
+    touch(job, recorded)
+
+
+def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: Recorded) -> None:
+    if event.job_id not in state.jobs and event.job_id in state.arrays:
+        _cancel_array(state, event.job_id, recorded)
+        return
+    job = job_of(state, event.job_id)
+    if job.is_final:
+        raise Invalid(f"job {job.job_id} already {job.phase}")
+    _request_cancel(state, job, recorded)
+
+
+def _cancel_array(state: ClusterState, array_id: str, recorded: Recorded) -> None:
+    """`scancel <array id>`: every task that has not ended (voided if none is left)."""
+    tasks = (state.jobs.get(task) for task in state.array_tasks(array_id))
+    live = [job for job in tasks if job is not None and not job.is_final]
+    if not live:
+        raise Invalid(f"every task of array {array_id} has ended")
+    for job in live:
+        _request_cancel(state, job, recorded)
+
+
+def _request_cancel(state: ClusterState, job: JobState, recorded: Recorded) -> None:
+    job.cancel_requested = True
+    if job.phase not in ("placed", "running"):
+        state.cancel_pending.add(job.job_id)
+    touch(job, recorded)
+
+
+def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "submitted", "admitted", "queued", "placed")
+    release(state, job, recorded.envelope.at)
+    set_phase(state, job, "cancelled")
+    job.reason = event.reason
+    job.finished_at = recorded.envelope.at
+    touch(job, recorded)
+    retention.retire_if_done(state, job, recorded.envelope.at)
+
+
+RULES: tuple[Rule, ...] = (
+    rule(JobSubmitted, _submitted),
+    rule(JobArraySubmitted, _array_submitted),
+    rule(JobAdmitted, _admitted),
+    rule(JobRejected, _rejected),
+    rule(JobQueued, _queued),
+    rule(JobCancelRequested, _cancel_requested),
+    rule(JobCancelled, _cancelled),
+)

@@ -1,0 +1,137 @@
+"""The fold's rules of nodes: registered, cordoned and uncordoned, a GPU moved between
+pools, lost (its jobs requeued or cancelled) and recovered."""
+
+from __future__ import annotations
+
+from gpuloom.events import (
+    GpuPoolChanged,
+    NodeCordoned,
+    NodeLost,
+    NodeRecovered,
+    NodeRegistered,
+    NodeSpec,
+    NodeUncordoned,
+    Recorded,
+)
+from gpuloom.state import retention
+from gpuloom.state.errors import Invalid
+from gpuloom.state.model import ClusterState, GpuState, NodeState
+from gpuloom.state.rules.common import Rule, forget_placement, release, rule, set_phase, touch
+
+
+def registration_conflict(node: str, existing: NodeState | None, spec: NodeSpec) -> str | None:
+    """Why registering `spec` for `node` over `existing` is not valid now, or None when it is.
+
+    Shared by the fold (which voids such an event) and the inventory decision
+    (which must not propose one), so the two can never disagree.
+    """
+    indexes = [gpu.index for gpu in spec.gpus]
+    if len(set(indexes)) != len(indexes):
+        return f"node {node} declares a GPU index twice"
+    if existing is None:
+        return None
+    uuids = {gpu.index: gpu.uuid for gpu in spec.gpus}
+    for index, gpu in sorted(existing.gpus.items()):
+        if not gpu.idle and uuids.get(index) != gpu.uuid:
+            return f"GPU {node}/{index} is held by job {gpu.job_id}"
+    return None
+
+
+def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) -> None:
+    existing = state.nodes.get(event.node)
+    conflict = registration_conflict(event.node, existing, event.spec)
+    if conflict is not None:
+        raise Invalid(conflict)
+    overrides = existing.pool_overrides if existing is not None else {}
+    gpus = {
+        gpu.index: GpuState(
+            gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, overrides.get(gpu.index, gpu.pool)
+        )
+        for gpu in event.spec.gpus
+    }
+    if existing is not None:
+        for index, gpu in existing.gpus.items():
+            if index in gpus and gpus[index].uuid == gpu.uuid:
+                gpus[index].holders = gpu.holders
+                gpus[index].pool = gpu.pool
+    state.nodes[event.node] = NodeState(
+        name=event.node,
+        phase="ready",
+        spec=event.spec,
+        gpus=gpus,
+        registered_at=recorded.envelope.at,
+        pool_overrides={i: p for i, p in overrides.items() if i in gpus},
+        hosted=existing.hosted if existing is not None else {},
+        cordoned=existing.cordoned if existing is not None else False,
+        cordon_reason=existing.cordon_reason if existing is not None else "",
+    )
+
+
+def _cordoned(state: ClusterState, event: NodeCordoned, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None:
+        raise Invalid(f"node {event.node} does not exist")
+    node.cordoned = True
+    node.cordon_reason = event.reason
+
+
+def _uncordoned(state: ClusterState, event: NodeUncordoned, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None or not node.cordoned:
+        raise Invalid(f"node {event.node} is not cordoned")
+    node.cordoned = False
+    node.cordon_reason = ""
+
+
+def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None:
+        raise Invalid(f"unknown node {event.node}")
+    gpu = node.gpus.get(event.index)
+    if gpu is None:
+        raise Invalid(f"node {event.node} has no GPU {event.index}")
+    if not gpu.idle:
+        raise Invalid(
+            f"GPU {event.node}/{event.index} is in use by {', '.join(sorted(gpu.holders))}"
+        )
+    gpu.pool = event.pool
+    node.pool_overrides[event.index] = event.pool
+
+
+def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None or node.phase != "ready":
+        raise Invalid(f"node {event.node} is not ready")
+    node.phase = "lost"
+    node.lost_at = recorded.envelope.at
+    for job_id in sorted(state.on_node.get(event.node, set())):
+        job = state.jobs[job_id]
+        release(state, job, recorded.envelope.at)
+        if job.cancel_requested:
+            set_phase(state, job, "cancelled")
+            job.reason = f"node {event.node} lost while cancelling"
+            job.finished_at = recorded.envelope.at
+        else:
+            set_phase(state, job, "queued")
+            job.reason = f"requeued: node {event.node} lost ({event.reason})"
+        forget_placement(state, job)
+        touch(job, recorded)
+        retention.retire_if_done(state, job, recorded.envelope.at)
+
+
+def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) -> None:
+    node = state.nodes.get(event.node)
+    if node is None or node.phase != "lost":
+        raise Invalid(f"node {event.node} is not lost")
+    node.phase = "ready"
+    node.lost_at = None
+
+
+RULES: tuple[Rule, ...] = (
+    rule(NodeRegistered, _registered),
+    rule(NodeCordoned, _cordoned),
+    rule(NodeUncordoned, _uncordoned),
+    rule(GpuPoolChanged, _pool_changed),
+    rule(NodeLost, _lost),
+    rule(NodeRecovered, _recovered),
+)

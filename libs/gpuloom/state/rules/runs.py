@@ -1,0 +1,309 @@
+"""The fold's rules of a job's runs: placed (every replica's host and slices), the
+reservation of the blocked head, preempted, started, finished, and charged."""
+
+from __future__ import annotations
+
+from gpuloom.events import (
+    JobFinished,
+    JobPlaced,
+    JobPreempted,
+    JobReserved,
+    JobSpec,
+    JobStarted,
+    Recorded,
+    ReplicaAssignment,
+    SliceRef,
+    UsageCharged,
+)
+from gpuloom.state import retention
+from gpuloom.state.errors import Invalid
+from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
+from gpuloom.state.retention import known
+from gpuloom.state.rules.common import (
+    WHOLE_GPU,
+    Rule,
+    forget_placement,
+    job_of,
+    release,
+    require_phase,
+    rule,
+    set_phase,
+    touch,
+)
+
+
+def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "queued")
+    if job.cancel_requested:
+        raise Invalid(f"job {job.job_id} has a cancel request")
+    if event.attempt != job.attempt + 1:
+        raise Invalid(f"attempt {event.attempt} but job {job.job_id} is at {job.attempt}")
+    replicas = event.assignments()
+    problem = assignment_problem(state, job.spec, replicas)
+    if problem is not None:
+        raise Invalid(problem)
+    first = replicas[0]
+    local = [piece for piece in first.slices if piece.node == first.host]
+    if event.node != first.host or event.gpu_indexes != [p.index for p in local]:
+        raise Invalid("node and gpu_indexes must be replica 0's host and its local GPUs")
+    for replica in replicas:
+        host = state.nodes[replica.host]
+        host.hosted[job.job_id] = (
+            host.hosted.get(job.job_id, (0, 0))[0] + replica.cpu_milli,
+            host.hosted.get(job.job_id, (0, 0))[1] + replica.memory_mib,
+        )
+        for piece in replica.slices:
+            gpu = state.nodes[piece.node].gpus[piece.index]
+            milli, memory = gpu.holders.get(job.job_id, (0, 0))
+            gpu.holders[job.job_id] = (milli + piece.milli, memory + _slice_memory(gpu, piece))
+    job.attempt = event.attempt
+    job.node = event.node
+    job.gpu_indexes = tuple(event.gpu_indexes)
+    job.gpu_uuids = tuple(event.gpu_uuids)
+    job.replicas = tuple(replicas)
+    job.started_replicas = set()
+    job.finished_replicas = {}
+    job.reason = None
+    job.placed_at = recorded.envelope.at
+    job.placed_seq = recorded.seq
+    if state.reservation is not None and state.reservation.job_id == job.job_id:
+        state.reservation = None
+    set_phase(state, job, "placed")
+    touch(job, recorded)
+
+
+def _reserved(state: ClusterState, event: JobReserved, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "queued")
+    state.reservation = event
+    touch(job, recorded)
+
+
+def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "placed", "running")
+    if event.attempt != job.attempt:
+        raise Invalid(f"attempt {event.attempt} is not job {job.job_id}'s current {job.attempt}")
+    if job.preempted_by is not None:
+        raise Invalid(f"job {job.job_id} is already preempted by {job.preempted_by}")
+    if not known(state, event.by):
+        raise Invalid(f"preempting job {event.by} does not exist")
+    job.preempted_by = event.by
+    job.preempted_at = recorded.envelope.at
+    job.reason = f"Preempted by {event.by} ({event.reason}): stopping, then requeued"
+    touch(job, recorded)
+
+
+def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
+    return gpu.slice_memory(piece.milli, piece.memory_mib)
+
+
+def assignment_problem(
+    state: ClusterState, spec: JobSpec, replicas: list[ReplicaAssignment]
+) -> str | None:
+    """Why `replicas` is not a valid placement of `spec` in `state`, or None.
+
+    The rules of docs/placement.md: replica count, hosts ready with CPU and
+    memory room, one slice per GPU per replica, GPU model, pool (fractions from
+    vgpu, physical GPUs whole and local), locality, lenders, and no GPU over
+    1000 milli or its memory.
+    """
+    if len(replicas) != spec.replicas:
+        return f"{len(replicas)} replicas placed, the job has {spec.replicas}"
+    share = spec.share_milli
+    cpu_taken: dict[str, int] = {}
+    memory_taken: dict[str, int] = {}
+    gpu_taken: dict[tuple[str, int], tuple[int, int]] = {}
+    for number, replica in enumerate(replicas):
+        host = state.nodes.get(replica.host)
+        if host is None or host.phase != "ready":
+            return f"replica {number}: host {replica.host} is not ready"
+        if replica.cpu_milli != spec.cpu_milli or replica.memory_mib != spec.memory_mib:
+            return f"replica {number}: CPU/memory differ from the job's request"
+        if spec.node_selector and any(
+            host.spec.labels.get(k) != v for k, v in spec.node_selector.items()
+        ):
+            return f"replica {number}: host {host.name} does not match the node selector"
+        cpu_taken[host.name] = cpu_taken.get(host.name, 0) + replica.cpu_milli
+        memory_taken[host.name] = memory_taken.get(host.name, 0) + replica.memory_mib
+        if host.spec.cpu_milli and host.cpu_used + cpu_taken[host.name] > host.spec.cpu_milli:
+            return f"replica {number}: host {host.name} has not enough free CPU"
+        if (
+            host.spec.memory_mib
+            and host.memory_used + memory_taken[host.name] > host.spec.memory_mib
+        ):
+            return f"replica {number}: host {host.name} has not enough free memory"
+        if len(replica.slices) != spec.gpus:
+            return f"replica {number}: {len(replica.slices)} GPU slices, the job needs {spec.gpus}"
+        seen: set[tuple[str, int]] = set()
+        for piece in replica.slices:
+            where = f"GPU {piece.node}/{piece.index}"
+            if (piece.node, piece.index) in seen:
+                return f"replica {number}: {where} given twice"
+            seen.add((piece.node, piece.index))
+            node = state.nodes.get(piece.node)
+            if node is None or node.phase != "ready":
+                return f"replica {number}: node {piece.node} is not ready"
+            gpu = node.gpus.get(piece.index)
+            if gpu is None or gpu.uuid != piece.uuid:
+                return (
+                    f"replica {number}: node {piece.node} has no GPU {piece.index} ({piece.uuid})"
+                )
+            if spec.gpu_model and gpu.model not in spec.gpu_model:
+                return f"replica {number}: {where} is a {gpu.model}, not {spec.gpu_model}"
+            if piece.milli != share:
+                return (
+                    f"replica {number}: {where} slice of {piece.milli} milli, the job asks {share}"
+                )
+            if spec.pool != "any" and gpu.pool != spec.pool:
+                return f"replica {number}: {where} is in the {gpu.pool} pool, not {spec.pool}"
+            if share < WHOLE_GPU and gpu.pool != "vgpu":
+                return f"replica {number}: {where} is physical: fractions come from vgpu"
+            if piece.node != replica.host:
+                if gpu.pool == "physical":
+                    return f"replica {number}: physical {where} cannot be remote"
+                if spec.locality == "local-only":
+                    return f"replica {number}: {where} is remote but the job is local-only"
+                if not node.spec.lends_remote_vgpu:
+                    return f"replica {number}: node {piece.node} does not lend remote vGPU"
+            milli, memory = gpu_taken.get((piece.node, piece.index), (0, 0))
+            milli += piece.milli
+            memory += _slice_memory(gpu, piece)
+            gpu_taken[(piece.node, piece.index)] = (milli, memory)
+            if share >= WHOLE_GPU and not gpu.idle:
+                return f"replica {number}: {where} is held by job {gpu.job_id}"
+            if gpu.milli_used + milli > WHOLE_GPU or gpu.memory_used + memory > gpu.memory_mib:
+                return f"replica {number}: {where} has not enough free share or memory"
+    return None
+
+
+def _require_current_attempt(job: JobState, attempt: int, node: str, replica: int) -> None:
+    if attempt != job.attempt:
+        raise Invalid(f"attempt {attempt} is not job {job.job_id}'s current attempt {job.attempt}")
+    if replica >= len(job.replicas) or job.replicas[replica].host != node:
+        raise Invalid(f"replica {replica} of job {job.job_id} is not hosted on {node}")
+
+
+def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "placed", "running")
+    _require_current_attempt(job, event.attempt, event.node, event.replica)
+    if event.replica in job.started_replicas or event.replica in job.finished_replicas:
+        raise Invalid(f"replica {event.replica} of job {job.job_id} already started")
+    job.started_replicas.add(event.replica)
+    if job.phase == "placed":
+        job.runs.append(
+            Run(
+                attempt=event.attempt,
+                node=event.node,
+                gpus=job.spec.gpus * job.spec.replicas,
+                started_at=recorded.envelope.at,
+                gpu_milli=sum(p.milli for r in job.replicas for p in r.slices),
+                milli_by_model=_milli_by_model(state, job),
+            )
+        )
+        if job.started_at is None:
+            job.started_at = recorded.envelope.at
+        set_phase(state, job, "running")
+    touch(job, recorded)
+
+
+def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
+    by_model: dict[str, int] = {}
+    for replica in job.replicas:
+        for piece in replica.slices:
+            gpu = state.nodes[piece.node].gpus.get(piece.index)
+            model = gpu.model if gpu is not None else "unknown"
+            by_model[model] = by_model.get(model, 0) + piece.milli
+    return dict(sorted(by_model.items()))
+
+
+#: When replicas end differently, the job ends as the first of these any replica had.
+_OUTCOME_ORDER = ("cancelled", "preempted", "timed_out", "failed", "succeeded")
+#: The final phase of each outcome a run can end with (a preempted run is requeued, or
+#: cancelled when a cancel request waits).
+_ENDED_AS: dict[str, JobPhase] = {
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "timed_out": "timed_out",
+    "cancelled": "cancelled",
+}
+
+
+def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    require_phase(job, "placed", "running")
+    _require_current_attempt(job, event.attempt, event.node, event.replica)
+    if event.replica in job.finished_replicas:
+        raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
+    if event.outcome == "preempted" and job.preempted_by is None:
+        raise Invalid(f"job {job.job_id} was not preempted")
+    job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
+    touch(job, recorded)
+    if len(job.finished_replicas) < len(job.replicas):
+        return
+    ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
+    outcome = min((end[0] for end in ends), key=_OUTCOME_ORDER.index)
+    first_bad = next((end for end in ends if end[0] == outcome), ends[0])
+    # A gang's run ends with its last replica, which need not be the last reported:
+    # only a single replica's own end time is the run's end.
+    ended = event.ended_at if len(job.replicas) == 1 else None
+    release(state, job, recorded.envelope.at, ended)
+    if outcome == "preempted" and not job.cancel_requested:
+        by = job.preempted_by
+        set_phase(state, job, "queued")
+        forget_placement(state, job)
+        job.reason = f"requeued: preempted by {by}"
+        return
+    if outcome == "preempted":
+        outcome, first_bad = "cancelled", ("cancelled", first_bad[1], "cancelled while preempted")
+    set_phase(state, job, _ENDED_AS[outcome])
+    job.exit_code = first_bad[1]
+    job.reason = first_bad[2]
+    job.finished_at = recorded.envelope.at
+    retention.retire_if_done(state, job, recorded.envelope.at)
+
+
+def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
+    job = job_of(state, event.job_id)
+    runs = [run for run in job.runs if run.attempt == event.attempt]
+    if not runs:
+        raise Invalid(f"job {job.job_id} has no run for attempt {event.attempt}")
+    run = runs[-1]
+    if event.attempt in job.charged_attempts:
+        raise Invalid(f"attempt {event.attempt} of job {job.job_id} already charged")
+    if event.part != run.charges:
+        raise Invalid(f"charge part {event.part}, but attempt {event.attempt} has {run.charges}")
+    if event.period_end is None:
+        if run.ended_at is None:
+            raise Invalid(f"attempt {event.attempt} of job {job.job_id} has not ended")
+        job.charged_attempts.append(event.attempt)
+        if all(r.attempt in job.charged_attempts for r in job.runs if r.ended_at is not None):
+            state.uncharged.discard(job.job_id)
+    else:
+        since = run.charged_until or run.started_at
+        if event.period_end <= since:
+            raise Invalid(f"interim charge up to {event.period_end} does not pass {since}")
+        run.charged_until = event.period_end
+    run.charges += 1
+    run.charged_milli_seconds += event.gpu_milli_seconds
+    for model, amount in event.by_model.items():
+        run.charged_by_model[model] = run.charged_by_model.get(model, 0) + amount
+    account, user = job.spec.account, job.spec.user
+    state.usage_by_account[account] = (
+        state.usage_by_account.get(account, 0) + event.gpu_milli_seconds
+    )
+    state.usage_by_user[user] = state.usage_by_user.get(user, 0) + event.gpu_milli_seconds
+    touch(job, recorded)
+    retention.retire_if_done(state, job, recorded.envelope.at)
+
+
+RULES: tuple[Rule, ...] = (
+    rule(JobPlaced, _placed),
+    rule(JobReserved, _reserved),
+    rule(JobPreempted, _preempted),
+    rule(JobStarted, _started),
+    rule(JobFinished, _finished),
+    rule(UsageCharged, _charged),
+)
