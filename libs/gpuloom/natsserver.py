@@ -135,7 +135,10 @@ def permissions_config(permissions: Permissions) -> dict[str, object]:
     """nats-server's `permissions` of one user (empty: everything allowed)."""
     found: dict[str, object] = {}
     if permissions.publish is not None:
-        found["publish"] = {"allow": list(permissions.publish)}
+        publish: dict[str, list[str]] = {"allow": list(permissions.publish)}
+        if permissions.deny_publish:
+            publish["deny"] = list(permissions.deny_publish)
+        found["publish"] = publish
     if permissions.subscribe is not None:
         found["subscribe"] = {"allow": list(permissions.subscribe)}
     if permissions.allow_responses:

@@ -194,7 +194,7 @@ def test_a_killed_nats_server_is_restarted_with_the_same_store(tmp_path: Path) -
     """kill -9 of the stack's nats-server: the launcher says so and starts it again on
     the same port and store; the services reconnect with their own identities, the job
     acknowledged before is still in the log, and a new one runs to the end. (Their
-    subscriptions, ordered consumers, resume once they miss two heartbeats: 10 to 20 s.)"""
+    followers of the log make a new pull consumer once they hear nothing for 12.5 s.)"""
     with make_run_under_tee(tmp_path) as (shell, data_dir, log):
         gateway = json.loads((data_dir / "stack.json").read_text())["gateway_url"]
         token = operator_token(data_dir)

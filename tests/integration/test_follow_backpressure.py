@@ -14,7 +14,8 @@ from projection_helpers import put, submit
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from gpuloom.bus import EventBus
+from gpuloom.bus import EventBus, Incoming
+from gpuloom.bus.follower import BATCH
 from gpuloom.events import Decision
 from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.reactor import Reactor
@@ -94,3 +95,30 @@ async def test_a_slow_reactor_holds_a_bounded_inbox_and_folds_every_event(bus: E
     assert 0 < most <= LIMIT
     assert sorted(reactor.state.submitted) == [f"bp-{i:05d}" for i in range(EVENTS)]
     assert seen and seen[0] == last  # it decided once, caught up, on the whole log
+
+
+async def test_the_bus_client_holds_at_most_a_batch_for_a_slow_follower(bus: EventBus) -> None:
+    """Below the inbox: what the NATS client itself buffers for a follower that takes
+    its time. An ordered push consumer let the server fill nats-py's queue with the
+    whole log (flow control answered as messages arrived, not as they were taken)."""
+    last = await fill(bus)
+    seen: list[int] = []
+    held = 0
+
+    async def slow(message: Incoming) -> None:
+        nonlocal held
+        queued = sum(sub._pending_queue.qsize() for sub in bus.nc._subs.values())
+        held = max(held, queued)
+        seen.append(message.seq)
+        await asyncio.sleep(0.0005)
+
+    stop = await bus.follow(slow)
+    try:
+        deadline = time.monotonic() + 60
+        while not seen or seen[-1] < last:
+            assert time.monotonic() < deadline, "the follower never caught up"
+            await asyncio.sleep(0.01)
+    finally:
+        await stop()
+    assert seen == list(range(1, last + 1))
+    assert 0 < held <= BATCH + 8, held

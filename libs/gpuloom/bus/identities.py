@@ -112,6 +112,9 @@ class Permissions:
     publish: tuple[str, ...] | None
     subscribe: tuple[str, ...] | None
     allow_responses: bool = False
+    #: Subjects refused even where `publish` allows them: the durable consumers of
+    #: other services (a reader may make and pull its own consumers, not theirs).
+    deny_publish: tuple[str, ...] = ()
 
 
 def check_token(kind: str, name: str) -> str:
@@ -146,8 +149,10 @@ def dead_letter_subjects(service: str) -> str:
 
 
 def read_api(stream: str) -> list[str]:
-    """The JetStream calls every reader of `stream` makes: stream info, ordered consumers
-    (created, flow-controlled), consumer info, and getting one message."""
+    """The JetStream calls every reader of `stream` makes: stream info, its own consumers
+    (ordered push ones, flow-controlled; the pull ones that follow the log, asked for
+    their next messages and deleted: `gpuloom.bus.follower`), consumer info, and getting
+    one message. Other services' durable consumers are denied (`others_durables`)."""
     api = "$JS.API"
     return [
         f"{api}.INFO",
@@ -155,6 +160,8 @@ def read_api(stream: str) -> list[str]:
         f"{api}.CONSUMER.CREATE.{stream}",
         f"{api}.CONSUMER.CREATE.{stream}.>",
         f"{api}.CONSUMER.INFO.{stream}.*",
+        f"{api}.CONSUMER.MSG.NEXT.{stream}.*",
+        f"{api}.CONSUMER.DELETE.{stream}.*",
         f"{api}.STREAM.MSG.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}.>",
@@ -244,6 +251,19 @@ def _durable_api(stream: str, durable: str) -> list[str]:
     ]
 
 
+def others_durables(stream: str, owner: str | None) -> tuple[str, ...]:
+    """The durable consumers of services other than `owner`: creating (or updating)
+    them, pulling from them and deleting them (a reader that pulled the ledger's
+    messages would hold its charges back until they are redelivered)."""
+    return tuple(
+        subject
+        for durable, service in DURABLES.items()
+        if service != owner
+        for subject in _durable_api(stream, durable)
+        if not subject.startswith("$JS.ACK.")
+    )
+
+
 def service_permissions(service: str, public_key: str, stream: str) -> Permissions:
     """The permissions of one gpuloom service (`SERVICES`)."""
     if service not in SERVICES:
@@ -260,7 +280,9 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
         publish.append(f"{AGENT_CONTROL_PREFIX}.*.>")
     if service == "inventory":  # heartbeats of every node
         subscribe.append(heartbeat_subject("*"))
-    return Permissions(tuple([*publish, inbox]), tuple(subscribe))
+    return Permissions(
+        tuple([*publish, inbox]), tuple(subscribe), deny_publish=others_durables(stream, service)
+    )
 
 
 def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Permissions:
@@ -275,13 +297,22 @@ def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Per
     publish += _writer_api(stream, AGENT) + read_api(stream) + [inbox]
     publish += snapshot_api(AGENT, agent_bucket(nodes)) + base_snapshot_api()
     subscribe = [agent_control_subjects(n) for n in nodes] + [inbox]
-    return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
+    return Permissions(
+        tuple(publish),
+        tuple(subscribe),
+        allow_responses=True,
+        deny_publish=others_durables(stream, None),
+    )
 
 
 def reader_permissions(public_key: str, stream: str) -> Permissions:
     """Outside subscribers: read the log (live or replayed), write nothing."""
     inbox = f"{inbox_prefix(public_key)}.>"
-    return Permissions(tuple(read_api(stream)), (inbox, f"{EVENT_PREFIX}.>"))
+    return Permissions(
+        tuple(read_api(stream)),
+        (inbox, f"{EVENT_PREFIX}.>"),
+        deny_publish=others_durables(stream, None),
+    )
 
 
 ADMIN_PERMISSIONS = Permissions(None, None)
@@ -339,6 +370,8 @@ def may_publish(permissions: Permissions, subject: str) -> bool:
     """Whether `permissions` allow publishing on `subject` (NATS wildcard matching)."""
     if permissions.publish is None:
         return True
+    if any(subject_matches_pattern(pattern, subject) for pattern in permissions.deny_publish):
+        return False
     return any(subject_matches_pattern(pattern, subject) for pattern in permissions.publish)
 
 

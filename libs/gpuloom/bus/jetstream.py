@@ -16,9 +16,10 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from gpuloom.bus.deadletters import DeadLetters
+from gpuloom.bus.follower import follow_pull
 from gpuloom.bus.streams import Expected, check_streams, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
@@ -216,10 +217,11 @@ class EventBus:
     ) -> Callable[[], Awaitable[None]]:
         """Deliver every message from `from_seq` on, in order, then keep following.
 
-        Uses an ordered push consumer: it replays, survives reconnects and resets
-        itself on a gap. Returns a function that stops it. `on_message` may wait (a
-        full inbox, `INBOX_LIMIT`): the next message is delivered once it returns, and
-        JetStream's flow control keeps the rest on the server meanwhile.
+        A pull consumer of the follower's own (`gpuloom.bus.follower`): it replays,
+        survives reconnects and server restarts, and holds at most a batch of
+        messages besides what `on_message` keeps. `on_message` may wait (a full inbox,
+        `INBOX_LIMIT`): the next message is delivered once it returns, and the server
+        keeps the rest. Returns a function that stops it.
         """
 
         async def callback(msg: Msg) -> None:
@@ -235,21 +237,7 @@ class EventBus:
                 )
             )
 
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=from_seq
-        )
-        if from_seq <= 1:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-        sub = await self.js.subscribe(
-            subjects,
-            stream=self.stream,
-            ordered_consumer=True,
-            config=config,
-            cb=callback,
-            pending_msgs_limit=-1,
-            pending_bytes_limit=-1,
-        )
-        return sub.unsubscribe
+        return await follow_pull(self.nc, self.js, self.stream, subjects, from_seq, callback)
 
     async def read_subject(self, subjects: str, timeout: float = 2.0) -> list[Incoming]:
         """Every message on `subjects` so far (an audit trail), read with an ordered consumer."""
