@@ -11,10 +11,14 @@ not as the process took them, and a follower replaying a long log into a databas
 The follower keeps one pull request open on an ephemeral consumer of its own
 (`AckPolicy.NONE`, in memory, deleted by the server once unused): up to `BATCH`
 events, lingering until they come (so a new event is delivered at once), with idle
-heartbeats. When the batch is delivered, or the request expires, it asks again. A
-follower that hears nothing (not even a heartbeat) for `DEAD_AFTER_S`, or whose
-consumer is gone (nats-server restarted, a leader changed), makes a new consumer
-from the next sequence it has not delivered: nothing is lost, skipped or repeated.
+heartbeats. When the batch is delivered, or the request expires, it asks again.
+
+The consumer does not wait for acknowledgements, so a message the server sent while
+the connection was down is lost in transit. The follower therefore makes a new
+consumer, from the next sequence it has not delivered, whenever the connection was
+re-established, a message's consumer sequence skips one, it hears nothing (not even
+a heartbeat) for `DEAD_AFTER_S`, or its consumer is gone (nats-server restarted, a
+leader changed): nothing is lost, skipped or repeated.
 """
 
 from __future__ import annotations
@@ -138,13 +142,17 @@ class _Follower:
         await self.nc.publish(subject, json.dumps(request).encode(), reply=inbox)
 
     async def _pull(self, name: str, inbox: str, sub: Subscription) -> None:
+        reconnects = self.nc.stats["reconnects"]
         await self._ask(name, inbox)
         delivered = 0
+        consumer_seq = 0
         while True:
             try:
                 msg = await sub.next_msg(timeout=DEAD_AFTER_S)
             except TimeoutError:
-                raise ConsumerLost(f"nothing heard for {DEAD_AFTER_S:.0f} s") from None
+                raise ConsumerLost(f"nothing heard for {DEAD_AFTER_S:.1f} s") from None
+            if self.nc.stats["reconnects"] != reconnects:
+                raise ConsumerLost("reconnected: what was sent meanwhile may be lost")
             status = msg.headers.get("Status") if msg.headers and not msg.data else None
             if status is not None:
                 if status == "100":  # idle heartbeat: the request is alive
@@ -159,7 +167,11 @@ class _Follower:
             if delivered == BATCH:  # the request is done: ask for the next batch now
                 await self._ask(name, inbox)
                 delivered = 0
-            seq = int(msg.metadata.sequence.stream)
+            sequence = msg.metadata.sequence
+            if int(sequence.consumer) != consumer_seq + 1:
+                raise ConsumerLost(f"delivery {sequence.consumer} after {consumer_seq}")
+            consumer_seq = int(sequence.consumer)
+            seq = int(sequence.stream)
             if seq < self.next_seq:  # delivered already (a consumer made anew)
                 continue
             await self.on_message(msg)
