@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.nuid import NUID
@@ -78,6 +77,15 @@ async def follow_pull(
     return stop
 
 
+def _into(queue: asyncio.Queue[Msg]) -> Callable[[Msg], Awaitable[None]]:
+    """A subscription callback that only queues (the follower takes from the queue)."""
+
+    async def arrived(msg: Msg) -> None:
+        queue.put_nowait(msg)
+
+    return arrived
+
+
 class _Follower:
     def __init__(
         self,
@@ -103,9 +111,10 @@ class _Follower:
                 await asyncio.sleep(RETRY_S)
                 continue
             inbox = self.nc.new_inbox()
-            sub = await self.nc.subscribe(inbox)
+            received: asyncio.Queue[Msg] = asyncio.Queue()  # holds at most a batch
+            sub = await self.nc.subscribe(inbox, cb=_into(received))
             try:
-                await self._pull(name, inbox, sub)
+                await self._pull(name, inbox, received)
             except ConsumerLost as lost:
                 log.info("following %s again from seq %d: %s", self.stream, self.next_seq, lost)
             except Exception as exc:  # a disconnection mid-request
@@ -141,14 +150,15 @@ class _Follower:
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}"
         await self.nc.publish(subject, json.dumps(request).encode(), reply=inbox)
 
-    async def _pull(self, name: str, inbox: str, sub: Subscription) -> None:
+    async def _pull(self, name: str, inbox: str, received: asyncio.Queue[Msg]) -> None:
         reconnects = self.nc.stats["reconnects"]
         await self._ask(name, inbox)
         delivered = 0
         consumer_seq = 0
         while True:
-            try:
-                msg = await sub.next_msg(timeout=DEAD_AFTER_S)
+            try:  # not nats-py's next_msg: a stop (cancel) could hang in it
+                async with asyncio.timeout(DEAD_AFTER_S):
+                    msg = await received.get()
             except TimeoutError:
                 raise ConsumerLost(f"nothing heard for {DEAD_AFTER_S:.1f} s") from None
             if self.nc.stats["reconnects"] != reconnects:
