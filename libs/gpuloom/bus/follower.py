@@ -5,8 +5,7 @@ a bounded number of messages, and the server keeps the rest.
 An ordered *push* consumer, used before, is flow controlled by the client library's
 own queue: nats-py answered the server's flow control as messages reached its queue,
 not as the process took them, and a follower replaying a long log into a database
-(the gateway's first start) held the whole log in that queue (measured: 54,000 of
-60,000 events queued; 11 GiB at a million events for the gateway).
+(the gateway's first start) held the whole log in that queue (docs/benchmarks.md).
 
 The follower keeps one pull request open on an ephemeral consumer of its own
 (`AckPolicy.NONE`, in memory, deleted by the server once unused): up to `BATCH`
@@ -117,6 +116,7 @@ class _Follower:
                 await self._pull(name, inbox, received)
             except ConsumerLost as lost:
                 log.info("following %s again from seq %d: %s", self.stream, self.next_seq, lost)
+                await asyncio.sleep(RETRY_S / 10)  # a consumer refused at once must not spin
             except Exception as exc:  # a disconnection mid-request
                 log.warning("following %s again from seq %d: %r", self.stream, self.next_seq, exc)
                 await asyncio.sleep(RETRY_S)
