@@ -112,7 +112,11 @@ async def test_a_writer_killed_mid_snapshot_leaves_only_whole_ones(
     url, seed = strip_credentials(nats_url), str(keyring.seed_file("placement"))
     whole = 0
     cut: list[str] = []
-    for delay in (0.9, 1.2, 1.5, 1.9):
+    # A kill lands mid-upload or between two; try more moments until one cut an upload
+    # (the writer's start-up time varies with the machine's load).
+    for attempt, delay in enumerate((0.9, 1.2, 1.5, 1.9, 1.35, 1.65, 2.2, 2.6, 1.05, 1.75)):
+        if attempt >= 4 and cut and whole:
+            break
         writer = subprocess.Popen([sys.executable, str(script), url, seed], stdout=subprocess.PIPE)
         await asyncio.sleep(delay)
         writer.send_signal(signal.SIGKILL)
