@@ -1,8 +1,10 @@
-"""Composition root of the accounting service: the charging reactor and the SQL ledger."""
+"""Composition root of the accounting service: the charging reactor and the SQL ledger
+it keeps from its fold."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 
 from gpuloom.bus import EventBus
@@ -13,7 +15,9 @@ from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
 from gpuloom.store.session import make_engine, make_sessionmaker
-from services.accounting.ledger import run_ledger
+from services.accounting.ledger import RETIRED_DURABLE, Ledger
+
+log = logging.getLogger(__name__)
 
 
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
@@ -25,17 +29,17 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
         return decide_charges(state, datetime.now(UTC), interval)
 
     tick = min(settings.charge_interval_s / 2, 30.0) if interval else None
+    if await bus.drop_durable(RETIRED_DURABLE):
+        log.info("deleted the consumer %s of an older version", RETIRED_DURABLE)
     try:
-        await asyncio.gather(
-            Reactor(
-                bus,
-                "accounting",
-                pure(decide),
-                tick_s=tick,
-                snapshots=snapshotter(settings, bus, "accounting"),
-            ).run(stop),
-            run_ledger(bus, make_sessionmaker(engine), stop),
-        )
+        await Reactor(
+            bus,
+            "accounting",
+            pure(decide),
+            tick_s=tick,
+            projections=[Ledger(make_sessionmaker(engine))],
+            snapshots=snapshotter(settings, bus, "accounting"),
+        ).run(stop)
     finally:
         await engine.dispose()
 

@@ -1,74 +1,52 @@
-"""The usage ledger: UsageCharged events -> `usage_charges` rows, through a durable
-pull consumer with explicit ack.
+"""The usage ledger: the charges accounting's fold applied -> `usage_charges` rows.
 
-A message is acked only after its row and the checkpoint are committed, so a
-crash redelivers it and the insert (keyed by job and attempt) ignores the
-repeat. The SQL checkpoint is the truth about the ledger's position: at start,
-when the consumer's ack floor is past the checkpoint (the tables were dropped
-or restored from an older backup), the consumer is re-created from the
-checkpoint and the ledger is rebuilt from the log.
+The ledger is a projection of the accounting reactor's own fold (`Reactor`'s
+`projections`): it sees each `UsageCharged` after the fold, and keeps only those the
+fold applied, so it never stores a charge the fold voided (a repeat, a charge of an
+unknown run, one past a run's end). Its rows and its SQL checkpoint are committed in
+one transaction; the reactor starts from a snapshot no newer than that checkpoint, so
+after a crash (or a database restored from an older backup) the charges after the
+checkpoint are folded again and written again, and the insert (keyed by job, attempt
+and part) ignores those already there. A database that is away keeps the charges in
+memory (a few per job) and the reactor goes on deciding; they are written when it
+answers.
 
 A charge whose rows the database refuses is quarantined (kind `charge`, key
 `job/attempt/part`) and the ledger goes on; `rows` is a parameter so that a test
 can make the database refuse a charge for real.
+
+Before 2026-12-05 the ledger read the log through a durable consumer of its own
+(`RETIRED_DURABLE`); a start deletes it where an older version left it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from gpuloom.bus import EventBus
-from gpuloom.events import MalformedEvent, UsageCharged, decode
-from gpuloom.events.subjects import EVENT_PREFIX
+from gpuloom.bus import Incoming
+from gpuloom.events import Recorded, UsageCharged
 from gpuloom.store.models import Base, UsageChargeRow, UsageModelChargeRow
-from gpuloom.store.quarantine import Item, count_quarantined, insert_items, write_batch
+from gpuloom.store.quarantine import Item, count_quarantined, describe, insert_items, write_batch
 from gpuloom.store.upsert import load_checkpoint
 from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "accounting.ledger"
-DURABLE = "accounting-ledger"
-SUBJECT = f"{EVENT_PREFIX}.job.*.UsageCharged"
+#: The durable consumer of versions before 2026-12-05 (`gpuloom.bus.identities`).
+RETIRED_DURABLE = "accounting-ledger"
+#: With nothing to write, the checkpoint still follows the fold this often, seconds
+#: (the lag the gateway shows, and how far back a restart starts).
+IDLE_CHECKPOINT_S = 1.0
 
 ChargeRows = Callable[[int, UsageCharged, datetime], list[tuple[type[Base], dict[str, Any]]]]
-
-
-async def _consumer_from(bus: EventBus, checkpoint: int) -> None:
-    """Make sure the durable consumer resumes right after `checkpoint`."""
-    try:
-        info = await bus.js.consumer_info(bus.stream, DURABLE)
-    except NotFoundError:
-        info = None
-    if info is not None and int(info.ack_floor.stream_seq or 0) <= checkpoint:
-        return
-    if info is not None:
-        log.warning(
-            "ledger checkpoint %d is behind the consumer (ack floor %s): rebuilding",
-            checkpoint,
-            info.ack_floor.stream_seq,
-        )
-        await bus.js.delete_consumer(bus.stream, DURABLE)
-    config = ConsumerConfig(
-        durable_name=DURABLE,
-        filter_subject=SUBJECT,
-        ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=30,
-        max_ack_pending=5000,
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=checkpoint + 1,
-    )
-    await bus.js.add_consumer(bus.stream, config)
 
 
 def _row(seq: int, event: UsageCharged, at: Any) -> dict[str, Any]:
@@ -112,58 +90,79 @@ def charge_rows(
     return rows
 
 
-async def run_ledger(
-    bus: EventBus,
-    sessions: async_sessionmaker[Any],
-    stop: asyncio.Event,
-    *,
-    rows: ChargeRows = charge_rows,
-) -> None:
-    async with sessions() as session:
-        checkpoint = await load_checkpoint(session, CHECKPOINT)
-        quarantined = (await count_quarantined(session)).get(CHECKPOINT, 0)
-    PROJECTION_QUARANTINED.labels(CHECKPOINT).set(quarantined)
-    await _consumer_from(bus, checkpoint)
-    sub = await bus.js.pull_subscribe_bind(DURABLE, stream=bus.stream)
-    log.info("ledger resumes after seq %d", checkpoint)
-    try:
-        await _consume(sub, sessions, stop, checkpoint, rows)
-    finally:
-        await sub.unsubscribe()  # a pull subscription left open stalls the drain on exit
+class Ledger:
+    """The charges the fold applied, written to SQL with the checkpoint."""
 
+    def __init__(
+        self,
+        sessions: async_sessionmaker[Any],
+        *,
+        rows: ChargeRows = charge_rows,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sessions = sessions
+        self.rows = rows
+        self.clock = clock
+        #: Charges of every event up to here are written (or quarantined).
+        self.written_seq = 0
+        self._items: list[Item] = []
+        self._written_at = clock()
+        self._failing = False
+        #: The log's last sequence as last seen: the lag the ledger reports.
+        self.stream_seq = 0
 
-async def _consume(
-    sub: JetStreamContext.PullSubscription,
-    sessions: async_sessionmaker[Any],
-    stop: asyncio.Event,
-    checkpoint: int,
-    rows: ChargeRows,
-) -> None:
-    while not stop.is_set():
-        try:
-            messages = await sub.fetch(500, timeout=1)
-        except (NatsTimeoutError, TimeoutError):
-            continue
-        items: list[Item] = []
-        last = checkpoint
-        for msg in messages:
-            seq = int(msg.metadata.sequence.stream)
-            last = max(last, seq)
+    async def load(self, stop: asyncio.Event) -> bool:
+        """Read the checkpoint, waiting for the database; False: stopped first."""
+        while not stop.is_set():
             try:
-                recorded = decode(seq, msg.data, msg.metadata.timestamp, subject=msg.subject)
-            except MalformedEvent as exc:
-                log.error("ledger skipping malformed event: %s", exc)
+                async with self.sessions() as session:
+                    self.written_seq = await load_checkpoint(session, CHECKPOINT)
+                    quarantined = (await count_quarantined(session)).get(CHECKPOINT, 0)
+            except Exception:  # the database is away (or not migrated yet)
+                log.exception("ledger cannot read its checkpoint; retrying")
+                await asyncio.sleep(1.0)
                 continue
-            event = recorded.event
-            if isinstance(event, UsageCharged):
-                key = f"{event.job_id}/{event.attempt}/{event.part}"
-                charge = tuple(rows(seq, event, recorded.envelope.at))
-                items.append(Item("charge", key, seq, charge))
-        # a refused charge is quarantined in the checkpoint's transaction; "away" raises
-        for refused in await write_batch(sessions, CHECKPOINT, items, insert_items, last):
-            log.error("ledger quarantined charge %s: %s", refused.item.key, refused.error)
+            PROJECTION_QUARANTINED.labels(CHECKPOINT).set(quarantined)
+            log.info("ledger resumes after seq %d", self.written_seq)
+            return True
+        return False
+
+    def before(self, recorded: Recorded) -> None:
+        pass
+
+    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+        self.stream_seq = max(self.stream_seq, message.seq + message.pending)
+        event = recorded.event
+        if applied and isinstance(event, UsageCharged) and recorded.seq > self.written_seq:
+            self._items.append(self._item(recorded.seq, event, recorded.envelope.at))
+
+    def _item(self, seq: int, event: UsageCharged, at: datetime) -> Item:
+        """The item of one charge; one whose rows cannot be computed is quarantined."""
+        key = f"{event.job_id}/{event.attempt}/{event.part}"
+        try:
+            return Item("charge", key, seq, tuple(self.rows(seq, event, at)))
+        except Exception as exc:
+            log.exception("ledger could not compute the rows of charge %s", key)
+            return Item("charge", key, seq, (), error=f"rows not computed: {describe(exc)}")
+
+    def behind(self) -> bool:
+        return bool(self._items)
+
+    async def flush(self, seq: int, *, force: bool) -> None:
+        idle_due = self.clock() - self._written_at >= IDLE_CHECKPOINT_S
+        if seq <= self.written_seq or not (self._items or force or idle_due):
+            return
+        try:  # a refused charge is quarantined in the checkpoint's transaction
+            refused = await write_batch(self.sessions, CHECKPOINT, self._items, insert_items, seq)
+        except Exception as exc:  # away: keep the charges, try again on the next round
+            if not self._failing:
+                log.warning("ledger could not write charges up to seq %d: %r", seq, exc)
+            self._failing = True
+            return
+        self._failing = False
+        for entry in refused:
+            log.error("ledger quarantined charge %s: %s", entry.item.key, entry.error)
             PROJECTION_QUARANTINED.labels(CHECKPOINT).inc()
-        PROJECTION_LAG.labels(CHECKPOINT).set(messages[-1].metadata.num_pending if messages else 0)
-        checkpoint = last
-        for msg in messages:
-            await msg.ack()
+        self._items.clear()
+        self.written_seq, self._written_at = seq, self.clock()
+        PROJECTION_LAG.labels(CHECKPOINT).set(max(0, self.stream_seq - seq))

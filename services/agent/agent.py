@@ -58,8 +58,10 @@ YIELD_EVERY = 32
 class LogPort(Protocol):
     """What the agent needs of the log: the Reactor has all of it."""
 
-    state: ClusterState
     caught_up: asyncio.Event
+
+    @property
+    def state(self) -> ClusterState: ...
 
     async def publish(self, decisions: Sequence[Decision]) -> int: ...
 

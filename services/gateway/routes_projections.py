@@ -19,14 +19,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from gpuloom.bus import EventBus
 from gpuloom.store.models import ProjectionCheckpoint, ProjectionQuarantine
 from gpuloom.store.quarantine import count_quarantined
-from services.accounting import ledger
 from services.gateway.auth import operator
 from services.gateway.deps import Gateway, GatewayDep, SessionDep
 
@@ -144,15 +141,6 @@ async def readyz(gateway: GatewayDep) -> JSONResponse:
     return JSONResponse(status_code=200 if view.ready else 503, content=view.model_dump())
 
 
-async def _consumer_lag(bus: EventBus, durable: str) -> int | None:
-    """Messages a durable consumer has not had acked yet; None if it does not exist."""
-    try:
-        info = await bus.js.consumer_info(bus.stream, durable)
-    except NotFoundError:
-        return None
-    return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
-
-
 @router.get(
     "/v1/projections",
     response_model=Projections,
@@ -179,7 +167,7 @@ async def projections(
         try:
             stream_seq = await bus.last_seq()
         except (NatsError, TimeoutError, OSError):
-            bus = None
+            stream_seq = None
     views = []
     for name in sorted(names):
         checkpoint = checkpoints.get(name, 0)
@@ -188,10 +176,8 @@ async def projections(
         if live is not None and stream_seq is not None:
             live.stream_seq = max(live.stream_seq, stream_seq)
             lag = live.lag
-        elif name == ledger.CHECKPOINT and bus is not None:
-            lag = await _consumer_lag(bus, ledger.DURABLE)
-        if lag is None and live is None and stream_seq is not None:
-            lag = max(0, stream_seq - checkpoint)  # an upper bound for a filtered projection
+        elif stream_seq is not None:  # another process's: its checkpoint follows its fold
+            lag = max(0, stream_seq - checkpoint)
         entries = await session.scalars(
             select(ProjectionQuarantine)
             .where(ProjectionQuarantine.projection == name)

@@ -5,14 +5,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
 from gpuloom.bus import EventBus, Outgoing
-from gpuloom.events import Event, JobSubmitted, encode, make_envelope, subject_for
+from gpuloom.events import (
+    Event,
+    JobSubmitted,
+    Recorded,
+    UsageCharged,
+    encode,
+    make_envelope,
+    subject_for,
+)
+from gpuloom.runtime.reactor import Reactor, pure
+from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state import ClusterState, JobState
 from gpuloom.store import rows
-from gpuloom.testing.builders import make_job_spec
+from gpuloom.testing.builders import LogBuilder, make_job_spec
+from services.accounting.ledger import ChargeRows, Ledger, charge_rows
 
 
 def refused_value(database_url: str) -> dict[str, Any]:
@@ -30,6 +43,57 @@ async def put(bus: EventBus, *events: Event) -> int:
         message = Outgoing(subject_for(event), encode(envelope), {"Nats-Msg-Id": envelope.id})
         seq, _ = await bus.publish(message)
     return seq
+
+
+async def put_records(bus: EventBus, records: list[Recorded]) -> list[int]:
+    """Publish built events (`LogBuilder`) as they are, with their own `at`; their seqs."""
+    seqs = []
+    for record in records:
+        envelope = record.envelope
+        message = Outgoing(
+            subject_for(record.event), encode(envelope), {"Nats-Msg-Id": envelope.id}
+        )
+        seqs.append((await bus.publish(message))[0])
+    return seqs
+
+
+def charged_runs(log: LogBuilder, *job_ids: str) -> dict[str, Recorded]:
+    """Jobs that each ran a minute on node n1 (registered first if `log` is empty), then
+    were charged; the charge of each."""
+    if not log.records:
+        log.register("n1", 8)
+    charges = {}
+    for index, job_id in enumerate(job_ids):
+        log.run_to_queue(job_id, gpus=1)
+        log.place(job_id, "n1", [index % 8])
+        log.start(job_id, "n1")
+        log.finish(job_id, "n1", after=60)
+        charges[job_id] = log.append(
+            UsageCharged(
+                job_id=job_id, attempt=1, user="alice", account="research", gpus=1,
+                seconds=60.0, gpu_milli_seconds=60_000, by_model={"A100-80GB": 60_000},
+            )
+        )  # fmt: skip
+    return charges
+
+
+def near_now() -> LogBuilder:
+    """A log whose times are near the server's stamps (the fold bounds an `at` to them)."""
+    return LogBuilder(start=datetime.now(UTC) - timedelta(minutes=2), step=timedelta(seconds=0.1))
+
+
+def accounting_ledger(
+    bus: EventBus,
+    sessions: async_sessionmaker[Any],
+    *,
+    rows: ChargeRows = charge_rows,
+    snapshots: Snapshotter | None = None,
+) -> Reactor:
+    """Accounting's reactor with its ledger, deciding nothing (the test writes the charges)."""
+    ledger = Ledger(sessions, rows=rows)
+    return Reactor(
+        bus, "accounting", pure(lambda state: []), projections=[ledger], snapshots=snapshots
+    )
 
 
 def submit(job_id: str) -> JobSubmitted:

@@ -57,7 +57,7 @@ async def test_a_slow_projection_holds_a_bounded_inbox_and_writes_every_row(
     projector = Projector(bus, sessions, job_row=slow_row, inbox_limit=LIMIT)
     task = asyncio.create_task(projector.run(stop))
     try:
-        most = await watch(projector._inbox, lambda: projector.written_seq >= last)
+        most = await watch(projector.follower._inbox, lambda: projector.written_seq >= last)
     finally:
         stop.set()
         await task
@@ -78,16 +78,16 @@ async def test_a_slow_reactor_holds_a_bounded_inbox_and_folds_every_event(bus: E
 
     stop = asyncio.Event()
     reactor = Reactor(bus, "queue", decide, inbox_limit=LIMIT)
-    original = reactor._fold
+    original = reactor.follower.fold
 
     def slow_fold(message: Any) -> None:
         time.sleep(0.0005)
         original(message)
 
-    reactor._fold = slow_fold  # type: ignore[method-assign]
+    reactor.follower.fold = slow_fold  # type: ignore[method-assign]
     task = asyncio.create_task(reactor.run(stop))
     try:
-        most = await watch(reactor._inbox, lambda: reactor.state.seq >= last)
+        most = await watch(reactor.follower._inbox, lambda: reactor.state.seq >= last)
         await asyncio.wait_for(reactor.caught_up.wait(), 10)
     finally:
         stop.set()

@@ -1,37 +1,39 @@
-"""The usage ledger resumes from its SQL checkpoint, which is the truth about its
-position: a durable consumer that acked charges the ledger lost (its tables restored
-from an older backup) is made again from the checkpoint, and the charges come back."""
+"""The usage ledger is a projection of accounting's fold: it writes only the charges the
+fold applied, and its SQL checkpoint is the truth about its position (a ledger whose
+tables lost charges, restored from an older backup, gets them back from the log, even
+past a newer snapshot)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import pytest
-from projection_helpers import put, submit
+from projection_helpers import accounting_ledger, charged_runs, near_now, put_records
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.events import UsageCharged
+from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.store.models import ProjectionCheckpoint, UsageChargeRow, UsageModelChargeRow
+from gpuloom.store.upsert import load_checkpoint
 from services.accounting import ledger
 
 pytestmark = pytest.mark.integration
 
 
-def charge(job_id: str) -> UsageCharged:
-    return UsageCharged(
-        job_id=job_id, attempt=1, user="u", account="a", gpus=1, seconds=1.0,
-        gpu_milli_seconds=1000, by_model={"A100-80GB": 1000},
-    )  # fmt: skip
-
-
-async def run_until(bus: EventBus, sessions: async_sessionmaker[Any], settled: Any) -> None:
-    """Run the ledger until `settled()` holds, then stop it as a clean stop does."""
+async def run_until(
+    bus: EventBus,
+    sessions: async_sessionmaker[Any],
+    settled: Any,
+    snapshots: Snapshotter | None = None,
+) -> None:
+    """Run accounting's reactor and ledger until `settled()` holds, then stop it cleanly."""
     stop = asyncio.Event()
-    task = asyncio.create_task(ledger.run_ledger(bus, sessions, stop))
+    reactor = accounting_ledger(bus, sessions, snapshots=snapshots)
+    task = asyncio.create_task(reactor.run(stop))
     try:
         deadline = asyncio.get_running_loop().time() + 15
         while not await settled():
@@ -43,22 +45,55 @@ async def run_until(bus: EventBus, sessions: async_sessionmaker[Any], settled: A
         await task
 
 
-async def charged(sessions: async_sessionmaker[Any]) -> list[str]:
+async def charged(sessions: async_sessionmaker[Any]) -> list[tuple[str, int]]:
     async with sessions() as session:
-        return sorted(await session.scalars(select(UsageChargeRow.job_id)))
+        rows = await session.execute(select(UsageChargeRow.job_id, UsageChargeRow.seq))
+        return sorted((job_id, seq) for job_id, seq in rows.all())
 
 
-async def test_a_ledger_that_lost_acked_charges_rebuilds_them(
-    sessions: async_sessionmaker[Any], bus: EventBus, caplog: pytest.LogCaptureFixture
+async def checkpoint_at(sessions: async_sessionmaker[Any], seq: int) -> bool:
+    async with sessions() as session:
+        return await load_checkpoint(session, ledger.CHECKPOINT) >= seq
+
+
+async def test_the_ledger_writes_only_the_charges_the_fold_applied(
+    sessions: async_sessionmaker[Any], bus: EventBus
 ) -> None:
-    first = await put(bus, charge("c-1"))
-    await put(bus, submit("other"))
-    last = await put(bus, charge("c-2"))
+    log = near_now()
+    charges = charged_runs(log, "c-1")
+    log.charge("c-1", seconds=60)  # the same attempt again: voided
+    log.append(  # a run that never was: voided
+        UsageCharged(
+            job_id="ghost", attempt=1, user="u", account="a", gpus=1, seconds=1.0,
+            gpu_milli_seconds=1000,
+        )
+    )  # fmt: skip
+    seqs = await put_records(bus, log.records)
+
+    async def settled() -> bool:
+        return await checkpoint_at(sessions, seqs[-1])
+
+    await run_until(bus, sessions, settled)
+    assert await charged(sessions) == [("c-1", seqs[charges["c-1"].seq - 1])]
+
+
+async def test_a_ledger_that_lost_charges_rebuilds_them_past_a_newer_snapshot(
+    sessions: async_sessionmaker[Any], bus: EventBus
+) -> None:
+    log = near_now()
+    charges = charged_runs(log, "c-1", "c-2")
+    seqs = await put_records(bus, log.records)
+    first, last = seqs[charges["c-1"].seq - 1], seqs[-1]
+    store = SnapshotStore(bus.js, "accounting", create=True)
 
     async def all_charged() -> bool:
-        return await charged(sessions) == ["c-1", "c-2"]
+        return [job for job, _ in await charged(sessions)] == ["c-1", "c-2"]
 
-    await run_until(bus, sessions, all_charged)
+    async def written() -> bool:
+        return await all_charged() and await checkpoint_at(sessions, last)
+
+    await run_until(bus, sessions, written, Snapshotter(store, SnapshotPolicy()))
+    assert [s.seq for s in await store.stored()] == [last]  # the clean stop's snapshot
     async with sessions() as session, session.begin():  # restored from an older backup
         for table in (UsageChargeRow, UsageModelChargeRow):
             await session.execute(delete(table).where(table.job_id == "c-2"))
@@ -66,6 +101,5 @@ async def test_a_ledger_that_lost_acked_charges_rebuilds_them(
         assert checkpoint is not None
         checkpoint.last_seq = first
 
-    with caplog.at_level(logging.WARNING, logger=ledger.__name__):
-        await run_until(bus, sessions, all_charged)
-    assert f"ledger checkpoint {first} is behind the consumer (ack floor {last})" in caplog.text
+    await run_until(bus, sessions, all_charged, Snapshotter(store, SnapshotPolicy()))
+    assert await charged(sessions) == [("c-1", first), ("c-2", last)]

@@ -19,9 +19,9 @@ from gpuloom.bus import EventBus
 from gpuloom.bus.archive import read_archive
 from gpuloom.bus.identities import BASE_BUCKET, bucket_of
 from gpuloom.bus.snapshots import SnapshotStore
-from gpuloom.client.archivecmds import fold_message
 from gpuloom.client.cli import app
 from gpuloom.devstack import wait_http
+from gpuloom.runtime.follower import LogFollower
 from gpuloom.state import ClusterState
 from gpuloom.state.snapshot import decode_snapshot
 from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
@@ -84,9 +84,10 @@ def test_the_logs_start_is_dropped_once_archived_and_folded_into_the_base_snapsh
         assert asyncio.run(_figures(nats_url))[0] == last + 1
 
         # the base snapshot is the fold of the archived log, as every process folds it
-        expected = ClusterState()
+        folder = LogFollower(None, "test")
         for message in read_archive(archive, last):
-            fold_message(expected, message)
+            folder.fold(message)
+        expected = folder.state
         for name in ("placement", "queue"):
             stack.kill(name, signal.SIGTERM)
         base = asyncio.run(_base_and_forget(nats_url, bucket_of("placement"), bucket_of("queue")))

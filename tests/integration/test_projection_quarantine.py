@@ -14,7 +14,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from projection_helpers import Refusing, put, refused_value, submit, until
+from projection_helpers import (
+    Refusing,
+    accounting_ledger,
+    charged_runs,
+    near_now,
+    put,
+    put_records,
+    refused_value,
+    submit,
+    until,
+)
 from sqlalchemy import inspect, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -144,15 +154,12 @@ async def test_a_refused_charge_is_quarantined_and_the_ledger_goes_on(
             made[0][1].update(refused)
         return made
 
-    def charge(job_id: str) -> UsageCharged:
-        return UsageCharged(
-            job_id=job_id, attempt=1, user="u", account="a", gpus=1, seconds=1.0,
-            gpu_milli_seconds=1000, by_model={"A100-80GB": 1000},
-        )  # fmt: skip
-
-    last = await put(bus, charge("good-1"), charge("bad"), charge("good-2"))
+    log = near_now()
+    charges = charged_runs(log, "good-1", "bad", "good-2")
+    seqs = await put_records(bus, log.records)
+    last, bad_seq = seqs[-1], seqs[charges["bad"].seq - 1]
     stop = asyncio.Event()
-    task = asyncio.create_task(ledger.run_ledger(bus, sessions, stop, rows=charge_rows))
+    task = asyncio.create_task(accounting_ledger(bus, sessions, rows=charge_rows).run(stop))
     try:
         deadline = asyncio.get_running_loop().time() + 15
         while True:
@@ -168,7 +175,7 @@ async def test_a_refused_charge_is_quarantined_and_the_ledger_goes_on(
         entries = await quarantine(sessions)
         assert list(entries) == ["bad/1/0"]
         entry = entries["bad/1/0"]
-        assert (entry.projection, entry.kind, entry.seq) == (ledger.CHECKPOINT, "charge", 2)
+        assert (entry.projection, entry.kind, entry.seq) == (ledger.CHECKPOINT, "charge", bad_seq)
         assert set(json.loads(entry.row)) == {"usage_charges", "usage_model_charges"}
     finally:
         stop.set()

@@ -89,8 +89,11 @@ WRITERS: dict[str, tuple[str, str]] = {
     "AuditCompleted": ("audit", ADMIN),
 }
 
-#: Durable consumers a service keeps on the log (name -> owner); others are ordered
-#: ephemeral consumers. `services.accounting.ledger.DURABLE` (a test checks it).
+#: Durable consumers on the log (name -> owner). Every process follows the log with
+#: ephemeral consumers of its own (`gpuloom.bus.follower`); this one is the ledger's of
+#: versions before 2026-12-05 (`services.accounting.ledger.RETIRED_DURABLE`, a test
+#: checks it): its owner deletes it (`read_api` lets a reader delete the consumers of
+#: the log), every other identity is denied it (`others_durables`).
 DURABLES = {"accounting-ledger": "accounting"}
 #: Services whose dead-letter subject differs from their identity: the gateway's
 #: projector dead-letters as "gateway"; every agent as "agent" (one subject for all
@@ -273,9 +276,6 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
     publish += _writer_api(stream, service) + read_api(stream)
     publish += snapshot_api(service) + base_snapshot_api()
     subscribe = [inbox]
-    for durable, owner in DURABLES.items():
-        if owner == service:
-            publish += _durable_api(stream, durable)
     if service == "gateway":  # asks the agents for job logs
         publish.append(f"{AGENT_CONTROL_PREFIX}.*.>")
     if service == "inventory":  # heartbeats of every node

@@ -16,7 +16,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from gpuloom.bus.deadletters import DeadLetters
 from gpuloom.bus.follower import follow_pull
@@ -266,15 +266,10 @@ class EventBus:
             await sub.unsubscribe()
         return got
 
-    async def durable_pull(
-        self, durable: str, subjects: str, *, ack_wait_s: float = 30, max_ack_pending: int = 1000
-    ) -> JetStreamContext.PullSubscription:
-        """A durable pull consumer with explicit ack: at-least-once work delivery."""
-        return await self.js.pull_subscribe(
-            subjects,
-            durable=durable,
-            stream=self.stream,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s, max_ack_pending=max_ack_pending
-            ),
-        )
+    async def drop_durable(self, durable: str) -> bool:
+        """Delete the durable consumer `durable` of the log if it exists (one an older
+        version kept, `gpuloom.bus.identities.DURABLES`); True when one was deleted."""
+        try:
+            return bool(await self.js.delete_consumer(self.stream, durable))
+        except NotFoundError:
+            return False

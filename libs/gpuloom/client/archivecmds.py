@@ -26,14 +26,14 @@ from gpuloom.bus.archive import (
 )
 from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.identities import BASE_BUCKET
-from gpuloom.bus.jetstream import EventBus, Incoming
+from gpuloom.bus.jetstream import EventBus
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.context import emit, fail
 from gpuloom.client.logcmds import resolve_nats_url
 from gpuloom.config import load_settings
-from gpuloom.events import MalformedEvent, decode
 from gpuloom.natsserver import strip_credentials
-from gpuloom.state import ClusterState, apply
+from gpuloom.runtime.follower import LogFollower
+from gpuloom.state import ClusterState
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 
 app = typer.Typer(help="The log's sealed segments in files: the audit trail outside the stream.")
@@ -93,17 +93,6 @@ def verify_command(
     )
 
 
-def fold_message(state: ClusterState, message: Incoming) -> None:
-    """Fold one message as every process does (`Reactor._fold`): a malformed one, or
-    one the fold fails on, only moves the state's sequence on."""
-    try:
-        apply(state, decode(message.seq, message.body, message.stored_at, subject=message.subject))
-    except MalformedEvent:
-        state.seq = max(state.seq, message.seq)
-    except Exception:  # the reactor dead-letters it and goes on: so does this fold
-        state.seq = max(state.seq, message.seq)
-
-
 async def _drop(url: str, root: Path, upto: int) -> str:
     """Fold the archive to `upto`, store it as the base snapshot, then drop the stream's
     events up to it. Every check comes before anything is changed."""
@@ -130,8 +119,10 @@ async def _drop(url: str, root: Path, upto: int) -> str:
                     f"{report.first - 1} is stored: cannot fold the log before it"
                 )
             state = decode_snapshot(await base.read(earlier[0]), figures.created)
+        folder = LogFollower(None, "archive", state=state)  # folds as every process does
         for message in read_archive(root, upto):
-            fold_message(state, message)
+            folder.fold(message)
+        state = folder.state
         state.seq = max(state.seq, upto)
         stored = await base.write(upto, encode_snapshot(state, figures.created))
         await bus.js.purge_stream(settings.stream, seq=upto + 1)

@@ -25,9 +25,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.jetstream import INBOX_LIMIT
-from gpuloom.events import JobEvent, MalformedEvent, NodeEvent, decode
-from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
-from gpuloom.state import ClusterState, JobState, NodeState, apply
+from gpuloom.events import JobEvent, NodeEvent, Recorded
+from gpuloom.runtime.follower import LogFollower
+from gpuloom.runtime.snapshots import Snapshotter
+from gpuloom.state import ClusterState, JobState, NodeState
 from gpuloom.store import rows
 from gpuloom.store.models import Base, JobRow, NodeRow
 from gpuloom.store.quarantine import Item, describe, load_quarantined, upsert_items, write_batch
@@ -37,7 +38,6 @@ from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "gateway.jobs_nodes"
-BATCH = 2000
 
 JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
@@ -62,15 +62,14 @@ class Projector:
         self.name = name
         self.job_row = job_row
         self.node_row = node_row
-        self.state = ClusterState()
+        self.follower = LogFollower(bus, "gateway", observers=[self], inbox_limit=inbox_limit)
         #: Rows up to this sequence are written (or quarantined).
         self.written_seq = 0
-        #: The log's last sequence as last seen (deliveries, `lag_behind_stream`).
-        self.stream_seq = 0
         self._checkpoint = 0
         self._quarantined: set[tuple[str, str]] = set()
-        #: Bounded: a full inbox makes the log's delivery wait (`EventBus.follow`).
-        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(inbox_limit)
+        self._touched_jobs: list[str] = []
+        self._touched_nodes: list[str] = []
+        self._held: dict[str, JobState] = {}
         self._dirty_jobs: set[str] = set()
         self._dirty_nodes: set[str] = set()
         #: Dirty jobs the fold forgot since the last flush (final and charged,
@@ -78,8 +77,18 @@ class Projector:
         self._gone: dict[str, JobState] = {}
         self.changed = asyncio.Condition()
 
-    async def _enqueue(self, message: Incoming) -> None:
-        await self._inbox.put(message)
+    @property
+    def state(self) -> ClusterState:
+        return self.follower.state
+
+    @property
+    def stream_seq(self) -> int:
+        """The log's last sequence as last seen (deliveries, `lag_behind_stream`)."""
+        return self.follower.stream_seq
+
+    @stream_seq.setter
+    def stream_seq(self, seq: int) -> None:
+        self.follower.stream_seq = seq
 
     @property
     def quarantined(self) -> int:
@@ -101,41 +110,38 @@ class Projector:
         PROJECTION_LAG.labels(self.name).set(self.lag)
         PROJECTION_QUARANTINED.labels(self.name).set(self.quarantined)
 
-    def _fold(self, message: Incoming) -> None:
-        self.stream_seq = max(self.stream_seq, message.seq + message.pending)
-        try:
-            recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
-        except MalformedEvent as exc:
-            log.error("projector skipping malformed event: %s", exc)
-            self.state.seq = max(self.state.seq, message.seq)
-            self.bus.dead_letters("gateway").from_log(message, "malformed", str(exc))
-            return
-        event = recorded.event
-        touched_nodes: list[str] = []
-        touched_jobs: list[str] = []
+    def before(self, recorded: Recorded) -> None:
+        """Note the rows the event touches as they are before it (the nodes a job held)."""
+        state, event = self.state, recorded.event
+        self._touched_nodes = []
+        self._touched_jobs = []
         if isinstance(event, JobEvent):
-            touched_jobs.append(event.job_id)
-            touched_jobs.extend(sorted(self.state.dependents.get(event.job_id, ())))
-            before = self.state.jobs.get(event.job_id)
+            self._touched_jobs.append(event.job_id)
+            self._touched_jobs.extend(sorted(state.dependents.get(event.job_id, ())))
+            before = state.jobs.get(event.job_id)
             if before is not None:
-                touched_nodes.extend(sorted(before.nodes_held()))
+                self._touched_nodes.extend(sorted(before.nodes_held()))
         elif isinstance(event, NodeEvent):
-            touched_nodes.append(event.node)
-            touched_jobs.extend(self.state.on_node.get(event.node, ()))
-        held = {j: job for j in touched_jobs if (job := self.state.jobs.get(j)) is not None}
-        apply(self.state, recorded)
-        for job_id, job in held.items():
-            if job_id not in self.state.jobs and message.seq > self._checkpoint:
+            self._touched_nodes.append(event.node)
+            self._touched_jobs.extend(state.on_node.get(event.node, ()))
+        self._held = {j: job for j in self._touched_jobs if (job := state.jobs.get(j)) is not None}
+
+    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+        """Mark the rows the event touched, as they are after it, for the next flush."""
+        state, event, seq = self.state, recorded.event, recorded.seq
+        for job_id, job in self._held.items():
+            if job_id not in state.jobs and seq > self._checkpoint:
                 self._gone[job_id] = job  # it left the state with this event
         if isinstance(event, JobEvent):
-            after = self.state.jobs.get(event.job_id)
+            after = state.jobs.get(event.job_id)
             if after is not None:
-                touched_nodes.extend(sorted(after.nodes_held()))
+                self._touched_nodes.extend(sorted(after.nodes_held()))
             else:  # an array's id: its submission or cancellation touches every task
-                touched_jobs.extend(self.state.array_tasks(event.job_id))
-        if message.seq > self._checkpoint:
-            self._dirty_jobs.update(touched_jobs)
-            self._dirty_nodes.update(touched_nodes)
+                self._touched_jobs.extend(state.array_tasks(event.job_id))
+        if seq > self._checkpoint:
+            self._dirty_jobs.update(self._touched_jobs)
+            self._dirty_nodes.update(self._touched_nodes)
+        self._held = {}
 
     def _item(
         self, kind: str, key: str, seq: int, model: type[Base], row: Callable[[], dict[str, Any]]
@@ -224,43 +230,25 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> None:
         if not await self._load(stop):
             return
-        figures = await self.bus.stream_figures()
-        if self.snapshots is not None:
-            restored = await self.snapshots.restore(
-                at_most=min(self._checkpoint, figures.last_seq),
-                at_least=max(0, figures.first_seq - 1),
-                log_created=figures.created,
-            )
-            if restored is not None:
-                self.state = restored
-        check_no_gap("the gateway's projector", self.state.seq, figures.first_seq)
+        await self.follower.start(
+            stop, self.snapshots, at_most=self._checkpoint, who="the gateway's projector"
+        )
         self.written_seq = self._checkpoint
         log.info(
             "projector folds from seq %d and resumes writing after seq %d",
             self.state.seq + 1,
             self._checkpoint,
         )
-        unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
         try:
             while not stop.is_set():
-                try:
-                    first = await asyncio.wait_for(self._inbox.get(), 0.5)
-                except TimeoutError:
+                if await self.follower.fold_next(0.5) == 0:
                     if self.state.seq > self.written_seq:
                         await self._try_flush()
                     continue
-                message: Incoming | None = first
-                count = 0
-                while message is not None and count < BATCH:
-                    self._fold(message)
-                    count += 1
-                    message = None if self._inbox.empty() else self._inbox.get_nowait()
-                if message is not None:
-                    self._fold(message)
                 await self._try_flush()
                 self._maybe_snapshot()
         finally:
-            await unsubscribe()
+            await self.follower.close()
             if self.snapshots is not None:
                 await self.snapshots.close(self.state if self._snapshot_fits() else None)
 

@@ -1,12 +1,12 @@
 """The loop every scheduling service runs: fold the log, decide when caught up, publish.
 
-A `Reactor` follows the whole stream from sequence 1 with an ordered consumer,
-folds each event with the one pure fold, and — only when it has folded
-everything the stream held and everything it published itself — calls the
-service's decision function and publishes what it returns. It is level
-triggered: after a crash it replays the log and decides again from the
-rebuilt state, and msg-id de-duplication plus the fold's voiding make a
-repeated decision harmless. Services differ only in the function they pass.
+A `Reactor` folds the log with a `LogFollower` (from its newest snapshot, or from
+sequence 1) and — only when it has folded everything the stream held and everything
+it published itself — calls the service's decision function and publishes what it
+returns. It is level triggered: after a crash it replays the log and decides again
+from the rebuilt state, and msg-id de-duplication plus the fold's voiding make a
+repeated decision harmless. Services differ only in the function they pass, and in
+the projections they keep from the same fold (accounting's ledger).
 """
 
 from __future__ import annotations
@@ -16,36 +16,22 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from opentelemetry.trace import SpanKind
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.jetstream import INBOX_LIMIT, Outgoing
-from gpuloom.events import (
-    Decision,
-    MalformedEvent,
-    Recorded,
-    decode,
-    encode,
-    make_envelope,
-    subject_for,
-)
-from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
-from gpuloom.state import ClusterState, apply
+from gpuloom.events import Decision, Recorded, encode, make_envelope, subject_for
+from gpuloom.runtime.follower import FoldObserver, LogFollower
+from gpuloom.runtime.snapshots import Snapshotter
+from gpuloom.state import ClusterState
 from gpuloom.telemetry import extract, inject, tracer
-from gpuloom.telemetry.metrics import (
-    DECIDE_SECONDS,
-    EVENTS_FOLDED,
-    EVENTS_PUBLISHED,
-    EVENTS_VOIDED,
-    MALFORMED,
-    STATE_SEQ,
-)
+from gpuloom.telemetry.metrics import DECIDE_SECONDS, EVENTS_PUBLISHED
 
 log = logging.getLogger(__name__)
 
 Decide = Callable[[ClusterState], Awaitable[Sequence[Decision]]]
-BATCH = 2000
 
 
 def pure(decide: Callable[[ClusterState], Sequence[Decision]]) -> Decide:
@@ -57,6 +43,47 @@ def pure(decide: Callable[[ClusterState], Sequence[Decision]]) -> Decide:
     return run
 
 
+class Projection(FoldObserver, Protocol):
+    """Rows a reactor keeps from its own fold, written in its loop (the accounting
+    ledger: the charges the fold applied). The reactor starts from a snapshot no newer
+    than what the projection has written, so every event after it is seen again."""
+
+    #: Rows are written for every event up to this sequence.
+    written_seq: int
+
+    async def load(self, stop: asyncio.Event) -> bool:
+        """Read where it stands (waiting for its database); False: stopped first."""
+
+    def behind(self) -> bool:
+        """Rows wait to be written (the reactor comes back soon to try again)."""
+
+    async def flush(self, seq: int, *, force: bool) -> None:
+        """Write what the events up to `seq` (all folded) made; with `force`, record
+        `seq` as written even with no row to write. Never raises: a database that is
+        away keeps the rows for the next call."""
+
+
+class TraceContexts:
+    """Each live aggregate's last trace context, so that a decision continues the trace
+    of the request that caused it; forgotten with the job (bounded by the live state)."""
+
+    def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self.state = state
+        self.by_aggregate: dict[str, dict[str, str]] = {}
+
+    def before(self, recorded: Recorded) -> None:
+        pass
+
+    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+        key = _aggregate_key(message.subject)
+        if "traceparent" in message.headers:
+            self.by_aggregate[key] = {
+                k: v for k, v in message.headers.items() if k in ("traceparent", "tracestate")
+            }
+        if key.startswith("job.") and key[4:] not in self.state().jobs:
+            self.by_aggregate.pop(key, None)
+
+
 class Reactor:
     def __init__(
         self,
@@ -65,7 +92,8 @@ class Reactor:
         decide: Decide,
         *,
         tick_s: float | None = None,
-        on_recorded: Callable[[Recorded], None] | None = None,
+        observers: Sequence[FoldObserver] = (),
+        projections: Sequence[Projection] = (),
         publish_timeout_s: float = 10.0,
         snapshots: Snapshotter | None = None,
         inbox_limit: int = INBOX_LIMIT,
@@ -74,93 +102,29 @@ class Reactor:
         self.service = service
         self.decide = decide
         self.tick_s = tick_s
-        self.on_recorded = on_recorded
         self.publish_timeout_s = publish_timeout_s
         self.snapshots = snapshots
-        self.state = ClusterState()
-        #: Bounded: a full inbox makes the log's delivery wait (`EventBus.follow`).
-        self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(inbox_limit)
-        self._trace_headers: dict[str, dict[str, str]] = {}
+        self.projections = tuple(projections)
+        self.traces = TraceContexts(lambda: self.state)
+        self.follower = LogFollower(
+            bus,
+            service,
+            observers=[self.traces, *observers, *self.projections],
+            inbox_limit=inbox_limit,
+        )
         self._awaited_seq = 0
-        self._catch_up_seq = 0
-        self._last_pending = 0
         self._decided_at_seq = -1
         self._retry = False
         self._tracer = tracer(f"gpuloom.{service}")
         self.caught_up = asyncio.Event()
-        self.dead_letters = bus.dead_letters(service)
 
-    # --- folding -------------------------------------------------------------------
-
-    async def _enqueue(self, message: Incoming) -> None:
-        await self._inbox.put(message)
-
-    def _fold(self, message: Incoming) -> None:
-        """Fold one message; one that cannot be handled is dead-lettered, never raised."""
-        try:
-            recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
-        except MalformedEvent as exc:
-            self._skip_malformed(message, str(exc))
-            return
-        except Exception as exc:  # an upcaster's bug: the same containment
-            self._skip_malformed(message, f"seq {message.seq}: {type(exc).__name__}: {exc}")
-            return
-        faults, skewed = self.state.faults, self.state.skewed
-        try:
-            apply(self.state, recorded)
-            if "traceparent" in message.headers:
-                self._trace_headers[_aggregate_key(message.subject)] = {
-                    k: v for k, v in message.headers.items() if k in ("traceparent", "tracestate")
-                }
-            if self.on_recorded is not None:
-                self.on_recorded(recorded)
-        except Exception as exc:  # a bug around the fold must cost this event, not the service
-            log.exception("%s failed on seq %d", self.service, message.seq)
-            reason = f"{self.service} failed on it: {type(exc).__name__}: {exc}"
-            self.state.seq = max(self.state.seq, message.seq)
-            self.dead_letters.from_log(message, "fault", reason, recorded.envelope.id)
-            return
-        if self.state.faults > faults:  # a fold rule failed on it: voided, and a bug to see
-            reason = self.state.recent_voided[-1].reason
-            log.error(
-                "%s voided seq %d and dead-lettered it: %s", self.service, message.seq, reason
-            )
-            self.dead_letters.from_log(message, "fault", reason, recorded.envelope.id)
-        elif self.state.skewed > skewed:  # kept, with its time bounded: a clock to fix
-            reason = self.state.recent_skewed[-1].reason
-            log.warning("%s bounded the time of seq %d: %s", self.service, message.seq, reason)
-            self.dead_letters.from_log(message, "skew", reason, recorded.envelope.id)
-
-    def _skip_malformed(self, message: Incoming, reason: str) -> None:
-        MALFORMED.labels(self.service).inc()
-        log.error("skipping malformed event: %s", reason)
-        self.state.seq = max(self.state.seq, message.seq)
-        self.dead_letters.from_log(message, "malformed", reason)
-
-    def _drain(self, first: Incoming) -> None:
-        message: Incoming | None = first
-        count = 0
-        while message is not None:
-            self._fold(message)
-            self._last_pending = message.pending
-            count += 1
-            if count >= BATCH:
-                break
-            try:
-                message = self._inbox.get_nowait()
-            except asyncio.QueueEmpty:
-                message = None
-        EVENTS_FOLDED.labels(self.service).inc(count)
-        EVENTS_VOIDED.labels(self.service).set(self.state.voided)
-        STATE_SEQ.labels(self.service).set(self.state.seq)
+    @property
+    def state(self) -> ClusterState:
+        return self.follower.state
 
     def is_caught_up(self) -> bool:
-        return (
-            self._inbox.empty()
-            and self._last_pending == 0
-            and self.state.seq >= self._catch_up_seq
-            and self.state.seq >= self._awaited_seq
-        )
+        """Folded the log as it was at start, and every decision this process published."""
+        return self.follower.is_caught_up() and self.state.seq >= self._awaited_seq
 
     async def wait_for_seq(self, seq: int, timeout: float) -> bool:
         """Wait until the state has folded `seq` (read-your-writes); False on timeout."""
@@ -176,7 +140,7 @@ class Reactor:
     def outgoing(self, decision: Decision) -> tuple[Outgoing, str]:
         event = decision.event
         key = f"{event.AGGREGATE}.{event.aggregate_id()}"
-        parent = extract(self._trace_headers.get(key))
+        parent = extract(self.traces.by_aggregate.get(key))
         with self._tracer.start_as_current_span(
             f"{self.service} {event.TYPE}",
             context=parent,
@@ -212,42 +176,27 @@ class Reactor:
     # --- the loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        figures = await self.bus.stream_figures()
-        self._catch_up_seq = figures.last_seq
-        if self.snapshots is not None:  # never one past the log (a stream made anew)
-            restored = await self.snapshots.restore(
-                at_most=figures.last_seq,
-                at_least=max(0, figures.first_seq - 1),
-                log_created=figures.created,
-            )
-            if restored is not None:
-                self.state = restored
-        check_no_gap(self.service, self.state.seq, figures.first_seq)
-        unsubscribe = await self.bus.follow(self._enqueue, from_seq=self.state.seq + 1)
+        for projection in self.projections:
+            if not await projection.load(stop):
+                return
+        written = [p.written_seq for p in self.projections]
+        await self.follower.start(stop, self.snapshots, at_most=min(written, default=None))
         log.info(
             "%s replaying the log from seq %d up to seq %d",
             self.service,
             self.state.seq + 1,
-            self._catch_up_seq,
+            self.follower.catch_up_seq,
         )
-        stopper = asyncio.create_task(stop.wait())
         # restored at the log's end, nothing will arrive: look at the state at once
-        look_now = self.state.seq >= self._catch_up_seq
+        look_now = self.state.seq >= self.follower.catch_up_seq
         try:
             while not stop.is_set():
-                getter = asyncio.create_task(self._inbox.get())
-                timeout = 0 if look_now else 0.5 if self._retry else self.tick_s
+                timeout = 0 if look_now else self._timeout()
                 look_now = False
-                done, _ = await asyncio.wait(
-                    {getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                ticked = not done
-                if getter in done:
-                    self._drain(getter.result())
-                else:
-                    getter.cancel()
-                    if stop.is_set():
-                        break
+                ticked = await self.follower.fold_next(timeout) == 0
+                if stop.is_set():
+                    break
+                await self._flush(force=False)
                 if not self.is_caught_up():
                     continue
                 if not self.caught_up.is_set():
@@ -255,13 +204,30 @@ class Reactor:
                     self.caught_up.set()
                 if self.state.seq != self._decided_at_seq or ticked:
                     await self._decide_and_publish()
-                if self.snapshots is not None:  # after deciding: never delays a decision
-                    self.snapshots.maybe_write(self.state)
+                if self.snapshots is not None and self.snapshots.due(self.state):
+                    await self._flush(force=True)  # after deciding: never delays a decision
+                    if self._written():
+                        self.snapshots.maybe_write(self.state)
         finally:
-            stopper.cancel()
-            await unsubscribe()
+            await self.follower.close()
+            caught_up = self.caught_up.is_set()
+            if caught_up:
+                await self._flush(force=True)
             if self.snapshots is not None:
-                await self.snapshots.close(self.state if self.caught_up.is_set() else None)
+                await self.snapshots.close(self.state if caught_up and self._written() else None)
+
+    def _timeout(self) -> float | None:
+        if self._retry or any(p.behind() for p in self.projections):
+            return 0.5
+        return self.tick_s
+
+    async def _flush(self, *, force: bool) -> None:
+        for projection in self.projections:
+            await projection.flush(self.state.seq, force=force)
+
+    def _written(self) -> bool:
+        """Every projection wrote up to the state: a snapshot of it is of use at start."""
+        return all(p.written_seq >= self.state.seq for p in self.projections)
 
     async def _decide_and_publish(self) -> None:
         started = time.perf_counter()

@@ -66,8 +66,8 @@ def reactor(**options: Any) -> tuple[Reactor, Recorder]:
 
 def test_garbage_on_the_log_is_dead_lettered_and_folding_goes_on() -> None:
     folding, outbox = reactor()
-    folding._fold(Incoming(1, "gpuloom.evt.job.x.JobSubmitted", b"\x00garbage", {}, 0))
-    folding._fold(at_seq(submitted("j1"), 2))
+    folding.follower.fold(Incoming(1, "gpuloom.evt.job.x.JobSubmitted", b"\x00garbage", {}, 0))
+    folding.follower.fold(at_seq(submitted("j1"), 2))
     assert [(seq, kind) for seq, kind, _, _ in outbox.letters] == [(1, "malformed")]
     assert "not an event envelope" in outbox.letters[0][2]
     assert folding.state.seq == 2 and "j1" in folding.state.jobs
@@ -79,8 +79,8 @@ def test_an_event_whose_time_has_no_zone_is_dead_lettered_and_folding_goes_on() 
     naive = aware.body.replace(b'"2026-12-03T10:00:00Z"', b'"2026-12-03T10:00:00"')
     naive = naive.replace(b'"2026-12-03T10:00:00+00:00"', b'"2026-12-03T10:00:00"')
     assert naive != aware.body
-    folding._fold(Incoming(1, aware.subject, naive, {}, 0))
-    folding._fold(at_seq(submitted("j1"), 2))
+    folding.follower.fold(Incoming(1, aware.subject, naive, {}, 0))
+    folding.follower.fold(at_seq(submitted("j1"), 2))
     [(seq, kind, reason, envelope_id)] = outbox.letters
     assert (seq, kind, envelope_id) == (1, "malformed", None)  # the outbox finds it:
     assert envelope_id_of(naive) == "id-naive"
@@ -96,7 +96,7 @@ def test_an_event_a_fold_rule_fails_on_is_dead_lettered_as_a_fault(
 
     monkeypatch.setitem(fold_module._HANDLERS, JobSubmitted, broken)
     folding, outbox = reactor()
-    folding._fold(at_seq(submitted("j1"), 1))
+    folding.follower.fold(at_seq(submitted("j1"), 1))
     [(seq, kind, reason, envelope_id)] = outbox.letters
     assert (seq, kind, envelope_id) == (1, "fault", "id-j1")
     assert "KeyError" in reason and folding.state.faults == 1
@@ -104,17 +104,21 @@ def test_an_event_a_fold_rule_fails_on_is_dead_lettered_as_a_fault(
 
 def test_an_ordinary_voided_event_is_not_a_dead_letter() -> None:
     folding, outbox = reactor()
-    folding._fold(at_seq(submitted("j1"), 1))
-    folding._fold(at_seq(submitted("j1"), 2))  # submitted twice: voided, a normal race
+    folding.follower.fold(at_seq(submitted("j1"), 1))
+    folding.follower.fold(at_seq(submitted("j1"), 2))  # submitted twice: voided, a normal race
     assert folding.state.voided == 1 and outbox.letters == []
 
 
-def test_a_failing_hook_after_the_fold_costs_the_event_not_the_service() -> None:
-    def hook(_: object) -> None:
-        raise RuntimeError("hook bug")
+def test_a_failing_observer_after_the_fold_costs_the_event_not_the_service() -> None:
+    class Broken:
+        def before(self, recorded: object) -> None:
+            pass
 
-    folding, outbox = reactor(on_recorded=hook)
-    folding._fold(at_seq(submitted("j1"), 1))
+        def after(self, message: object, recorded: object, applied: bool) -> None:
+            raise RuntimeError("observer bug")
+
+    folding, outbox = reactor(observers=[Broken()])
+    folding.follower.fold(at_seq(submitted("j1"), 1))
     assert [(seq, kind) for seq, kind, _, _ in outbox.letters] == [(1, "fault")]
     assert folding.state.seq == 1
 

@@ -132,12 +132,20 @@ def test_only_the_admin_creates_streams_and_only_the_owner_uses_a_durable() -> N
                 identity.permissions, f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{durable}"
             )
             assert nexts == (identity.name in (owner, ADMIN)), identity.name
+            deletes = may_publish(
+                identity.permissions, f"$JS.API.CONSUMER.DELETE.{STREAM}.{durable}"
+            )
+            assert deletes == (identity.name in (owner, ADMIN)), identity.name
+            makes = may_publish(
+                identity.permissions, f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{durable}"
+            )
+            assert makes == (identity.name == ADMIN), identity.name
 
 
-def test_the_ledger_durable_is_the_one_in_the_table() -> None:
-    from services.accounting.ledger import DURABLE
+def test_the_retired_ledger_durable_is_the_one_in_the_table() -> None:
+    from services.accounting.ledger import RETIRED_DURABLE
 
-    assert DURABLES[DURABLE] == "accounting"
+    assert DURABLES[RETIRED_DURABLE] == "accounting"
 
 
 def test_each_identity_subscribes_to_its_own_inbox_only() -> None:

@@ -24,7 +24,7 @@ def rows_after(log: LogBuilder) -> dict[str, dict[str, Any]]:
             headers={},
             pending=0,
         )
-        projector._fold(message)
+        projector.follower.fold(message)
     return {
         item.key: row for item in projector._items() for model, row in item.rows if model is JobRow
     }
