@@ -17,11 +17,20 @@ has not run yet), `Held` (a cancel is pending).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from gpuloom.events import QueuePolicySet
-from gpuloom.placement.cycle import current_reservation, from_ms, node_views, request_of
-from gpuloom.placement.resources import NodeView, Request, fits_locally, gpu_serves, host_fits
+from gpuloom.placement.cycle import (
+    current_reservation,
+    earliest_start,
+    from_ms,
+    node_views,
+    request_of,
+)
+from gpuloom.placement.engine import Policy
+from gpuloom.placement.filters import FITS, verdict
+from gpuloom.placement.policies import BestFit
+from gpuloom.placement.resources import fits_locally
 from gpuloom.queueing.order import (
     dependency_status,
     gpu_demand,
@@ -45,75 +54,6 @@ class Explanation:
     ahead: list[str] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)
     estimated_start: datetime | None = None
-
-
-def node_verdict(
-    request: Request, node: NodeView, idle: NodeView, ready: bool, cordoned: str | None = None
-) -> str:
-    """The first rule that keeps one replica of `request` off `node`, or "fits".
-
-    `cordoned`: the reason an admin cordoned the node, if they did.
-    """
-    if not ready:
-        return "lost: the node does not heartbeat"
-    if cordoned is not None:
-        return f"cordoned: {cordoned or 'taken out of placement by an admin'}"
-    if any(node.labels.get(k) != v for k, v in request.node_selector):
-        return "labels: the node does not match the node selector"
-    if request.gpus:
-        if request.models and not any(g.model in request.models for g in idle.gpus):
-            return f"model: no {' or '.join(request.models)} GPU"
-        if not any(gpu_serves(request, g) for g in idle.gpus):
-            pool = "vgpu" if request.fractional else request.pool
-            return f"pool: no GPU of the {pool} pool can serve it"
-        if sum(1 for g in idle.gpus if gpu_serves(request, g)) < request.gpus:
-            where = " (local-only)" if request.locality == "local-only" else ""
-            return f"capacity: fewer than {request.gpus} such GPUs on the node{where}"
-    if not host_fits(request, idle):
-        return "capacity: not enough CPU or memory on the node, even idle"
-    if not host_fits(request, node):
-        return "busy: its CPU or memory is in use"
-    if request.gpus and sum(1 for g in node.gpus if gpu_serves(request, g)) < request.gpus:
-        return "busy: its GPUs are in use"
-    return "fits"
-
-
-def _estimated_start(state: ClusterState, job: JobState, request: Request) -> datetime | None:
-    """When the first node could host the job if running jobs end at their time limits."""
-    best: datetime | None = None
-    views = {v.name: v for v in node_views(state)}
-    for name, view in sorted(views.items()):
-        running = sorted(
-            (
-                state.jobs[j]
-                for j in state.on_node.get(name, ())
-                if state.jobs[j].phase == "running"
-            ),
-            key=lambda j: j.job_id,
-        )
-        ends: list[tuple[datetime, JobState]] = []
-        for other in running:
-            if other.spec.time_limit_s is None or other.started_at is None:
-                ends = []
-                break
-            ends.append((other.started_at + timedelta(seconds=other.spec.time_limit_s), other))
-        for end, other in sorted(ends, key=lambda pair: (pair[0], pair[1].job_id)):
-            for gpu in view.gpus:
-                holder = state.nodes[name].gpus[gpu.index].holders.get(other.job_id)
-                if holder:
-                    gpu.milli_free += holder[0]
-                    gpu.memory_free_mib += holder[1]
-            cpu, memory = state.nodes[name].hosted.get(other.job_id, (0, 0))
-            if view.cpu_free_milli is not None:
-                view.cpu_free_milli += cpu
-            if view.memory_free_mib is not None:
-                view.memory_free_mib += memory
-            if host_fits(request, view) and (
-                sum(1 for g in view.gpus if gpu_serves(request, g)) >= request.gpus
-            ):
-                best = end if best is None else min(best, end)
-                break
-    return best
 
 
 def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) -> str | None:
@@ -163,9 +103,15 @@ def _brief(state: ClusterState, job: JobState) -> Explanation:
     return Explanation(job.job_id, job.phase, "Priority", "job(s) ahead in the queue")
 
 
-def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanation | None:
+def explain(
+    state: ClusterState, job_id: str, brief: bool = False, policy: Policy | None = None
+) -> Explanation | None:
     """Why `job_id` is pending (see the module doc). `brief`: the reason code and detail
-    only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`)."""
+    only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`).
+
+    Each node's verdict is the placement filters' (`gpuloom.placement.filters`) and
+    the estimate the scheduler's reservation search (`earliest_start`) with `policy`
+    (default best fit: which nodes it picks, not whether the job fits, depends on it)."""
     job = state.jobs.get(job_id)
     if job is None:
         ended = state.tombstones.get(job_id)  # ended and forgotten (retention.py)
@@ -195,12 +141,12 @@ def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanatio
     current = {v.name: v for v in node_views(state, include_lost=True)}
     idle = {v.name: v for v in node_views(state, idle=True, include_lost=True)}
     verdicts = {
-        name: node_verdict(
+        name: verdict(
             request,
             current[name],
             idle[name],
-            state.nodes[name].phase == "ready",
-            state.nodes[name].cordon_reason if state.nodes[name].cordoned else None,
+            ready=state.nodes[name].phase == "ready",
+            cordoned=state.nodes[name].cordon_reason if state.nodes[name].cordoned else None,
         )
         for name in sorted(current)
     }
@@ -213,7 +159,7 @@ def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanatio
             detail += f" to start at {estimate.isoformat()}"
         else:
             detail += " until jobs without a time limit end"
-    elif any(v == "fits" for v in verdicts.values()):
+    elif any(v == FITS for v in verdicts.values()):
         strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
         if strict and ahead:
             reason = "Priority"
@@ -237,5 +183,5 @@ def explain(state: ClusterState, job_id: str, brief: bool = False) -> Explanatio
     else:
         reason, detail = "Resources", "no node has room for it now"
     if reason == "Resources" and estimate is None:
-        estimate = _estimated_start(state, job, request)
+        estimate = earliest_start(state, job, policy or BestFit())
     return Explanation(job_id, job.phase, reason, detail, position, ahead, verdicts, estimate)

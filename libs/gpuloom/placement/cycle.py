@@ -41,6 +41,7 @@ from gpuloom.placement.scheduling import (
     Placed,
     Preempted,
     Reservation,
+    find_reservation,
     schedule,
 )
 from gpuloom.queueing.classes import may_preempt
@@ -242,6 +243,20 @@ def candidate_of(
         user=spec.user,
         may_preempt=may_preempt,
     )
+
+
+def earliest_start(state: ClusterState, job: JobState, policy: Policy) -> datetime | None:
+    """When the scheduler's own reservation search (`find_reservation`) would start
+    `job`, if the jobs placed and running now end at their time limits and nothing
+    else is placed: gangs, remote slices and placed jobs not started yet included.
+    None: not foreseeable (it waits for jobs without a time limit, or for a node)."""
+    found = find_reservation(
+        candidate_of(job), NodeIndex(node_views(state)), holdings_of(state), policy,
+        context_for(state, policy, 0),
+    )  # fmt: skip
+    if found is None or found[0].start_at is None:
+        return None
+    return from_ms(found[0].start_at)
 
 
 def current_reservation(state: ClusterState) -> Reservation | None:
