@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuloom.placement.engine import Context
 from gpuloom.placement.fragmentation import Workload
-from gpuloom.placement.policies import FGD, Loom, _MemoisedDelta
+from gpuloom.placement.policies import FGD, Loom, MemoisedDelta
 from gpuloom.placement.resources import NodeView, Request
 from gpuloom.sim.metrics import curves
 from gpuloom.sim.replay import replay
@@ -29,7 +29,7 @@ TRACE_DIR = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v20
 Score = Callable[[int, float, NodeView, Request], int]
 
 
-class Variant(_MemoisedDelta):
+class Variant(MemoisedDelta):
     """Δ (numerator) and Δ in milli-GPU go to `rule`, which returns the integer score."""
 
     def __init__(self, name: str, rule: Score) -> None:

@@ -118,7 +118,7 @@ def typical_workload(state: ClusterState, window: int = WORKLOAD_WINDOW) -> Work
 
 
 def context_for(state: ClusterState, policy: Policy, position: int) -> Context:
-    workload = typical_workload(state) if policy.name in ("fgd", "loom") else None
+    workload = typical_workload(state) if policy.needs_workload else None
     return Context(seed=state.seq, position=position, workload=workload)
 
 

@@ -56,6 +56,9 @@ class Policy(Protocol):
     #: True when `score` depends only on `node.state_key()` and the request, so equal
     #: nodes may be scored once. A policy that looks at node names or ranks says False.
     grouped: bool
+    #: The policy reads the typical workload (`Context.workload`): the placement cycle
+    #: derives it from the log for such a policy only.
+    needs_workload: bool
 
     @property
     def params(self) -> Mapping[str, Any]: ...

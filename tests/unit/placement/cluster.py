@@ -141,6 +141,7 @@ class Ungrouped:
         self.name = inner.name
         self.version = inner.version
         self.grouped = False
+        self.needs_workload = inner.needs_workload
 
     @property
     def params(self) -> Mapping[str, Any]:

@@ -1,0 +1,105 @@
+"""Fragmentation-aware policies (fgd, loom): the change in a node's fragmentation a
+choice causes, against the cluster's typical workload."""
+
+from __future__ import annotations
+
+import math
+
+from gpuloom.placement.engine import Context
+from gpuloom.placement.fragmentation import FragmentationMeter, NodeState, Workload, node_state
+from gpuloom.placement.policies.base import PolicyBase
+from gpuloom.placement.resources import (
+    GpuView,
+    NodeView,
+    Request,
+    best_fit_gpus,
+    memory_signature,
+    serving_gpus,
+)
+
+
+class FragmentationAware(PolicyBase):
+    """Shared by fgd and loom: the change in the node's fragmentation a choice causes."""
+
+    needs_workload = True
+
+    def __init__(self) -> None:
+        self._meters: dict[int, FragmentationMeter] = {}
+
+    def meter(self, context: Context) -> FragmentationMeter:
+        workload = context.workload
+        if not isinstance(workload, Workload):
+            raise ValueError(f"policy {self.name} needs a typical workload in its context")
+        meter = self._meters.get(id(workload))
+        if meter is None or meter.workload is not workload:
+            meter = FragmentationMeter(workload)
+            self._meters = {id(workload): meter}
+        return meter
+
+    def after(self, node: NodeView, request: Request, chosen: list[GpuView]) -> NodeState:
+        taken = {g.index for g in chosen}
+        cpu = node.cpu_free_milli
+        if cpu is not None:
+            cpu -= request.cpu_milli
+        gpus = tuple(
+            sorted(
+                (g.model, g.pool, g.milli_free - (request.gpu_milli if g.index in taken else 0))
+                for g in node.gpus
+            )
+        )
+        return (cpu, gpus)
+
+    def best_choice(
+        self, node: NodeView, request: Request, context: Context
+    ) -> tuple[int, list[GpuView]]:
+        """(Δ numerator, GPUs): for a fraction the GPU whose use fragments least
+        (first index on ties); whole GPUs are interchangeable, the lowest idle ones."""
+        meter = self.meter(context)
+        before = meter.of_state(node_state(node))
+        if request.gpus == 0 or not request.fractional:
+            chosen = best_fit_gpus(request, node)
+            return meter.of_state(self.after(node, request, chosen)) - before, chosen
+        best: tuple[int, list[GpuView]] | None = None
+        for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
+            if request.gpus == 1:
+                chosen = [gpu]
+            else:  # k slices: this GPU plus the best-fitting others
+                rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
+                chosen = [gpu, *rest[: request.gpus - 1]]
+            delta = meter.of_state(self.after(node, request, chosen)) - before
+            if best is None or delta < best[0]:
+                best = (delta, chosen)
+        assert best is not None
+        return best
+
+    def pick(self, node: NodeView, request: Request, context: Context) -> list[GpuView]:
+        return self.best_choice(node, request, context)[1]
+
+
+class MemoisedDelta(FragmentationAware):
+    """Δ depends only on the node's state and the request's shape, and both recur
+    (many nodes share states, many tasks share shapes): memoise it."""
+
+    def __init__(self, cache_limit: int = 500_000) -> None:
+        super().__init__()
+        self._deltas: dict[tuple[object, ...], int] = {}
+        self._limit = cache_limit
+        self._workload: object = None
+
+    def delta(self, node: NodeView, request: Request, context: Context) -> int:
+        if context.workload is not self._workload:
+            self._deltas.clear()
+            self._workload = context.workload
+        key = (node_state(node), memory_signature(node), request.shape())
+        cached = self._deltas.get(key)
+        if cached is None:
+            cached = self.best_choice(node, request, context)[0]
+            if len(self._deltas) >= self._limit:
+                self._deltas.clear()
+            self._deltas[key] = cached
+        return cached
+
+
+def sigmoid_bucket(delta_milli: float) -> int:
+    """floor(100 * sigmoid(-Δ / 1000)), Δ in thousandths of the cluster's total: 0..100."""
+    return math.floor(100 / (1 + math.exp(delta_milli / 1000)))
