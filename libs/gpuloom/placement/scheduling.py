@@ -32,10 +32,18 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpuloom.events.accounts import GPU_MILLI
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place
-from gpuloom.placement.holdings import Holding, release_all, scratch
+from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.holdings import Holding, scratch
 from gpuloom.placement.preemption import choose_victims
-from gpuloom.placement.resources import Placement, ReplicaPlacement, Request, fits_locally
+from gpuloom.placement.quota_fit import Where, where_demand, where_limited, within_quota
+from gpuloom.placement.reservation import (
+    Protection,
+    Reservation,
+    find_reservation,
+    must_leave_slack,
+    try_place,
+)
+from gpuloom.placement.resources import Placement, Request
 from gpuloom.queueing.quota import QuotaBook
 
 Backfill = Literal["easy", "off"]
@@ -43,6 +51,19 @@ Backfill = Literal["easy", "off"]
 #: Start order of jobs placed in this pass: after every running job, never a victim.
 NEW_ORDER = 1 << 62
 PreemptReason = Literal["priority", "reclaim"]
+
+__all__ = [
+    "Backfill",
+    "Candidate",
+    "Outcome",
+    "Placed",
+    "Preempted",
+    "Reservation",
+    "Reserved",
+    "SchedulingPass",
+    "find_reservation",
+    "schedule",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +93,6 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Reservation:
-    """`job_id` is to start at `start_at` (None: once jobs without time limits end) there."""
-
-    job_id: str
-    start_at: int | None
-    replicas: tuple[ReplicaPlacement, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Placed:
     candidate: Candidate
     placement: Placement
@@ -106,128 +118,6 @@ class Preempted:
 
 
 Outcome = Placed | Reserved | Preempted
-
-
-@dataclass
-class _Protection:
-    """What a job that may outlast the reservation may take of each reserved resource.
-
-    The slack of a GPU or host is what it will have free at the reservation's
-    start once the reserved job has taken its part; long jobs placed meanwhile
-    use it up.
-    """
-
-    gpu_slack: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    host_slack: dict[str, list[int | None]] = field(default_factory=dict)
-
-    def apply(self, index: NodeIndex) -> dict[object, tuple[int | None, ...]]:
-        """Cap the reserved resources at their slack; the values before, to restore."""
-        saved: dict[object, tuple[int | None, ...]] = {}
-        for (name, number), (milli, memory) in sorted(self.gpu_slack.items()):
-            gpu = next(g for g in index.nodes[name].gpus if g.index == number)
-            saved[(name, number)] = (gpu.milli_free, gpu.memory_free_mib)
-            gpu.milli_free = min(gpu.milli_free, milli)
-            gpu.memory_free_mib = min(gpu.memory_free_mib, memory)
-        for name, (cpu, host_memory) in sorted(self.host_slack.items()):
-            node = index.nodes[name]
-            saved[name] = (node.cpu_free_milli, node.memory_free_mib)
-            if node.cpu_free_milli is not None and cpu is not None:
-                node.cpu_free_milli = min(node.cpu_free_milli, cpu)
-            if node.memory_free_mib is not None and host_memory is not None:
-                node.memory_free_mib = min(node.memory_free_mib, host_memory)
-        self._touch(index)
-        return saved
-
-    def restore(self, index: NodeIndex, saved: dict[object, tuple[int | None, ...]]) -> None:
-        """Undo `apply`, keeping (and charging to the slack) what was taken meanwhile."""
-        for key, slack in sorted(self.gpu_slack.items()):
-            name, number = key
-            gpu = next(g for g in index.nodes[name].gpus if g.index == number)
-            milli, memory = saved[key]
-            assert milli is not None and memory is not None
-            capped_milli, capped_memory = min(milli, slack[0]), min(memory, slack[1])
-            taken_milli = capped_milli - gpu.milli_free
-            taken_memory = capped_memory - gpu.memory_free_mib
-            gpu.milli_free = milli - taken_milli
-            gpu.memory_free_mib = memory - taken_memory
-            slack[0] -= taken_milli
-            slack[1] -= taken_memory
-        for name, host_slack in sorted(self.host_slack.items()):
-            node = index.nodes[name]
-            cpu, memory = saved[name]
-            if cpu is not None and node.cpu_free_milli is not None and host_slack[0] is not None:
-                taken = min(cpu, host_slack[0]) - node.cpu_free_milli
-                node.cpu_free_milli = cpu - taken
-                host_slack[0] -= taken
-            if (
-                memory is not None
-                and node.memory_free_mib is not None
-                and host_slack[1] is not None
-            ):
-                taken = min(memory, host_slack[1]) - node.memory_free_mib
-                node.memory_free_mib = memory - taken
-                host_slack[1] -= taken
-        self._touch(index)
-
-    def _touch(self, index: NodeIndex) -> None:
-        names = {name for name, _ in self.gpu_slack} | set(self.host_slack)
-        for name in sorted(names):
-            node = index.nodes[name]
-            node.cached_state = node.cached_memory = None
-            index.update(node)
-
-
-def _end_order(holding: Holding) -> tuple[bool, int, int, str]:
-    return (holding.ends_at is None, holding.ends_at or 0, holding.order, holding.job_id)
-
-
-def _end_groups(holdings: Iterable[Holding]) -> list[list[Holding]]:
-    """Holdings grouped by when they end, earliest first; those without a limit last."""
-    groups: list[list[Holding]] = []
-    for holding in sorted(holdings, key=_end_order):
-        if groups and groups[-1][0].ends_at == holding.ends_at:
-            groups[-1].append(holding)
-        else:
-            groups.append([holding])
-    return groups
-
-
-def find_reservation(
-    candidate: Candidate,
-    index: NodeIndex,
-    holdings: Sequence[Holding],
-    policy: Policy,
-    context: Context,
-) -> tuple[Reservation, _Protection] | None:
-    """The earliest start of `candidate` as running jobs end, and the slack it leaves.
-
-    None when it would not fit even with every running job gone (it waits for
-    a node to come back, say). The search runs on a scratch copy of the views.
-    """
-    index = scratch(index)
-    request = candidate.request
-    simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
-    for group in _end_groups(holdings):
-        touched = release_all(index, group)
-        if simple and not any(fits_locally(request, index.nodes[n]) for n in sorted(touched)):
-            continue
-        placement = place(request, index, policy, context)
-        if placement is None:
-            continue
-        reservation = Reservation(candidate.job_id, group[0].ends_at, placement.replicas)
-        return reservation, _slack_after(index, placement)
-    return None
-
-
-def _slack_after(index: NodeIndex, placement: Placement) -> _Protection:
-    protection = _Protection()
-    for replica in placement.replicas:
-        for piece in replica.slices:
-            gpu = next(g for g in index.nodes[piece.node].gpus if g.index == piece.index)
-            protection.gpu_slack[(piece.node, piece.index)] = [gpu.milli_free, gpu.memory_free_mib]
-        host = index.nodes[replica.host]
-        protection.host_slack[replica.host] = [host.cpu_free_milli, host.memory_free_mib]
-    return protection
 
 
 def _victims_for(
@@ -263,6 +153,162 @@ def _victims_for(
     return (victims, "reclaim") if victims is not None else None
 
 
+class SchedulingPass:
+    """One walk over the queue (see the module doc). Its fields are what the walk has
+    learned so far; each step is a method named for what it decides. It mutates the
+    index and the quota book with what it places."""
+
+    def __init__(
+        self,
+        index: NodeIndex,
+        holdings: Sequence[Holding] | Callable[[], Sequence[Holding]],
+        *,
+        now: int,
+        policy: Policy,
+        context: Context,
+        backfill: Backfill = "easy",
+        preemption: bool = True,
+        quotas: QuotaBook | None = None,
+        current: Reservation | None = None,
+        limit: int = 10_000,
+        depth: int | None = None,
+    ) -> None:
+        self.index = index
+        self.now = now
+        self.policy = policy
+        self.context = context
+        self.backfill = backfill
+        self.preemption = preemption
+        self.quotas = quotas
+        self.current = current
+        self.limit = limit
+        self.depth = depth
+        self.outcomes: list[Outcome] = []
+        #: What runs, looked at only once a job is blocked: built then if given lazily.
+        self._holdings = holdings
+        self._running: list[Holding] | None = None if callable(holdings) else list(holdings)
+        self._placed_now: list[Holding] = []
+        self.position = 0
+        self.placed = 0
+        self.tried_behind = 0
+        #: A job could not start: the jobs after it are backfilled (or, off, not tried).
+        self.blocked = False
+        self.preempt_tried = False
+        self.reservation: Reservation | None = None
+        self.protection: Protection | None = None
+        self._where: Where | None = None
+        #: A pass only ever takes resources (and the reservation's slack only shrinks),
+        #: so a request that found no room finds none later in the pass either:
+        #: feasibility does not depend on scores, so skipping it changes no decision.
+        self._failed: set[tuple[Request, bool]] = set()
+
+    def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
+        for candidate in candidates:
+            if not self._goes_on():
+                break
+            decision = Context(self.context.seed, self.position, self.context.workload)
+            admitted = self._within_quotas(candidate)
+            if admitted is None:
+                continue  # held by a quota, a GPU maximum, or every model or pool it may use
+            if self._place(admitted, decision) or self.reservation is not None:
+                continue  # placed; or it waits (EASY: one reservation)
+            self.blocked = True
+            self._preempt_for(admitted, decision)
+            self._reserve_for(admitted, decision)
+            if self.backfill == "off":
+                break
+        return self.outcomes
+
+    # --- the steps, in the order a candidate meets them ---------------------------------
+
+    def _goes_on(self) -> bool:
+        """Under the pass's limit of placements, and of jobs tried behind the blocked one
+        (`depth`, as Slurm's `bf_max_job_test`)."""
+        if self.placed >= self.limit:
+            return False
+        if self.blocked:
+            self.tried_behind += 1
+            if self.depth is not None and self.tried_behind > self.depth:
+                return False
+        return True
+
+    def _within_quotas(self, candidate: Candidate) -> Candidate | None:
+        """The candidate, narrowed to the models and pools its quotas admit; None: held
+        (QuotaExceeded, AssocGrpGRES for `max_gpus`, or no model or pool admitted)."""
+        quotas = self.quotas
+        if quotas is None:
+            return candidate
+        if quotas.why_not(candidate.account, candidate.demand, candidate.user or None):
+            return None
+        if self._where is None:
+            self._where = where_limited(self.index, quotas)
+        return within_quota(candidate, quotas, self._where) if self._where else candidate
+
+    def _place(self, candidate: Candidate, decision: Context) -> bool:
+        """Place it now if it fits (within the reservation's slack if it may outlast
+        its start); charge its quotas; True when placed."""
+        masked = must_leave_slack(candidate, self.reservation, self.protection, self.now)
+        if (candidate.request, masked) in self._failed:
+            return False  # the same request found no room earlier in this pass
+        protection = self.protection if masked else None
+        placement = try_place(candidate, self.index, self.policy, decision, protection)
+        if placement is None:
+            self._failed.add((candidate.request, masked))
+            return False
+        if self.quotas is not None:
+            self.quotas.take(
+                candidate.account,
+                {**candidate.demand, **where_demand(self.index, placement)},
+                candidate.user or None,
+            )
+        self.outcomes.append(Placed(candidate, placement, self.blocked, self.position))
+        self.position += 1
+        self.placed += 1
+        order = len(self._placed_now)
+        self._placed_now.append(_holding_of(candidate, placement, self.now, order))
+        return True
+
+    def _preempt_for(self, candidate: Candidate, decision: Context) -> None:
+        """The first blocked job alone may preempt; one whose class may not (its
+        `may_preempt` false) uses that turn up, so no job behind it jumps it."""
+        if not self.preemption or self.preempt_tried or candidate.awaiting_victims:
+            return
+        self.preempt_tried = True
+        if not candidate.may_preempt:
+            return
+        chosen = _victims_for(
+            candidate, self.index, self._held(), self.quotas, self.policy, decision
+        )
+        if chosen is None:
+            return
+        victims, reason = chosen
+        self.outcomes.append(Preempted(candidate, victims, reason, self.position))
+        self.position += len(victims)
+        stopping = {v.job_id for v in victims}
+        self._running = [
+            replace(h, stopping=True, ends_at=self.now) if h.job_id in stopping else h
+            for h in self._held()
+            if h.order < NEW_ORDER
+        ]
+
+    def _reserve_for(self, candidate: Candidate, decision: Context) -> None:
+        """Give the blocked job the reservation, at the earliest start it can foresee."""
+        found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
+        if found is None:
+            return
+        self.reservation, self.protection = found
+        if self.reservation != self.current:
+            self.outcomes.append(Reserved(self.reservation, self.position))
+            self.position += 1
+
+    def _held(self) -> list[Holding]:
+        """What runs, with what this pass placed (never a victim, `NEW_ORDER`)."""
+        if self._running is None:
+            assert callable(self._holdings)
+            self._running = list(self._holdings())
+        return [*self._running, *self._placed_now]
+
+
 def schedule(
     candidates: Iterable[Candidate],
     index: NodeIndex,
@@ -285,196 +331,10 @@ def schedule(
     `depth` bounds how many jobs behind the first blocked one are tried (as Slurm's
     `bf_max_job_test`): a pass over a long queue then costs a bounded time.
     """
-    outcomes: list[Outcome] = []
-    # what runs is only looked at once a job is blocked: built then, if given lazily
-    running: list[Holding] | None = None if callable(holdings) else list(holdings)
-    placed_now: list[Holding] = []
-
-    def held() -> list[Holding]:
-        nonlocal running
-        if running is None:
-            assert callable(holdings)
-            running = list(holdings())
-        return [*running, *placed_now]
-
-    position = placed = tried_behind = 0
-    blocked = preempt_tried = False
-    reservation: Reservation | None = None
-    protection: _Protection | None = None
-    where_limited: _Where | None = None
-    # A pass only ever takes resources (and the reservation's slack only shrinks), so a
-    # request that found no room finds none later in the pass either: feasibility does
-    # not depend on scores, so skipping it changes no decision.
-    failed: set[tuple[Request, bool]] = set()
-    for candidate in candidates:
-        if placed >= limit:
-            break
-        if blocked:
-            tried_behind += 1
-            if depth is not None and tried_behind > depth:
-                break
-        if quotas is not None and quotas.why_not(
-            candidate.account, candidate.demand, candidate.user or None
-        ):
-            continue  # held: QuotaExceeded, or AssocGrpGRES (max_gpus)
-        decision = Context(context.seed, position, context.workload)
-        if quotas is not None and where_limited is None:
-            where_limited = _where_limited(index, quotas)
-        if quotas is not None and where_limited:
-            within = _within_quota(candidate, quotas, where_limited)
-            if within is None:
-                continue  # held: every model or pool it may use is over quota
-            candidate = within
-        masked = _masked(candidate, reservation, protection, now)
-        if (candidate.request, masked) in failed:
-            placement = None  # the same request found no room earlier in this pass
-        else:
-            placement = _try_place(
-                candidate, index, policy, decision, protection if masked else None
-            )
-            if placement is None:
-                failed.add((candidate.request, masked))
-        if placement is not None and quotas is not None:
-            quotas.take(
-                candidate.account,
-                {**candidate.demand, **_where_demand(index, placement)},
-                candidate.user or None,
-            )
-        if placement is not None:
-            outcomes.append(Placed(candidate, placement, blocked, position))
-            position += 1
-            placed += 1
-            placed_now.append(_holding_of(candidate, placement, now, len(placed_now)))
-            continue
-        if reservation is not None:
-            continue  # EASY: one reservation; this job waits
-        blocked = True
-        if preemption and not preempt_tried and not candidate.awaiting_victims:
-            # the first blocked job alone may preempt; one whose class may not (its
-            # may_preempt false) uses that turn up, so no job behind it jumps it
-            preempt_tried = True
-            chosen = (
-                _victims_for(candidate, index, held(), quotas, policy, decision)
-                if candidate.may_preempt
-                else None
-            )
-            if chosen is not None:
-                victims, reason = chosen
-                outcomes.append(Preempted(candidate, victims, reason, position))
-                position += len(victims)
-                stopping = {v.job_id for v in victims}
-                running = [
-                    replace(h, stopping=True, ends_at=now) if h.job_id in stopping else h
-                    for h in held()
-                    if h.order < NEW_ORDER
-                ]
-        found = find_reservation(candidate, index, held(), policy, decision)
-        if found is not None:
-            reservation, protection = found
-            if reservation != current:
-                outcomes.append(Reserved(reservation, position))
-                position += 1
-        if backfill == "off":
-            break
-    return outcomes
-
-
-def _masked(
-    candidate: Candidate,
-    reservation: Reservation | None,
-    protection: _Protection | None,
-    now: int,
-) -> bool:
-    """Whether the candidate must leave the reservation's slack alone: a reservation
-    exists and the job may run past its start."""
-    if reservation is None or protection is None:
-        return False
-    limit = candidate.time_limit_s
-    ends_before = (
-        limit is not None
-        and reservation.start_at is not None
-        and now + 1000 * limit <= reservation.start_at
-    )
-    return not ends_before
-
-
-def _try_place(
-    candidate: Candidate,
-    index: NodeIndex,
-    policy: Policy,
-    context: Context,
-    protection: _Protection | None,
-) -> Placement | None:
-    """Place the candidate; with `protection`, within the reservation's slack."""
-    if protection is None:
-        return place(candidate.request, index, policy, context)
-    saved = protection.apply(index)
-    try:
-        return place(candidate.request, index, policy, context)
-    finally:
-        protection.restore(index, saved)
-
-
-#: The cluster's GPU models and pools, or () when no model or pool quota exists.
-_Where = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
-
-
-def _where_limited(index: NodeIndex, quotas: QuotaBook) -> _Where:
-    """The GPU models and pools of the cluster, when some model or pool quota exists."""
-    if not any(r.startswith(("model:", "pool:")) for r in quotas.trackers):
-        return ()
-    models = sorted({g.model for n in index.nodes.values() for g in n.gpus})
-    return (tuple(models), ("physical", "vgpu"))
-
-
-def _within_quota(
-    candidate: Candidate,
-    quotas: QuotaBook,
-    where: _Where,
-) -> Candidate | None:
-    """The candidate restricted to the models and pools its account's quotas admit.
-
-    Model and pool quotas depend on where a job lands, so instead of placing it and
-    checking afterwards, the request is narrowed to what the quotas allow (None:
-    nothing is allowed); what it then takes is charged to each after placement.
-    """
-    request = candidate.request
-    milli = request.gpu_demand_milli * request.replicas
-    if not milli or not where:
-        return candidate
-    models, pools = where
-    wanted = request.models or models
-    allowed = tuple(
-        m for m in wanted if quotas.why_not(candidate.account, {f"model:{m}": milli}) is None
-    )
-    pool_choices = (
-        ("vgpu",) if request.fractional else (pools if request.pool == "any" else (request.pool,))
-    )
-    open_pools = [
-        p for p in pool_choices if quotas.why_not(candidate.account, {f"pool:{p}": milli}) is None
-    ]
-    if not allowed or not open_pools:
-        return None
-    pool = request.pool if len(open_pools) == len(pool_choices) else open_pools[0]
-    if allowed == tuple(request.models) and pool == request.pool:
-        return candidate
-    narrowed = replace(
-        request,
-        models=allowed if len(allowed) < len(models) or request.models else (),
-        pool=pool,  # type: ignore[arg-type]
-    )
-    return replace(candidate, request=narrowed)
-
-
-def _where_demand(index: NodeIndex, placement: Placement) -> dict[str, int]:
-    """Milli-GPU of the placement per GPU model and per pool (`model:<m>`, `pool:<p>`)."""
-    demand: dict[str, int] = {}
-    for replica in placement.replicas:
-        for piece in replica.slices:
-            gpu = next(g for g in index.nodes[piece.node].gpus if g.index == piece.index)
-            for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
-                demand[key] = demand.get(key, 0) + piece.milli
-    return demand
+    return SchedulingPass(
+        index, holdings, now=now, policy=policy, context=context, backfill=backfill,
+        preemption=preemption, quotas=quotas, current=current, limit=limit, depth=depth,
+    ).run(candidates)  # fmt: skip
 
 
 def _holding_of(candidate: Candidate, placement: Placement, now: int, order: int) -> Holding:

@@ -1,0 +1,77 @@
+"""Model and pool quotas in a pass: they depend on where a job lands, so the request
+is narrowed to the models and pools its account's quotas admit before it is placed,
+and what it took is charged to each afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpuloom.placement.engine import NodeIndex
+from gpuloom.placement.resources import Placement
+from gpuloom.queueing.quota import QuotaBook
+
+if TYPE_CHECKING:
+    from gpuloom.placement.scheduling import Candidate
+
+
+#: The cluster's GPU models and pools, or () when no model or pool quota exists.
+Where = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
+
+
+def where_limited(index: NodeIndex, quotas: QuotaBook) -> Where:
+    """The GPU models and pools of the cluster, when some model or pool quota exists."""
+    if not any(r.startswith(("model:", "pool:")) for r in quotas.trackers):
+        return ()
+    models = sorted({g.model for n in index.nodes.values() for g in n.gpus})
+    return (tuple(models), ("physical", "vgpu"))
+
+
+def within_quota(
+    candidate: Candidate,
+    quotas: QuotaBook,
+    where: Where,
+) -> Candidate | None:
+    """The candidate restricted to the models and pools its account's quotas admit.
+
+    Model and pool quotas depend on where a job lands, so instead of placing it and
+    checking afterwards, the request is narrowed to what the quotas allow (None:
+    nothing is allowed); what it then takes is charged to each after placement.
+    """
+    request = candidate.request
+    milli = request.gpu_demand_milli * request.replicas
+    if not milli or not where:
+        return candidate
+    models, pools = where
+    wanted = request.models or models
+    allowed = tuple(
+        m for m in wanted if quotas.why_not(candidate.account, {f"model:{m}": milli}) is None
+    )
+    pool_choices = (
+        ("vgpu",) if request.fractional else (pools if request.pool == "any" else (request.pool,))
+    )
+    open_pools = [
+        p for p in pool_choices if quotas.why_not(candidate.account, {f"pool:{p}": milli}) is None
+    ]
+    if not allowed or not open_pools:
+        return None
+    pool = request.pool if len(open_pools) == len(pool_choices) else open_pools[0]
+    if allowed == tuple(request.models) and pool == request.pool:
+        return candidate
+    narrowed = replace(
+        request,
+        models=allowed if len(allowed) < len(models) or request.models else (),
+        pool=pool,  # type: ignore[arg-type]
+    )
+    return replace(candidate, request=narrowed)
+
+
+def where_demand(index: NodeIndex, placement: Placement) -> dict[str, int]:
+    """Milli-GPU of the placement per GPU model and per pool (`model:<m>`, `pool:<p>`)."""
+    demand: dict[str, int] = {}
+    for replica in placement.replicas:
+        for piece in replica.slices:
+            gpu = next(g for g in index.nodes[piece.node].gpus if g.index == piece.index)
+            for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+                demand[key] = demand.get(key, 0) + piece.milli
+    return demand
