@@ -15,6 +15,7 @@ from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_sc
 from gpuloom.events.text import Remark
 from gpuloom.queueing.order import dependency_status, pending_in_order, priority_weights
 from gpuloom.queueing.priority import FACTOR_SCALE
+from gpuloom.state.rules.nodes import pool_change_problem
 from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import GatewayDep, NodeName, SessionDep
@@ -75,17 +76,14 @@ async def change_pool(
     found = next((g for g in row.gpus if g["index"] == gpu), None)
     if found is None:
         raise HTTPException(status_code=404, detail=f"node {node} has no GPU {gpu}")
-    if found.get("allocated"):
-        holders = ", ".join(h["job_id"] for h in found.get("holders", [])) or found.get("job_id")
-        raise HTTPException(
-            status_code=409,
-            detail=f"GPU {node}/{gpu} is in use by {holders}: it cannot change pool",
-        )
+    event = GpuPoolChanged(node=node, index=gpu, pool=change.pool)
+    if gateway.projector is not None:  # the fold's own rule, on the gateway's fold
+        problem = pool_change_problem(gateway.projector.state, event)
+        if problem is not None:
+            raise HTTPException(status_code=409, detail=f"{problem}: it cannot change pool")
     if found.get("pool") == change.pool:
         return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=None)
-    recorded = await publish(
-        gateway, GpuPoolChanged(node=node, index=gpu, pool=change.pool), principal=principal
-    )
+    recorded = await publish(gateway, event, principal=principal)
     voided = await gateway.voided_reason(recorded.seq)
     if voided is not None:
         raise HTTPException(status_code=409, detail=voided)

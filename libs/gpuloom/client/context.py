@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -19,6 +19,8 @@ from gpuloom.client.api import DEFAULT_TIMEOUT_S, ClientError, GpuloomClient, re
 from gpuloom.client.credentials import resolve_token
 
 #: Width of tables written to a pipe or a file: wide enough never to cut an id.
+#: The `--json` flag of every read command.
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the gateway's raw JSON.")]
 PIPE_WIDTH = 200
 
 #: Messages and progress (stderr, never wrapped).

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gpuloom.client.context import emit, fail, gateway, print_json
+from gpuloom.client.context import JsonFlag, emit, fail, gateway, print_json
 from gpuloom.client.schema import LimitsList, PriorityClassList
 
 priority_class_app = typer.Typer(
@@ -28,8 +28,6 @@ limits_app = typer.Typer(
     help="Limits per user and account: jobs submitted, array size, GPUs held.",
     no_args_is_help=True,
 )
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the gateway's raw JSON.")]
 
 
 def _names(value: str | None) -> list[str]:

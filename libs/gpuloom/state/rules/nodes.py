@@ -83,17 +83,28 @@ def _uncordoned(state: ClusterState, event: NodeUncordoned, recorded: Recorded) 
     node.cordon_reason = ""
 
 
-def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
+def pool_change_problem(state: ClusterState, event: GpuPoolChanged) -> str | None:
+    """Why `event` may not move its GPU to another pool now, or None.
+
+    Shared by the fold (which voids such an event) and the gateway's route (which
+    answers 409 before writing one), so the two can never disagree."""
     node = state.nodes.get(event.node)
     if node is None:
-        raise Invalid(f"unknown node {event.node}")
+        return f"unknown node {event.node}"
     gpu = node.gpus.get(event.index)
     if gpu is None:
-        raise Invalid(f"node {event.node} has no GPU {event.index}")
+        return f"node {event.node} has no GPU {event.index}"
     if not gpu.idle:
-        raise Invalid(
-            f"GPU {event.node}/{event.index} is in use by {', '.join(sorted(gpu.holders))}"
-        )
+        return f"GPU {event.node}/{event.index} is in use by {', '.join(sorted(gpu.holders))}"
+    return None
+
+
+def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
+    problem = pool_change_problem(state, event)
+    if problem is not None:
+        raise Invalid(problem)
+    node = state.nodes[event.node]
+    gpu = node.gpus[event.index]
     gpu.pool = event.pool
     node.pool_overrides[event.index] = event.pool
 
