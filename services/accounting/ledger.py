@@ -106,6 +106,8 @@ class Ledger:
         #: Charges of every event up to here are written (or quarantined).
         self.written_seq = 0
         self._items: list[Item] = []
+        #: The last event the fold handed it (a charge or not).
+        self._seen_seq = 0
         self._written_at = clock()
         self._failing = False
         #: The log's last sequence as last seen: the lag the ledger reports.
@@ -132,6 +134,7 @@ class Ledger:
 
     def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
         self.stream_seq = max(self.stream_seq, message.seq + message.pending)
+        self._seen_seq = recorded.seq
         event = recorded.event
         if applied and isinstance(event, UsageCharged) and recorded.seq > self.written_seq:
             self._items.append(self._item(recorded.seq, event, recorded.envelope.at))
@@ -146,7 +149,9 @@ class Ledger:
             return Item("charge", key, seq, (), error=f"rows not computed: {describe(exc)}")
 
     def behind(self) -> bool:
-        return bool(self._items)
+        """Charges wait, or the checkpoint is behind the fold (written within
+        `IDLE_CHECKPOINT_S` once the log is quiet)."""
+        return bool(self._items) or self._seen_seq > self.written_seq
 
     async def flush(self, seq: int, *, force: bool) -> None:
         idle_due = self.clock() - self._written_at >= IDLE_CHECKPOINT_S

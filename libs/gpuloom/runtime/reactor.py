@@ -191,9 +191,9 @@ class Reactor:
         look_now = self.state.seq >= self.follower.catch_up_seq
         try:
             while not stop.is_set():
-                timeout = 0 if look_now else self._timeout()
+                timeout, is_tick = (0, True) if look_now else self._timeout()
                 look_now = False
-                ticked = await self.follower.fold_next(timeout) == 0
+                ticked = await self.follower.fold_next(timeout) == 0 and is_tick
                 if stop.is_set():
                     break
                 await self._flush(force=False)
@@ -216,10 +216,17 @@ class Reactor:
             if self.snapshots is not None:
                 await self.snapshots.close(self.state if caught_up and self._written() else None)
 
-    def _timeout(self) -> float | None:
-        if self._retry or any(p.behind() for p in self.projections):
-            return 0.5
-        return self.tick_s
+    def _timeout(self) -> tuple[float | None, bool]:
+        """How long to wait for the next event, and whether a wait that ends with none
+        is a tick (decide again): a projection with rows to write only wakes the loop
+        to write them."""
+        if self._retry:
+            return 0.5, True
+        if any(p.behind() for p in self.projections):
+            if self.tick_s is not None and self.tick_s <= 0.5:
+                return self.tick_s, True
+            return 0.5, False
+        return self.tick_s, True
 
     async def _flush(self, *, force: bool) -> None:
         for projection in self.projections:
