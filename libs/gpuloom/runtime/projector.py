@@ -258,4 +258,6 @@ class Projector:
 
     def _maybe_snapshot(self) -> None:
         if self.snapshots is not None and self._snapshot_fits():
-            self.snapshots.maybe_write(self.state)
+            self.snapshots.maybe_write(
+                self.state, replaying=self.state.seq < self.follower.catch_up_seq
+            )

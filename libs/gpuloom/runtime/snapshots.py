@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: How long a stopping service waits for its last snapshot to be stored.
 FINAL_WRITE_TIMEOUT_S = 10.0
+#: While a process replays the log, a snapshot this often, seconds (`Snapshotter.due`).
+REPLAY_EVERY_S = 60.0
 
 
 class LogGapError(RuntimeError):
@@ -177,20 +179,30 @@ class Snapshotter:
             return state
         return None
 
-    def due(self, state: ClusterState) -> bool:
+    def due(self, state: ClusterState, *, replaying: bool = False) -> bool:
+        """Whether a snapshot is due. `replaying`: the process is still catching up
+        with the log, folding thousands of events a second; then only every
+        `REPLAY_EVERY_S` (a crash loses at most that much replay), since a snapshot
+        every `every_events` would pause the replay for a few hundred milliseconds
+        every two seconds."""
         if not self.policy.enabled or state.seq <= self.written_seq:
             return False
+        elapsed = self.clock() - self.written_at
+        if replaying:
+            return elapsed >= REPLAY_EVERY_S
         events = self.policy.every_events
         seconds = self.policy.every_s
         return bool(
             (events > 0 and state.seq - self.written_seq >= events)
-            or (seconds > 0 and self.clock() - self.written_at >= seconds)
+            or (seconds > 0 and elapsed >= seconds)
         )
 
-    def maybe_write(self, state: ClusterState) -> bool:
+    def maybe_write(self, state: ClusterState, *, replaying: bool = False) -> bool:
         """Encode `state` now and upload it in the background, when due and no upload
         is under way; True when it started one."""
-        if not self.due(state) or (self._upload is not None and not self._upload.done()):
+        if not self.due(state, replaying=replaying) or (
+            self._upload is not None and not self._upload.done()
+        ):
             return False
         self._upload = asyncio.create_task(self._write(state.seq, self._serialize(state)))
         return True
