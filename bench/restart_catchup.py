@@ -56,6 +56,7 @@ from pathlib import Path
 from longlog import LongLog, finished_jobs, validate, write
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.identities import bucket_of
 from gpuloom.bus.provision import provision_at
 from gpuloom.devstack import REPO_ROOT, NatsServer, die_with_parent, free_port
 
@@ -263,6 +264,16 @@ async def write_log(url: str, args: argparse.Namespace) -> tuple[int, float]:
         await bus.close()
 
 
+async def forget_snapshots(url: str, service: str) -> None:
+    """Empty `service`'s snapshot bucket: a first start with other code must replay the
+    log, not restore the snapshot this tree's run left (the bucket stays, empty)."""
+    bus = await EventBus.connect(url, "GPULOOM", name="bench-forget", create=False)
+    try:
+        await bus.js.purge_stream(f"OBJ_{bucket_of(service)}")
+    finally:
+        await bus.close()
+
+
 async def last_seq(url: str) -> int:
     bus = await EventBus.connect(url, "GPULOOM", name="bench-reader", create=False)
     try:
@@ -350,6 +361,7 @@ def compare(
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.services:
+        asyncio.run(forget_snapshots(nats_url, name))
         old = measure(name, ref, env, workdir / "logs" / f"{name}-ref.log", args.timeout)
         new = here[name][0]
         ratio = f"{old.seconds / new.seconds:.1f}x" if old.seconds and new.seconds else "—"

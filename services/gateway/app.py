@@ -22,6 +22,7 @@ from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway import (
     routes_accounts,
     routes_cluster,
+    routes_events,
     routes_jobs,
     routes_policies,
     routes_projections,
@@ -106,6 +107,7 @@ def create_app(settings: Settings) -> FastAPI:
         routes_accounts.router,
         routes_policies.router,
         routes_projections.router,
+        routes_events.router,
         dead_letters_router,
     ):
         app.include_router(router, dependencies=authenticated)

@@ -62,6 +62,7 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("GET", "/v1/queue"): (ANYONE, None),
     ("GET", "/v1/audit"): (ANYONE, None),
     ("GET", "/v1/schemas/events"): (ANYONE, None),
+    ("GET", "/v1/events"): (ANYONE, None),
     ("GET", "/v1/usage"): (ANYONE, None),
     ("GET", "/v1/usage/jobs"): (ANYONE, None),
     ("GET", "/v1/accounts"): (ANYONE, None),
@@ -159,13 +160,14 @@ def test_who_gets_what_on_each_route(world: dict[str, Any], method: str, templat
         job_id=world["job_id"], node="node-a", gpu=0, name="team-a", sub="team-a-1", scope="account"
     )
     got: dict[str, Any] = {}
-    for caller in CALLERS:
-        answer = world["clients"][caller].request(method, path, json=body)
-        got[caller] = answer.status_code if answer.status_code in (401, 403) else OK
-        if answer.status_code == 401:
-            assert answer.headers["www-authenticate"].startswith('Bearer realm="gpuloom"')
-        if answer.status_code in (401, 403):
-            assert answer.json()["detail"], answer.text
+    for caller in CALLERS:  # streamed: the event stream answers, then never ends
+        with world["clients"][caller].stream(method, path, json=body) as answer:
+            got[caller] = answer.status_code if answer.status_code in (401, 403) else OK
+            if answer.status_code == 401:
+                assert answer.headers["www-authenticate"].startswith('Bearer realm="gpuloom"')
+            if answer.status_code in (401, 403):
+                answer.read()
+                assert answer.json()["detail"], answer.text
     assert got == expected
 
 

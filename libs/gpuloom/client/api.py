@@ -19,7 +19,8 @@ A `transport` can be injected (tests use `httpx.MockTransport`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self, cast
 from urllib.parse import quote
@@ -49,6 +50,8 @@ DEFAULT_GATEWAY_HOST = "127.0.0.1"
 DEFAULT_GATEWAY_PORT = 8080
 DEFAULT_GATEWAY_URL = f"http://{DEFAULT_GATEWAY_HOST}:{DEFAULT_GATEWAY_PORT}"
 DEFAULT_TIMEOUT_S = 10.0
+#: A stream silent this long (no event, no keep-alive comment) is taken for dead.
+STREAM_SILENCE_S = 60.0
 
 
 class ClientError(Exception):
@@ -205,6 +208,29 @@ class GpuloomClient:
         except ValueError as exc:
             raise ApiError(
                 response.status_code, "the gateway sent a body that is not JSON"
+            ) from exc
+
+    @contextmanager
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Iterator[httpx.Response]:
+        """An answer read as it comes (`GET /v1/events`, `gpuloom.client.watch`): no
+        total timeout; one minute without a byte is a dead connection (the gateway
+        sends a comment every 15 s)."""
+        timeout = httpx.Timeout(self.timeout, read=STREAM_SILENCE_S)
+        try:
+            with self._http.stream(
+                method, path, params=params, headers=headers, timeout=timeout
+            ) as response:
+                yield response
+        except httpx.TimeoutException as exc:
+            raise GatewayUnreachableError(
+                self.base_url, f"the stream went silent ({type(exc).__name__})"
             ) from exc
 
     # -- jobs --------------------------------------------------------------

@@ -1,0 +1,127 @@
+"""GET /v1/events: the log as a stream of CloudEvents (Server-Sent Events).
+
+The contract for tools (docs/events.md): each SSE event's `data` is one CloudEvents 1.0
+JSON object (`gpuloom.events.cloud`) and its `id` the event's sequence in the log. A
+client that reconnects with `Last-Event-ID` (browsers do it by themselves) or asks
+`?after=SEQ` gets every event after that sequence, in order, exactly once; without
+either it starts at the log's end (new events only); `?after=0` replays the log from
+its start. Filters narrow it; what a principal may see is `services.gateway.stream`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from nats.errors import Error as NatsError
+from sqlalchemy import select
+
+from gpuloom.auth.policy import Accounts
+from gpuloom.bus import EventBus
+from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.registry import EVENT_TYPES
+from gpuloom.state import ClusterState
+from gpuloom.store.models import JobRow
+from services.gateway.auth import PrincipalDep, accounts_of
+from services.gateway.deps import GatewayDep, unavailable
+from services.gateway.stream import Owner, Owners, StreamFilter, event_stream
+
+router = APIRouter(tags=["events"])
+
+Token = Annotated[str | None, Query(pattern=SUBJECT_TOKEN.pattern)]
+
+
+def resume_point(last_event_id: str | None, after: int | None) -> int | None:
+    """The sequence to resume after: `Last-Event-ID` (a reconnect), else `after`."""
+    if last_event_id is None:
+        return after
+    if not last_event_id.isdigit() or len(last_event_id) > 19:
+        raise HTTPException(
+            status_code=422,
+            detail=f"header.last-event-id: {last_event_id!r} is not an event's sequence "
+            "(the `id` of an event of this stream)",
+        )
+    return int(last_event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    """A stream request checked before its answer starts (a 4xx or 503 is still
+    possible then; once the stream runs, only an `error` event is)."""
+
+    bus: EventBus
+    start: int
+    wanted: StreamFilter
+    owners: Owners
+    accounts: Callable[[], Accounts]
+
+
+async def stream_request(
+    gateway: GatewayDep,
+    types: Annotated[
+        list[str] | None,
+        Query(alias="type", description="event types to keep (repeat it), e.g. JobFinished"),
+    ] = None,
+    job: Token = None,
+    user: Token = None,
+    account: Token = None,
+    node: Token = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=2**63 - 1, description="resume after this sequence")
+    ] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamRequest:
+    unknown = sorted(set(types or ()) - set(EVENT_TYPES))
+    if unknown:
+        raise HTTPException(
+            status_code=422,
+            detail=f"query.type: unknown event type(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(EVENT_TYPES))})",
+        )
+    bus = gateway.live_bus()
+    projector = gateway.projector
+    if projector is None:
+        raise unavailable("the gateway has not read the log yet")
+    start = resume_point(last_event_id, after)
+    if start is None:
+        try:
+            start = await bus.last_seq()
+        except (NatsError, TimeoutError) as exc:
+            raise unavailable(f"could not read the log: {exc}") from exc
+
+    async def lookup(job_id: str) -> Owner | None:
+        async with gateway.sessions() as session:
+            found = await session.execute(
+                select(JobRow.user, JobRow.account).where(JobRow.id == job_id)
+            )
+            row = found.first()
+        return (row[0], row[1]) if row is not None else None
+
+    def state() -> ClusterState:
+        return projector.state
+
+    def accounts() -> Accounts:
+        return accounts_of(gateway)
+
+    wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
+    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts)
+
+
+@router.get(
+    "/v1/events",
+    response_class=EventSourceResponse,
+    responses={422: {}, 503: {}},
+)
+async def events(
+    principal: PrincipalDep,
+    request: Annotated[StreamRequest, Depends(stream_request)],
+) -> AsyncIterator[ServerSentEvent]:
+    """Events of the log as CloudEvents, then new ones as they are written (see the
+    module doc); an `error` event says why a stream ends (`gone`, `slow`)."""
+    async for sent in event_stream(
+        request.bus, request.start, request.wanted, principal, request.owners, request.accounts
+    ):
+        yield sent

@@ -1,0 +1,213 @@
+"""The public event stream behind `GET /v1/events`: the log, as CloudEvents, filtered
+and limited to what the principal may see, resumable by sequence.
+
+Each client gets its own follower of the log (`EventBus.follow`: a pull consumer of its
+own, fed as the client takes events), so a client resumes at any sequence the log
+still holds, in order, with no gap and no repeat: the SSE `id:` of each event is its
+sequence, and a reconnect with `Last-Event-ID` (or `?after=`) starts right after it.
+The stream opens with an `open` event whose id is the position it starts after, so a
+client that loses the connection before any event resumes from there too.
+
+A client that does not read holds at most `BUFFER` events here (the follower then
+stops pulling and the server keeps the rest); if it stays stuck for `SLOW_AFTER_S`,
+its stream ends with an `error` event (`reason: slow`, and the sequence to resume
+after) instead of holding a consumer for ever. A position the log no longer holds
+(its start was archived and dropped) gets an `error` event (`reason: gone`) at once.
+
+Who sees what (docs/security.md): an operator every event; a user the events of the
+jobs they may read the events of (their own, and those of accounts they coordinate),
+of the accounts they belong to or coordinate, and of the cluster (nodes, pools,
+queue policy, priority classes, limits); audits are for operators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi.sse import ServerSentEvent
+
+from gpuloom.auth import Principal
+from gpuloom.auth.policy import Accounts, coordinates, is_member, job_problem
+from gpuloom.bus import EventBus, Incoming
+from gpuloom.events import Event, JobArraySubmitted, JobEvent, JobSubmitted, MalformedEvent, decode
+from gpuloom.events.cloud import to_cloudevent
+from gpuloom.events.subjects import ALL_EVENTS, job_subjects
+from gpuloom.state import ClusterState
+from gpuloom.state.retention import owner
+
+log = logging.getLogger(__name__)
+
+#: Events waiting for one client: then its follower stops pulling.
+BUFFER = 256
+#: A client that takes nothing this long is disconnected (it resumes where it was).
+SLOW_AFTER_S = 30.0
+#: Owners of jobs one stream remembers (learned from submissions it passed).
+OWNERS_KEPT = 10_000
+
+Owner = tuple[str, str]
+#: The (user, account) of a job the gateway's fold no longer knows (the read model).
+LookupOwner = Callable[[str], Awaitable[Owner | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFilter:
+    """What a client asked for; empty fields ask for everything."""
+
+    types: frozenset[str] = frozenset()
+    job: str | None = None
+    user: str | None = None
+    account: str | None = None
+    node: str | None = None
+
+    def wants(self, event: Event, job_owner: Owner | None) -> bool:
+        if self.types and event.TYPE not in self.types:
+            return False
+        if self.job is not None and not _about_job(event, self.job):
+            return False
+        if self.node is not None and getattr(event, "node", None) != self.node:
+            return False
+        user, account = job_owner if job_owner is not None else (None, None)
+        if event.AGGREGATE == "account":
+            account = event.aggregate_id()
+        if self.user is not None and user != self.user:
+            return False
+        return self.account is None or account == self.account
+
+
+def _about_job(event: Event, job_id: str) -> bool:
+    """The job's own events (an array's id: the array's own, its submission and
+    cancellation)."""
+    return isinstance(event, JobEvent) and event.job_id == job_id
+
+
+def visible(
+    principal: Principal, event: Event, job_owner: Owner | None, accounts: Accounts
+) -> bool:
+    """Whether `principal` may see `event` (see the module doc)."""
+    if principal.operator:
+        return True
+    if isinstance(event, JobEvent):
+        return job_owner is not None and (
+            job_problem(principal, "events", job_owner[0], job_owner[1], accounts) is None
+        )
+    if event.AGGREGATE == "account":
+        account = event.aggregate_id()
+        return is_member(principal.name, account, accounts) or coordinates(
+            principal, account, accounts
+        )
+    return event.AGGREGATE != "audit"
+
+
+class Owners:
+    """Who owns each job a stream passes: from the submissions it saw, the gateway's
+    fold, then the read model (an ended job the fold forgot); bounded."""
+
+    def __init__(self, state: Callable[[], ClusterState], lookup: LookupOwner) -> None:
+        self.state = state
+        self.lookup = lookup
+        self._known: OrderedDict[str, Owner | None] = OrderedDict()
+
+    def learn(self, event: Event) -> None:
+        if isinstance(event, JobSubmitted | JobArraySubmitted):
+            self._remember(event.job_id, (event.spec.user, event.spec.account))
+
+    async def of(self, event: Event) -> Owner | None:
+        if not isinstance(event, JobEvent):
+            return None
+        job_id = event.job_id
+        if job_id in self._known:
+            self._known.move_to_end(job_id)
+            return self._known[job_id]
+        state = self.state()
+        found = owner(state, job_id)
+        if found is None and job_id in state.arrays:  # an array's own id
+            found = owner(state, f"{job_id}-0")
+        if found is None:
+            found = await self.lookup(job_id)
+        self._remember(job_id, found)
+        return found
+
+    def _remember(self, job_id: str, found: Owner | None) -> None:
+        self._known[job_id] = found
+        self._known.move_to_end(job_id)
+        while len(self._known) > OWNERS_KEPT:
+            self._known.popitem(last=False)
+
+
+def error_event(reason: str, detail: str, resume_after: int) -> ServerSentEvent:
+    return ServerSentEvent(
+        event="error",
+        data={"reason": reason, "detail": detail, "resume_after": resume_after},
+    )
+
+
+async def event_stream(
+    bus: EventBus,
+    after: int,
+    wanted: StreamFilter,
+    principal: Principal,
+    owners: Owners,
+    accounts: Callable[[], Accounts],
+) -> AsyncIterator[ServerSentEvent]:
+    """The events after sequence `after` that `principal` may see and asked for, then
+    the new ones as they are written, as SSE events with the sequence as their id.
+
+    A stream of one job follows that job's subject only: the server reads its events
+    from its subject index, not the whole log (`?after=0&job=J` is cheap on a long log)."""
+    figures = await bus.stream_figures()
+    if after < figures.first_seq - 1:
+        yield error_event(
+            "gone",
+            f"the log no longer holds the events after seq {after}: it starts at seq "
+            f"{figures.first_seq} (older events are in its archive)",
+            figures.first_seq - 1,
+        )
+        return
+    inbox: asyncio.Queue[Incoming] = asyncio.Queue(BUFFER)
+    slow = asyncio.Event()
+
+    async def deliver(message: Incoming) -> None:
+        if slow.is_set():
+            return  # ending: the client resumes after what it was sent
+        try:
+            await asyncio.wait_for(inbox.put(message), SLOW_AFTER_S)
+        except TimeoutError:
+            slow.set()
+
+    subjects = job_subjects(wanted.job) if wanted.job is not None else ALL_EVENTS
+    stop = await bus.follow(deliver, from_seq=after + 1, subjects=subjects)
+    sent = after
+    try:
+        # where it starts: a client that loses the connection before any event resumes
+        # here (a browser's EventSource keeps the id for its Last-Event-ID)
+        yield ServerSentEvent(event="open", id=str(after), data={"after": after})
+        while True:
+            if slow.is_set() and inbox.empty():
+                yield error_event(
+                    "slow",
+                    f"this client took no event for {SLOW_AFTER_S:.0f} s; resume with "
+                    f"Last-Event-ID: {sent}",
+                    sent,
+                )
+                return
+            message = await inbox.get()  # FastAPI sends keep-alive comments meanwhile
+            sent = message.seq
+            try:
+                recorded = decode(
+                    message.seq, message.body, message.stored_at, subject=message.subject
+                )
+            except MalformedEvent:
+                continue  # every service skipped it too; GET /v1/deadletters shows it
+            event = recorded.event
+            owners.learn(event)
+            job_owner = await owners.of(event)
+            if visible(principal, event, job_owner, accounts()) and wanted.wants(event, job_owner):
+                yield ServerSentEvent(data=to_cloudevent(recorded), id=str(message.seq))
+    finally:
+        with contextlib.suppress(Exception):
+            await stop()
