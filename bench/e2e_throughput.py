@@ -17,6 +17,10 @@ and prints where the time went.
   python bench/e2e_throughput.py [--scenario placed|started] [--jobs N] [--profile DIR]
                                  [--env GPULOOM_SETTING=VALUE ...]
 
+`--sse-clients N` keeps N clients reading the event stream (`GET /v1/events`, from
+the log's end) during the run and prints each event's delivery latency to them
+(bench/sse_clients.py); compare the throughput with and without them.
+
 `--env` sets a setting of every service (e.g. GPULOOM_SNAPSHOT_EVERY_EVENTS=500 to
 write snapshots often while deciding); the snapshots each service wrote, and how
 long serializing each paused its loop, are printed from the services' logs.
@@ -34,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from sse_clients import Readers
 
 from gpuloom.devstack import NatsServer
 from gpuloom.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
@@ -156,6 +162,19 @@ def print_snapshots(log_dir: Path) -> None:
         )
 
 
+def print_stream(readers: Readers) -> None:
+    ms = sorted(1000 * latency for latency in readers.latencies)
+    if not ms:
+        print("event stream: no event reached the clients")
+        return
+    print(
+        f"event stream: {readers.count} clients, {min(readers.received)} to "
+        f"{max(readers.received)} events each; delivery latency (writer to client) "
+        f"p50 {percentile(ms, 0.5):.0f} ms, p99 {percentile(ms, 0.99):.0f} ms"
+        + (f"; {len(readers.ended)} streams ended early" if readers.ended else "")
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gpuloom-bench-"))
     nats = NatsServer(workdir / "nats").start()
@@ -197,8 +216,12 @@ def run(args: argparse.Namespace) -> None:
         if nats.process is not None:
             pids["nats-server"] = nats.process.pid
         pids["bench client"] = os.getpid()
-        cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
         token = cluster.token_for("bench")
+        readers = Readers(cluster.gateway_url, token, args.sse_clients)
+        if args.sse_clients:
+            readers.start()
+            print(f"{args.sse_clients} clients follow the event stream", flush=True)
+        cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
         submit_s = asyncio.run(
             submit_all(cluster.gateway_url, jobs, command, args.concurrency, token)
         )
@@ -211,6 +234,10 @@ def run(args: argparse.Namespace) -> None:
         else:
             wait_for(cluster, lambda: count_state(cluster, "succeeded") >= jobs + 20, 900)
         print_cpu(cpu_before, cpu_seconds(pids), time.perf_counter() - wall_before)
+        if args.sse_clients:
+            time.sleep(2)  # the last events reach the streams
+            readers.stop()
+            print_stream(readers)
         records = asyncio.run(read_log(nats.url))
     finally:
         cluster.stop()
@@ -255,6 +282,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="")
+    parser.add_argument("--sse-clients", type=int, default=0, help="event stream readers")
     parser.add_argument("--env", action="append", default=[], help="GPULOOM_X=VALUE (repeat)")
     run(parser.parse_args())
 

@@ -27,7 +27,7 @@ from gpuloom.state import ClusterState
 from gpuloom.store.models import JobRow
 from services.gateway.auth import PrincipalDep, accounts_of
 from services.gateway.deps import GatewayDep, unavailable
-from services.gateway.stream import Owner, Owners, StreamFilter, event_stream
+from services.gateway.stream import Decoded, Owner, Owners, StreamFilter, event_stream
 
 router = APIRouter(tags=["events"])
 
@@ -57,6 +57,7 @@ class StreamRequest:
     wanted: StreamFilter
     owners: Owners
     accounts: Callable[[], Accounts]
+    decoded: Decoded
 
 
 async def stream_request(
@@ -107,7 +108,8 @@ async def stream_request(
         return accounts_of(gateway)
 
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts)
+    decoded = gateway.extra.setdefault("decoded_events", Decoded())  # shared by every stream
+    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts, decoded)
 
 
 @router.get(
@@ -122,6 +124,12 @@ async def events(
     """Events of the log as CloudEvents, then new ones as they are written (see the
     module doc); an `error` event says why a stream ends (`gone`, `slow`)."""
     async for sent in event_stream(
-        request.bus, request.start, request.wanted, principal, request.owners, request.accounts
+        request.bus,
+        request.start,
+        request.wanted,
+        principal,
+        request.owners,
+        request.accounts,
+        request.decoded,
     ):
         yield sent

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import orjson
 from fastapi.sse import ServerSentEvent
 
 from gpuloom.auth import Principal
@@ -139,6 +140,32 @@ class Owners:
             self._known.popitem(last=False)
 
 
+class Decoded:
+    """Each event of the log decoded and encoded as a CloudEvent once for every stream:
+    streams that follow the log's end ask for the same sequences at about the same
+    time (the most recent `KEPT` are kept)."""
+
+    KEPT = 4096
+
+    def __init__(self) -> None:
+        self._by_seq: OrderedDict[int, tuple[Event, str] | None] = OrderedDict()
+
+    def of(self, message: Incoming) -> tuple[Event, str] | None:
+        """(the event, its CloudEvent JSON); None: malformed (every service skipped it)."""
+        if message.seq in self._by_seq:
+            return self._by_seq[message.seq]
+        try:
+            recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
+        except MalformedEvent:
+            made = None
+        else:
+            made = (recorded.event, orjson.dumps(to_cloudevent(recorded)).decode())
+        self._by_seq[message.seq] = made
+        while len(self._by_seq) > self.KEPT:
+            self._by_seq.popitem(last=False)
+        return made
+
+
 def error_event(reason: str, detail: str, resume_after: int) -> ServerSentEvent:
     return ServerSentEvent(
         event="error",
@@ -153,6 +180,7 @@ async def event_stream(
     principal: Principal,
     owners: Owners,
     accounts: Callable[[], Accounts],
+    decoded: Decoded | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events after sequence `after` that `principal` may see and asked for, then
     the new ones as they are written, as SSE events with the sequence as their id.
@@ -168,12 +196,16 @@ async def event_stream(
             figures.first_seq - 1,
         )
         return
+    decoded = decoded or Decoded()
     inbox: asyncio.Queue[Incoming] = asyncio.Queue(BUFFER)
     slow = asyncio.Event()
 
     async def deliver(message: Incoming) -> None:
         if slow.is_set():
             return  # ending: the client resumes after what it was sent
+        if not inbox.full():
+            inbox.put_nowait(message)  # the common case, without a timer
+            return
         try:
             await asyncio.wait_for(inbox.put(message), SLOW_AFTER_S)
         except TimeoutError:
@@ -197,17 +229,14 @@ async def event_stream(
                 return
             message = await inbox.get()  # FastAPI sends keep-alive comments meanwhile
             sent = message.seq
-            try:
-                recorded = decode(
-                    message.seq, message.body, message.stored_at, subject=message.subject
-                )
-            except MalformedEvent:
-                continue  # every service skipped it too; GET /v1/deadletters shows it
-            event = recorded.event
+            made = decoded.of(message)
+            if made is None:
+                continue
+            event, cloud = made
             owners.learn(event)
             job_owner = await owners.of(event)
             if visible(principal, event, job_owner, accounts()) and wanted.wants(event, job_owner):
-                yield ServerSentEvent(data=to_cloudevent(recorded), id=str(message.seq))
+                yield ServerSentEvent(raw_data=cloud, id=str(message.seq))
     finally:
         with contextlib.suppress(Exception):
             await stop()

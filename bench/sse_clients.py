@@ -1,0 +1,88 @@
+"""Clients of the event stream (`GET /v1/events`) for `bench/e2e_throughput.py
+--sse-clients N`: N streams read at once, in a thread of their own, each event's
+delivery latency taken as its receipt time minus its CloudEvents `time` (when its
+writer made it; one machine, one clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from gpuloom.client.sse import parse_sse
+
+
+@dataclass
+class Readers:
+    """`count` streams from the log's end, with `token`; `start`, then `stop`."""
+
+    url: str
+    token: str
+    count: int
+    latencies: list[float] = field(default_factory=list)
+    received: list[int] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _opened: int = 0
+
+    def start(self, timeout: float = 60) -> None:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while self._opened < self.count:  # every stream's start is fixed: none misses one
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {self._opened} of {self.count} streams opened")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    async def _run(self) -> None:
+        limits = httpx.Limits(max_connections=self.count + 10)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        timeout = httpx.Timeout(30, read=60)
+        async with httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=timeout, limits=limits
+        ) as client:
+            readers = [asyncio.create_task(self._read(client)) for _ in range(self.count)]
+            while not self._stop.is_set():
+                await asyncio.sleep(0.2)
+            for reader in readers:
+                reader.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    async def _read(self, client: httpx.AsyncClient) -> None:
+        count = 0
+        try:
+            async with client.stream("GET", "/v1/events") as response:
+                response.raise_for_status()
+                self._opened += 1
+                lines: list[str] = []
+                async for line in response.aiter_lines():
+                    if line:
+                        lines.append(line)
+                        continue
+                    for event in parse_sse([*lines, ""]):
+                        if event.event == "message":
+                            at = json.loads(event.data)["time"]
+                            made = _epoch(at)
+                            self.latencies.append(time.time() - made)
+                            count += 1
+                        elif event.event == "error":
+                            self.ended.append(event.data)
+                    lines = []
+        finally:
+            self.received.append(count)
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
