@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import httpx
 
@@ -83,6 +84,4 @@ class Readers:
 
 
 def _epoch(iso: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(iso).timestamp()

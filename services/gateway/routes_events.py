@@ -108,8 +108,7 @@ async def stream_request(
         return accounts_of(gateway)
 
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    decoded = gateway.extra.setdefault("decoded_events", Decoded())  # shared by every stream
-    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts, decoded)
+    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts, gateway.decoded)
 
 
 @router.get(
