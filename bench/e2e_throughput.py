@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from sse_clients import Readers
+from webhook_receiver import Receiver
 
 from gpuloom.devstack import NatsServer
 from gpuloom.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
@@ -175,6 +176,25 @@ def print_stream(readers: Readers) -> None:
     )
 
 
+def wait_webhooks(receiver: Receiver, records: list, hooks: int, timeout: float = 1800) -> None:  # type: ignore[type-arg]
+    """Wait until every webhook got every event of the run, then print the figures."""
+    registered = [r.seq for r in records if r.event.TYPE == "WebhookRegistered"]
+    expected = hooks * sum(
+        1 for r in records if r.seq > max(registered) and r.event.TYPE != "WebhookRegistered"
+    )
+    deadline = time.monotonic() + timeout
+    while len(receiver.ids) < expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    receiver.stop()
+    ms = sorted(1000 * latency for latency in receiver.latencies)
+    span = max(receiver.received_at) - min(receiver.received_at)
+    print(
+        f"webhooks: {len(receiver.ids)} of {expected} deliveries ({receiver.repeats} repeated), "
+        f"{len(receiver.ids) / span:.0f} deliveries/s over {span:.1f} s; delivery latency "
+        f"(writer to receiver) p50 {percentile(ms, 0.5):.0f} ms, p99 {percentile(ms, 0.99):.0f} ms"
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gpuloom-bench-"))
     nats = NatsServer(workdir / "nats").start()
@@ -221,6 +241,13 @@ def run(args: argparse.Namespace) -> None:
         if args.sse_clients:
             readers.start()
             print(f"{args.sse_clients} clients follow the event stream", flush=True)
+        receiver = Receiver()
+        if args.webhooks:
+            receiver.start()
+            for hook in range(args.webhooks):
+                answer = cluster.http.post("/v1/webhooks", json={"url": f"{receiver.url}/h{hook}"})
+                answer.raise_for_status()
+            print(f"{args.webhooks} webhooks get every event", flush=True)
         cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
         submit_s = asyncio.run(
             submit_all(cluster.gateway_url, jobs, command, args.concurrency, token)
@@ -239,6 +266,8 @@ def run(args: argparse.Namespace) -> None:
             readers.stop()
             print_stream(readers)
         records = asyncio.run(read_log(nats.url))
+        if args.webhooks:
+            wait_webhooks(receiver, records, args.webhooks)
     finally:
         cluster.stop()
         nats.stop()
@@ -283,6 +312,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="")
     parser.add_argument("--sse-clients", type=int, default=0, help="event stream readers")
+    parser.add_argument(
+        "--webhooks", type=int, default=0, help="webhooks of every event, to a local receiver"
+    )
     parser.add_argument("--env", action="append", default=[], help="GPULOOM_X=VALUE (repeat)")
     run(parser.parse_args())
 

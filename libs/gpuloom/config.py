@@ -47,6 +47,19 @@ class Settings(BaseSettings):
     #: The largest request body the gateway reads (413 above it), bytes.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
+    # --- Webhooks (gateway; docs/webhooks.md) -----------------------------------------
+    #: Deliver to loopback, private, link-local and other non-public addresses too
+    #: (refused by default: a webhook must not reach into the cluster's own network).
+    webhook_allow_private: bool = False
+    #: Seconds to wait before each retry of a failed delivery (Standard Webhooks'
+    #: schedule); after the last one the delivery is given up.
+    webhook_retry_s: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+    #: How long one delivery attempt may take (connect and answer).
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: The key that seals webhook secrets in the log (made on first start, mode 0600);
+    #: None: <data_dir>/auth/webhook.key. Every gateway replica needs the same one.
+    webhook_key_file: Path | None = None
+
     # --- Who is asking (gateway): bearer tokens ---------------------------------------
     #: "jwt": every route but health and readiness (and /metrics where public) needs a
     #: bearer token; "off": anyone may do anything, which is logged at every start.
@@ -140,6 +153,9 @@ class Settings(BaseSettings):
 
     def secret_file(self) -> Path:
         return self.auth_secret_file or self.data_dir / "auth" / "jwt.key"
+
+    def webhook_key(self) -> Path:
+        return self.webhook_key_file or self.data_dir / "auth" / "webhook.key"
 
     def run_dir(self) -> Path:
         return self.agent_run_dir or self.data_dir / "agent"

@@ -37,6 +37,8 @@ from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics
 from services.gateway.problems import add_problem_handlers
 from services.gateway.routes_deadletters import router as dead_letters_router
+from services.gateway.webhooks.routes import router as webhooks_router
+from services.gateway.webhooks.service import run_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,12 @@ async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
     bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
     projector = await attach_projector(gateway, bus)
     log.info("gateway connected to %s", gateway.settings.nats_url)
-    await projector.run(stop)
+    webhooks = asyncio.create_task(run_webhooks(gateway, bus, projector, stop))
+    try:
+        await projector.run(stop)
+    finally:
+        stop.set()
+        await webhooks
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -108,6 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
         routes_policies.router,
         routes_projections.router,
         routes_events.router,
+        webhooks_router,
         dead_letters_router,
     ):
         app.include_router(router, dependencies=authenticated)

@@ -26,8 +26,15 @@ from gpuloom.events.registry import EVENT_TYPES
 from gpuloom.state import ClusterState
 from gpuloom.store.models import JobRow
 from services.gateway.auth import PrincipalDep, accounts_of
-from services.gateway.deps import GatewayDep, unavailable
-from services.gateway.stream import Decoded, Owner, Owners, StreamFilter, event_stream
+from services.gateway.deps import Gateway, GatewayDep, unavailable
+from services.gateway.stream import (
+    Decoded,
+    LookupOwner,
+    Owner,
+    Owners,
+    StreamFilter,
+    event_stream,
+)
 
 router = APIRouter(tags=["events"])
 
@@ -45,6 +52,20 @@ def resume_point(last_event_id: str | None, after: int | None) -> int | None:
             "(the `id` of an event of this stream)",
         )
     return int(last_event_id)
+
+
+def owner_lookup(gateway: Gateway) -> LookupOwner:
+    """Who owns a job, from the read model (for a job the gateway's fold forgot)."""
+
+    async def lookup(job_id: str) -> Owner | None:
+        async with gateway.sessions() as session:
+            found = await session.execute(
+                select(JobRow.user, JobRow.account).where(JobRow.id == job_id)
+            )
+            row = found.first()
+        return (row[0], row[1]) if row is not None else None
+
+    return lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +114,6 @@ async def stream_request(
         except (NatsError, TimeoutError) as exc:
             raise unavailable(f"could not read the log: {exc}") from exc
 
-    async def lookup(job_id: str) -> Owner | None:
-        async with gateway.sessions() as session:
-            found = await session.execute(
-                select(JobRow.user, JobRow.account).where(JobRow.id == job_id)
-            )
-            row = found.first()
-        return (row[0], row[1]) if row is not None else None
-
     def state() -> ClusterState:
         return projector.state
 
@@ -108,7 +121,9 @@ async def stream_request(
         return accounts_of(gateway)
 
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    return StreamRequest(bus, start, wanted, Owners(state, lookup), accounts, gateway.decoded)
+    return StreamRequest(
+        bus, start, wanted, Owners(state, owner_lookup(gateway)), accounts, gateway.decoded
+    )
 
 
 @router.get(

@@ -17,7 +17,7 @@ after) instead of holding a consumer for ever. A position the log no longer hold
 Who sees what (docs/security.md): an operator every event; a user the events of the
 jobs they may read the events of (their own, and those of accounts they coordinate),
 of the accounts they belong to or coordinate, and of the cluster (nodes, pools,
-queue policy, priority classes, limits); audits are for operators.
+queue policy, priority classes, limits); audits and webhooks are for operators.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 BUFFER = 256
 #: A client that takes nothing this long is disconnected (it resumes where it was).
 SLOW_AFTER_S = 30.0
+#: Aggregates only operators see: audits, and webhooks (whose URLs are their owners').
+OPERATORS_ONLY = frozenset({"audit", "webhook"})
 #: Owners of jobs one stream remembers (learned from submissions it passed).
 OWNERS_KEPT = 10_000
 
@@ -101,7 +103,7 @@ def visible(
         return is_member(principal.name, account, accounts) or coordinates(
             principal, account, accounts
         )
-    return event.AGGREGATE != "audit"
+    return event.AGGREGATE not in OPERATORS_ONLY
 
 
 class Owners:

@@ -32,10 +32,12 @@ def nats_url(tmp_path: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def running_cluster(nats_url: str, database_url: str, data_dir: Path) -> Iterator[Cluster]:
+def running_cluster(
+    nats_url: str, database_url: str, data_dir: Path, env: dict[str, str] | None = None
+) -> Iterator[Cluster]:
     """node-a (4 x A100-80GB) and node-b (2 x H100-80GB), one agent process each."""
     agents = {"agent-a": [DEFAULT_NODES[0]], "agent-b": [DEFAULT_NODES[1]]}
-    running = Cluster(nats_url, database_url, data_dir, agents)
+    running = Cluster(nats_url, database_url, data_dir, agents, env=env or {})
     try:
         running.start()
         running.wait_nodes_ready(2)
@@ -53,6 +55,16 @@ def running_cluster(nats_url: str, database_url: str, data_dir: Path) -> Iterato
 def cluster(nats_url: str, tmp_path: Path) -> Iterator[Cluster]:
     with running_cluster(
         nats_url, f"sqlite+aiosqlite:///{tmp_path}/gpuloom.db", tmp_path / "data"
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def webhook_cluster(nats_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """The cluster, retrying failed webhook deliveries after 0.2 s (five times)."""
+    env = {"GPULOOM_WEBHOOK_RETRY_S": "[0.2, 0.2, 0.2, 0.2, 0.2]"}
+    with running_cluster(
+        nats_url, f"sqlite+aiosqlite:///{tmp_path}/gpuloom.db", tmp_path / "data", env=env
     ) as c:
         yield c
 

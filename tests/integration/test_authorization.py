@@ -63,6 +63,12 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("GET", "/v1/audit"): (ANYONE, None),
     ("GET", "/v1/schemas/events"): (ANYONE, None),
     ("GET", "/v1/events"): (ANYONE, None),
+    # anyone registers webhooks; another's is a 404 (`test_webhooks.py` checks that)
+    ("POST", "/v1/webhooks"): (ANYONE, {"url": "http://127.0.0.1:9/matrix"}),
+    ("GET", "/v1/webhooks"): (ANYONE, None),
+    ("GET", "/v1/webhooks/{hook_id}"): (ANYONE, None),
+    ("DELETE", "/v1/webhooks/{hook_id}"): (ANYONE, None),
+    ("GET", "/v1/webhooks/{hook_id}/deliveries"): (ANYONE, None),
     ("GET", "/v1/usage"): (ANYONE, None),
     ("GET", "/v1/usage/jobs"): (ANYONE, None),
     ("GET", "/v1/accounts"): (ANYONE, None),
@@ -157,8 +163,9 @@ def world(shared_cluster: Cluster) -> Iterator[dict[str, Any]]:
 def test_who_gets_what_on_each_route(world: dict[str, Any], method: str, template: str) -> None:
     expected, body = ROUTES[(method, template)]
     path = template.format(
-        job_id=world["job_id"], node="node-a", gpu=0, name="team-a", sub="team-a-1", scope="account"
-    )
+        job_id=world["job_id"], node="node-a", gpu=0, name="team-a", sub="team-a-1",
+        scope="account", hook_id="no-such-hook",
+    )  # fmt: skip
     got: dict[str, Any] = {}
     for caller in CALLERS:  # streamed: the event stream answers, then never ends
         with world["clients"][caller].stream(method, path, json=body) as answer:

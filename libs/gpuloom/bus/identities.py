@@ -65,6 +65,9 @@ WRITERS: dict[str, tuple[str, str]] = {
     "PriorityClassSet": ("priorityclass", "gateway"),
     "PriorityClassDeleted": ("priorityclass", "gateway"),
     "LimitsSet": ("limits", "gateway"),
+    "WebhookRegistered": ("webhook", "gateway"),
+    "WebhookDeleted": ("webhook", "gateway"),
+    "WebhookDisabled": ("webhook", "gateway"),
     # admission
     "JobAdmitted": ("job", "admission"),
     "JobRejected": ("job", "admission"),
@@ -90,11 +93,12 @@ WRITERS: dict[str, tuple[str, str]] = {
 }
 
 #: Durable consumers on the log (name -> owner). Every process follows the log with
-#: ephemeral consumers of its own (`gpuloom.bus.follower`); this one is the ledger's of
-#: versions before 2026-12-05 (`services.accounting.ledger.RETIRED_DURABLE`, a test
-#: checks it): its owner deletes it (`read_api` lets a reader delete the consumers of
-#: the log), every other identity is denied it (`others_durables`).
-DURABLES = {"accounting-ledger": "accounting"}
+#: ephemeral consumers of its own (`gpuloom.bus.follower`). `accounting-ledger` is the
+#: ledger's of versions before 2026-12-05 (`services.accounting.ledger.RETIRED_DURABLE`,
+#: a test checks it): its owner deletes it. `webhooks` is the gateway's webhook outbox
+#: (`services.gateway.webhooks.outbox`): it makes it, pulls and acknowledges. Every other
+#: identity is denied each of them (`others_durables`).
+DURABLES = {"accounting-ledger": "accounting", "webhooks": "gateway"}
 #: Services whose dead-letter subject differs from their identity: the gateway's
 #: projector dead-letters as "gateway"; every agent as "agent" (one subject for all
 #: agents: see the module's notes in docs/operations.md).
@@ -267,6 +271,12 @@ def others_durables(stream: str, owner: str | None) -> tuple[str, ...]:
     )
 
 
+def own_durables(stream: str, owner: str) -> list[str]:
+    """Acknowledging the messages of `owner`'s durable consumers (the rest of their API
+    is `read_api`'s; the legacy DURABLE.CREATE stays the admin's)."""
+    return [f"$JS.ACK.{stream}.{d}.>" for d, service in DURABLES.items() if service == owner]
+
+
 def service_permissions(service: str, public_key: str, stream: str) -> Permissions:
     """The permissions of one gpuloom service (`SERVICES`)."""
     if service not in SERVICES:
@@ -275,6 +285,7 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
     publish = [event_permission(t) for t in events_of(service)]
     publish += _writer_api(stream, service) + read_api(stream)
     publish += snapshot_api(service) + base_snapshot_api()
+    publish += own_durables(stream, service)
     subscribe = [inbox]
     if service == "gateway":  # asks the agents for job logs
         publish.append(f"{AGENT_CONTROL_PREFIX}.*.>")

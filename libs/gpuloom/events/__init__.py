@@ -46,6 +46,7 @@ from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityCla
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
+from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
 
 __all__ = [
     "ALL_EVENT_CLASSES",
@@ -94,6 +95,9 @@ __all__ = [
     "SharesSet",
     "SliceRef",
     "UsageCharged",
+    "WebhookDeleted",
+    "WebhookDisabled",
+    "WebhookRegistered",
     "array_task_id",
     "decode",
     "encode",

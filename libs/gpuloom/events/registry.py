@@ -26,6 +26,7 @@ from gpuloom.events.inventory import (
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
+from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
 
 ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobSubmitted,
@@ -57,6 +58,9 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     PriorityClassSet,
     PriorityClassDeleted,
     LimitsSet,
+    WebhookRegistered,
+    WebhookDeleted,
+    WebhookDisabled,
 )
 
 

@@ -19,7 +19,7 @@ from gpuloom.events import Event, Recorded
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import VOIDED_KEPT, ClusterState, Voided
 from gpuloom.state.retention import expire
-from gpuloom.state.rules import accounts, cluster, jobs, nodes, policies, runs
+from gpuloom.state.rules import accounts, cluster, jobs, nodes, policies, runs, webhooks
 from gpuloom.state.rules.common import Handler, Rule
 
 #: How far an event's `at` may be from the log's own timestamp of it: writers' clocks
@@ -109,5 +109,11 @@ def rule_table(*modules: tuple[Rule, ...]) -> dict[type[Event], Handler]:
 #: Every rule of the fold, by the exact type of the event it applies: one module per
 #: aggregate (`gpuloom.state.rules`).
 _HANDLERS: dict[type[Event], Handler] = rule_table(
-    jobs.RULES, runs.RULES, nodes.RULES, accounts.RULES, cluster.RULES, policies.RULES
+    jobs.RULES,
+    runs.RULES,
+    nodes.RULES,
+    accounts.RULES,
+    cluster.RULES,
+    policies.RULES,
+    webhooks.RULES,
 )

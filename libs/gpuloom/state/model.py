@@ -268,6 +268,28 @@ class IdentityLimits:
 
 
 @dataclass(frozen=True)
+class Webhook:
+    """A webhook as folded (WebhookRegistered; WebhookDisabled sets `disabled`)."""
+
+    webhook_id: str
+    owner: str
+    operator: bool
+    url: str
+    types: tuple[str, ...]
+    job: str | None
+    user: str | None
+    account: str | None
+    node: str | None
+    secret_sealed: str
+    description: str
+    #: The sequence of its registration: it gets the events after it.
+    registered_seq: int
+    registered_at: datetime
+    #: Why deliveries stopped (WebhookDisabled), or None.
+    disabled: str | None = None
+
+
+@dataclass(frozen=True)
 class Tombstone:
     """What the state keeps of a job that ended and left `ClusterState.jobs`
     (`gpuloom.state.retention`): enough to answer dependencies, duplicate
@@ -329,6 +351,8 @@ class ClusterState:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     #: Limits by (scope, name): ("user", "alice"), ("account", "team-a") (LimitsSet).
     limits: dict[tuple[str, str], IdentityLimits] = field(default_factory=dict)
+    #: Webhooks by id (WebhookRegistered, WebhookDisabled; WebhookDeleted removes one).
+    webhooks: dict[str, Webhook] = field(default_factory=dict)
     #: Jobs that ended and were forgotten (retention.py), for RETENTION after they left.
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     #: (when it left, job id) in the order jobs left `jobs`; entries before

@@ -169,3 +169,48 @@ class UsageModelChargeRow(Base):
     gpu_milli_seconds: Mapped[int] = mapped_column(BigInteger)
     charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
     seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class WebhookDeliveryRow(Base):
+    """One event to deliver to one webhook (the outbox of `services.gateway.webhooks`):
+    written when the gateway's durable consumer takes the event, before it is acked, so
+    a restart loses none; then delivered, in sequence order per webhook, until it is
+    `delivered`, `failed` (retries spent) or `dropped` (the webhook was disabled)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_hook_seq", "webhook_id", "seq", unique=True),
+        Index("ix_webhook_deliveries_status", "status", "webhook_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    #: The event's id: the `webhook-id` header, the same on every attempt.
+    event_id: Mapped[str] = mapped_column(String(200))
+    event_type: Mapped[str] = mapped_column(String(100))
+    #: The CloudEvent JSON sent as the body.
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: A gateway replica is attempting it until then (the others leave it alone).
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    done_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class WebhookAttemptRow(Base):
+    """One attempt at one delivery, and what the receiver answered."""
+
+    __tablename__ = "webhook_attempts"
+
+    delivery_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: The HTTP status, or None when no answer came (refused, timed out).
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    #: The start of the answer's body, for the owner to see why.
+    response: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    duration_ms: Mapped[int] = mapped_column(Integer)

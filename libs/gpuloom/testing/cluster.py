@@ -92,6 +92,8 @@ class Cluster:
             "GPULOOM_HEARTBEAT_INTERVAL_S": "0.5",
             "GPULOOM_NODE_LOST_TIMEOUT_S": "6",
             "GPULOOM_CANCEL_GRACE_S": "1",
+            # the test receivers of webhooks listen on 127.0.0.1
+            "GPULOOM_WEBHOOK_ALLOW_PRIVATE": "true",
             **self.env,
         }
         self.stack = Stack.for_urls(self.nats_url, self.database_url, self.data_dir, env)

@@ -18,7 +18,7 @@ from gpuloom.events import (
     SliceRef,
 )
 from gpuloom.state import ClusterState, Voided, fold
-from gpuloom.state.model import AccountState, IdentityLimits, PriorityClass
+from gpuloom.state.model import AccountState, IdentityLimits, PriorityClass, Webhook
 from gpuloom.testing.builders import make_job_spec
 
 from .test_fold_determinism import story
@@ -79,6 +79,14 @@ def full_state() -> ClusterState:
         ("user", "alice"): IdentityLimits(max_submit_jobs=10, max_array_size=5, max_gpus=3),
         ("account", "team,a"): IdentityLimits(max_gpus=8),
     }
+    state.webhooks = {
+        "wh1": Webhook(
+            webhook_id="wh1", owner="alice", operator=True, url="https://h.example/x",
+            types=("JobFinished",), job="j1", user="alice", account="team-a", node="n1",
+            secret_sealed="v1.a.b", description="ci", registered_seq=7,
+            registered_at=at.astimezone(east), disabled="410 Gone",
+        )
+    }  # fmt: skip
     state.last_audit = AuditCompleted(
         audit_id="audit-1", from_seq=1, to_seq=20, verified=3, mismatch_count=1,
         mismatches=["seq 9: JobPlaced differs"], seconds=0.25,

@@ -46,6 +46,9 @@ from gpuloom.events import (
     SharesSet,
     SliceRef,
     UsageCharged,
+    WebhookDeleted,
+    WebhookDisabled,
+    WebhookRegistered,
     decode,
     encode,
     json_schemas,
@@ -135,6 +138,15 @@ EXAMPLES: dict[type[Event], Event] = {
     ),
     PriorityClassDeleted: PriorityClassDeleted(name="urgent"),
     LimitsSet: LimitsSet(scope="user", name="alice@example.org", max_submit_jobs=10, max_gpus=4),
+    WebhookRegistered: WebhookRegistered(
+        webhook_id="wh1",
+        owner="alice",
+        url="https://ci.example.org/hooks/gpuloom",
+        types=["JobFinished"],
+        secret_sealed="v1.bm9uY2U.c2VhbGVk",
+    ),
+    WebhookDeleted: WebhookDeleted(webhook_id="wh1"),
+    WebhookDisabled: WebhookDisabled(webhook_id="wh1", reason="the receiver answered 410 Gone"),
 }
 
 

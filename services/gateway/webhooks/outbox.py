@@ -1,0 +1,213 @@
+"""The webhooks' outbox: a durable JetStream consumer of the log, `webhooks`, whose
+events are written into `webhook_deliveries` (one row per webhook that gets the
+event) before they are acknowledged.
+
+A gateway that stops between the two gets the unacknowledged events again and the
+rows already written are kept (their key is the webhook and the sequence), so a restart
+neither loses an event nor repeats one, and the consumer resumes where it was, not at
+the log's start (no flood of old events). `covered_seq` is the consumer's ack floor:
+every event up to it has its rows, so a webhook's deliveries go out in log order up to
+it (`sender`), whichever gateway replica wrote them.
+
+Which webhooks get an event is decided on the gateway's fold as of that event (the
+outbox waits for the projector to have folded it): a webhook gets what was written
+after its registration (`policy.gets`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import NotFoundError
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from gpuloom.auth.policy import Accounts
+from gpuloom.bus import EventBus, Incoming
+from gpuloom.events.subjects import ALL_EVENTS
+from gpuloom.runtime.projector import Projector
+from gpuloom.store.models import WebhookDeliveryRow
+from gpuloom.store.upsert import insert_ignore
+from services.gateway.stream import Decoded, Owners
+from services.gateway.webhooks.policy import gets
+
+log = logging.getLogger(__name__)
+
+#: The durable consumer's name (`gpuloom.bus.identities.DURABLES`: the gateway's own).
+DURABLE = "webhooks"
+#: Events taken per fetch (and unacknowledged at most).
+BATCH = 256
+#: How long the server waits for an ack before it sends an event again (a gateway
+#: killed with a batch taken: its successor gets the batch after this).
+ACK_WAIT_S = 10.0
+#: How long a batch waits for the projector to fold it (then it is left unacked).
+FOLD_WAIT_S = 5.0
+#: Pending deliveries one webhook may have before it is disabled (a receiver down for
+#: long while events flow must not fill the database).
+MAX_BACKLOG = 10_000
+
+Disable = Callable[[str, str], Awaitable[None]]
+
+
+class Outbox:
+    def __init__(
+        self,
+        bus: EventBus,
+        projector: Projector,
+        sessions: async_sessionmaker[Any],
+        owners: Owners,
+        accounts: Callable[[], Accounts],
+        decoded: Decoded,
+        notify: Callable[[], None],
+        disable: Disable,
+    ) -> None:
+        self.bus = bus
+        self.projector = projector
+        self.sessions = sessions
+        self.owners = owners
+        self.accounts = accounts
+        self.decoded = decoded
+        self.notify = notify
+        self.disable = disable
+        #: Every event up to this sequence has its delivery rows.
+        self.covered_seq = 0
+
+    async def ensure_consumer(self) -> None:
+        """Make the durable consumer when missing: from just after the oldest webhook's
+        registration (they get nothing older), or the log's end when there is none."""
+        try:
+            info = await self.bus.js.consumer_info(self.bus.stream, DURABLE)
+        except NotFoundError:
+            pass
+        else:
+            self.covered_seq = _floor(info)
+            return
+        hooks = self.projector.state.webhooks
+        start = min((h.registered_seq for h in hooks.values()), default=self.projector.state.seq)
+        config = ConsumerConfig(
+            name=DURABLE,
+            durable_name=DURABLE,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start + 1,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT_S,
+            max_ack_pending=BATCH,
+            filter_subject=ALL_EVENTS,
+        )
+        await self.bus.js.add_consumer(self.bus.stream, config=config)
+        self.covered_seq = start
+        log.info("webhooks: durable consumer %s made, from seq %d", DURABLE, start + 1)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.ensure_consumer()
+                subscription = await self.bus.js.pull_subscribe_bind(
+                    durable=DURABLE, stream=self.bus.stream
+                )
+                try:
+                    while not stop.is_set():
+                        try:
+                            batch = await subscription.fetch(BATCH, timeout=1.0)
+                        except (TimeoutError, NatsTimeout):
+                            continue
+                        await self.take(batch)
+                finally:
+                    await subscription.unsubscribe()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("webhooks: the outbox stopped; starting again")
+                await asyncio.sleep(1.0)
+
+    async def take(self, batch: list[Msg]) -> None:
+        """Write the rows of `batch`, then acknowledge it and move `covered_seq`."""
+        if not batch:
+            return
+        last = int(batch[-1].metadata.sequence.stream)
+        if not await self.projector.wait_for(last, timeout=FOLD_WAIT_S):
+            log.warning("webhooks: seq %d not folded yet; the batch comes again", last)
+            return
+        now = datetime.now(UTC)
+        rows: list[dict[str, Any]] = []
+        state, accounts = self.projector.state, self.accounts()
+        for msg in batch:
+            meta = msg.metadata
+            seq = int(meta.sequence.stream)
+            incoming = Incoming(seq, msg.subject, msg.data, {}, 0, meta.timestamp)
+            made = self.decoded.of(incoming)
+            if made is None:
+                continue
+            event, cloud = made
+            self.owners.learn(event)
+            hooks = [hook for _, hook in sorted(state.webhooks.items())]
+            if not hooks:
+                continue
+            job_owner = await self.owners.of(event)
+            for hook in hooks:
+                if gets(hook, seq, event, job_owner, accounts):
+                    rows.append(
+                        {
+                            "webhook_id": hook.webhook_id,
+                            "seq": seq,
+                            "event_id": _cloud_id(cloud, seq),
+                            "event_type": event.TYPE,
+                            "body": cloud,
+                            "status": "pending",
+                            "attempts": 0,
+                            "next_at": now,
+                            "created_at": now,
+                        }
+                    )
+        if rows:
+            async with self.sessions() as session, session.begin():
+                await insert_ignore(session, WebhookDeliveryRow, rows, ("webhook_id", "seq"))
+        for msg in batch[:-1]:
+            await msg.ack()
+        await batch[-1].ack_sync()
+        await self._read_floor()
+        if rows:
+            self.notify()
+            await self._check_backlogs(sorted({row["webhook_id"] for row in rows}))
+
+    async def _read_floor(self) -> None:
+        """`covered_seq` from the consumer's ack floor: an event a gateway that died had
+        taken is below it until it comes again, and nothing after it goes out before."""
+        info = await self.bus.js.consumer_info(self.bus.stream, DURABLE)
+        self.covered_seq = max(self.covered_seq, _floor(info))
+
+    async def _check_backlogs(self, hook_ids: list[str]) -> None:
+        async with self.sessions() as session:
+            found = await session.execute(
+                select(WebhookDeliveryRow.webhook_id, func.count())
+                .where(
+                    WebhookDeliveryRow.status == "pending",
+                    WebhookDeliveryRow.webhook_id.in_(hook_ids),
+                )
+                .group_by(WebhookDeliveryRow.webhook_id)
+            )
+            counts = dict(found.tuples().all())
+        for hook_id, count in sorted(counts.items()):
+            if count > MAX_BACKLOG:
+                await self.disable(
+                    hook_id, f"{count} deliveries waiting (at most {MAX_BACKLOG} may)"
+                )
+
+
+def _floor(info: ConsumerInfo) -> int:
+    floor = info.ack_floor
+    return int(floor.stream_seq or 0) if floor is not None else 0
+
+
+def _cloud_id(cloud: str, seq: int) -> str:
+    """The CloudEvent's `id` (the event's own id), for the `webhook-id` header."""
+    found = orjson.loads(cloud).get("id")
+    return str(found) if found else str(seq)

@@ -1,0 +1,297 @@
+"""/v1/webhooks: register a URL to receive the log's events, signed (docs/webhooks.md).
+
+Anyone authenticated may register webhooks (at most `PER_OWNER`); a webhook gets what
+its owner may see of the event stream, with the stream's filters. Its owner and the
+operators see it, its deliveries and their answers, and may delete it; to anyone else
+it does not exist (404). The secret is answered once, when it is registered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from gpuloom.auth import Principal
+from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.codec import new_event_id
+from gpuloom.events.registry import EVENT_TYPES
+from gpuloom.events.text import Remark
+from gpuloom.events.webhooks import TYPES_MAX, URL_MAX, WebhookDeleted, WebhookRegistered
+from gpuloom.state.model import Webhook
+from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
+from services.gateway.auth import PrincipalDep
+from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.publish import publish
+from services.gateway.schemas import Problem
+from services.gateway.webhooks.policy import url_problem
+from services.gateway.webhooks.sealing import load_sealer
+from services.gateway.webhooks.signing import (
+    SECRET_PATTERN,
+    SecretError,
+    new_secret,
+    secret_key,
+)
+from services.gateway.webhooks.transport import Refused, Unresolved, checked_address
+
+router = APIRouter(tags=["webhooks"])
+
+_PORT = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+#: What a webhook URL looks like: no credentials, no IPv6 literal (use a name), a port
+#: in range. `policy.url_problem` says why another is refused, for the log's readers.
+URL_PATTERN = rf"^https?://[A-Za-z0-9]([A-Za-z0-9.-]{{0,251}}[A-Za-z0-9])?(:{_PORT})?([/?][!-~]*)?$"
+#: The most webhooks one owner may have.
+PER_OWNER = 20
+Token = Annotated[str, Field(pattern=SUBJECT_TOKEN.pattern)]
+#: An event type's name (the schema lists them; `_check` names an unknown one).
+EventType = Annotated[str, Field(json_schema_extra={"enum": sorted(EVENT_TYPES)})]
+HookId = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="a webhook's id")]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "no such webhook (or not yours)"},
+    503: {"model": Problem, "description": "NATS unreachable, or the log not read yet"},
+}
+
+
+class WebhookBody(BaseModel):
+    """A webhook to register: where to POST, which events (the stream's filters), and
+    optionally the secret to sign with (`whsec_` + base64 of 24-64 bytes; one is made
+    when none is given)."""
+
+    url: str = Field(
+        min_length=8,
+        max_length=URL_MAX,
+        pattern=URL_PATTERN,
+        examples=["https://ci.example.org/hook"],
+        description="http(s), a host name or IPv4 address, an optional port, a path",
+    )
+    types: list[EventType] = Field(default_factory=list, max_length=TYPES_MAX)
+    job: Token | None = None
+    user: Token | None = None
+    account: Token | None = None
+    node: Token | None = None
+    secret: str | None = Field(default=None, max_length=200, pattern=SECRET_PATTERN)
+    description: Remark = ""
+
+
+class WebhookView(BaseModel):
+    id: str
+    owner: str
+    url: str
+    types: list[str]
+    job: str | None
+    user: str | None
+    account: str | None
+    node: str | None
+    description: str
+    created_at: datetime
+    #: Events after this sequence are delivered.
+    after_seq: int
+    #: Why it no longer delivers (a 410 from its receiver, a backlog), or null.
+    disabled: str | None
+
+
+class WebhookCreated(WebhookView):
+    #: The signing secret: shown this once.
+    secret: str
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookView]
+
+
+class AttemptView(BaseModel):
+    attempt: int
+    at: datetime
+    status_code: int | None
+    error: str | None
+    response: str | None
+    duration_ms: int
+
+
+class DeliveryView(BaseModel):
+    seq: int
+    event_id: str
+    type: str
+    status: Literal["pending", "delivered", "failed", "dropped"]
+    attempts: list[AttemptView]
+    next_at: datetime | None
+    created_at: datetime
+    done_at: datetime | None
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryView]
+
+
+def _view(hook: Webhook) -> dict[str, Any]:
+    return {
+        "id": hook.webhook_id,
+        "owner": hook.owner,
+        "url": hook.url,
+        "types": list(hook.types),
+        "job": hook.job,
+        "user": hook.user,
+        "account": hook.account,
+        "node": hook.node,
+        "description": hook.description,
+        "created_at": hook.registered_at,
+        "after_seq": hook.registered_seq,
+        "disabled": hook.disabled,
+    }
+
+
+def _hooks(gateway: Gateway) -> dict[str, Webhook]:
+    return gateway.projector.state.webhooks if gateway.projector is not None else {}
+
+
+def _mine(gateway: Gateway, hook_id: str, principal: Principal) -> Webhook:
+    hook = _hooks(gateway).get(hook_id)
+    if hook is None or not (principal.operator or hook.owner == principal.name):
+        raise HTTPException(status_code=404, detail=f"webhook {hook_id} not found")
+    return hook
+
+
+def _invalid(field: str, reason: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ("body", field), "msg": reason, "type": "value_error"}])
+
+
+async def _check(body: WebhookBody, gateway: Gateway) -> None:
+    problem = url_problem(body.url)
+    if problem is not None:
+        raise _invalid("url", problem)
+    try:
+        await checked_address(body.url, gateway.settings.webhook_allow_private)
+    except Unresolved:
+        pass  # its name may be made later; each attempt says so until then
+    except Refused as exc:  # the stack's rule, which an operator may change: 403
+        raise HTTPException(status_code=403, detail=f"body.url: {exc}") from exc
+    unknown = sorted(set(body.types) - set(EVENT_TYPES))
+    if unknown:
+        raise _invalid("types", f"unknown event type(s) {', '.join(unknown)}")
+    if body.secret is not None:
+        try:
+            secret_key(body.secret)
+        except SecretError as exc:
+            raise _invalid("secret", str(exc)) from exc
+
+
+@router.post(
+    "/v1/webhooks",
+    status_code=201,
+    response_model=WebhookCreated,
+    responses={
+        **ERRORS,
+        403: {"model": Problem, "description": "the URL's address is not one deliveries may go to"},
+        409: {"model": Problem, "description": "too many webhooks"},
+    },
+)
+async def register(body: WebhookBody, gateway: GatewayDep, principal: PrincipalDep) -> Any:
+    """Register a webhook (event WebhookRegistered): the events written from now on that
+    pass its filter and that you may see are POSTed to `url`, signed with its secret."""
+    await _check(body, gateway)
+    await gateway.catch_up()
+    owned = sum(1 for hook in _hooks(gateway).values() if hook.owner == principal.name)
+    if owned >= PER_OWNER:
+        raise HTTPException(
+            status_code=409, detail=f"{principal.name} has {owned} webhooks; at most {PER_OWNER}"
+        )
+    hook_id = new_event_id()
+    secret = body.secret or new_secret()
+    event = WebhookRegistered(
+        webhook_id=hook_id,
+        owner=principal.name,
+        operator=principal.operator,
+        url=body.url,
+        types=body.types,
+        job=body.job,
+        user=body.user,
+        account=body.account,
+        node=body.node,
+        secret_sealed=load_sealer(gateway.settings).seal(secret, hook_id),
+        description=body.description,
+    )
+    await publish(gateway, event, principal=principal)
+    await gateway.catch_up()
+    hook = _hooks(gateway).get(hook_id)
+    if hook is None:
+        raise HTTPException(status_code=503, detail="the webhook is written; read it again shortly")
+    return {**_view(hook), "secret": secret}
+
+
+@router.get("/v1/webhooks", response_model=WebhookList)
+async def list_webhooks(gateway: GatewayDep, principal: PrincipalDep) -> Any:
+    """Your webhooks (an operator's: everyone's)."""
+    await gateway.catch_up()
+    hooks = [
+        _view(hook)
+        for _, hook in sorted(_hooks(gateway).items())
+        if principal.operator or hook.owner == principal.name
+    ]
+    return {"webhooks": hooks}
+
+
+@router.get("/v1/webhooks/{hook_id}", response_model=WebhookView, responses={**ERRORS})
+async def get_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Any:
+    await gateway.catch_up()
+    return _view(_mine(gateway, hook_id, principal))
+
+
+@router.delete("/v1/webhooks/{hook_id}", status_code=204, responses={**ERRORS})
+async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Response:
+    """Delete a webhook (event WebhookDeleted): nothing more is delivered."""
+    await gateway.catch_up()
+    _mine(gateway, hook_id, principal)
+    await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal)
+    await gateway.catch_up()
+    return Response(status_code=204)
+
+
+@router.get("/v1/webhooks/{hook_id}/deliveries", response_model=DeliveryList, responses={**ERRORS})
+async def deliveries(
+    hook_id: HookId,
+    gateway: GatewayDep,
+    principal: PrincipalDep,
+    status: Annotated[Literal["pending", "delivered", "failed", "dropped"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> Any:
+    """The latest deliveries, newest first, each with its attempts and the answers."""
+    await gateway.catch_up()
+    _mine(gateway, hook_id, principal)
+    query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.webhook_id == hook_id)
+    if status is not None:
+        query = query.where(WebhookDeliveryRow.status == status)
+    async with gateway.sessions() as session:
+        rows = (
+            (await session.execute(query.order_by(WebhookDeliveryRow.seq.desc()).limit(limit)))
+            .scalars()
+            .all()
+        )
+        found = await session.execute(
+            select(WebhookAttemptRow)
+            .where(WebhookAttemptRow.delivery_id.in_([row.id for row in rows]))
+            .order_by(WebhookAttemptRow.delivery_id, WebhookAttemptRow.attempt)
+        )
+        attempts: dict[int, list[AttemptView]] = {}
+        for attempt in found.scalars().all():
+            attempts.setdefault(attempt.delivery_id, []).append(
+                AttemptView.model_validate(attempt, from_attributes=True)
+            )
+    return {
+        "deliveries": [
+            {
+                "seq": row.seq,
+                "event_id": row.event_id,
+                "type": row.event_type,
+                "status": row.status,
+                "attempts": attempts.get(row.id, []),
+                "next_at": row.next_at if row.status == "pending" else None,
+                "created_at": row.created_at,
+                "done_at": row.done_at,
+            }
+            for row in rows
+        ]
+    }
