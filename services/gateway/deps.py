@@ -13,7 +13,7 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.runtime.projector import Projector
-from services.gateway.stream import Decoded
+from services.gateway.stream import Streams
 
 
 @dataclass
@@ -29,8 +29,8 @@ class Gateway:
     #: The log's last sequence when the gateway connected: until the projection has
     #: written that far, its answers are stale (`services.gateway.freshness`).
     start_seq: int = 0
-    #: Events of the log decoded once for every stream of `GET /v1/events`.
-    decoded: Decoded = field(default_factory=Decoded)
+    #: What the streams of `GET /v1/events` share: each event decoded once, the hub.
+    streams: Streams = field(default_factory=Streams)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def live_bus(self) -> EventBus:

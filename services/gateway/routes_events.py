@@ -10,12 +10,12 @@ its start. Filters narrow it; what a principal may see is `services.gateway.stre
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.responses import StreamingResponse
 from nats.errors import Error as NatsError
 from sqlalchemy import select
 
@@ -28,11 +28,11 @@ from gpuloom.store.models import JobRow
 from services.gateway.auth import PrincipalDep, accounts_of
 from services.gateway.deps import Gateway, GatewayDep, unavailable
 from services.gateway.stream import (
-    Decoded,
     LookupOwner,
     Owner,
     Owners,
     StreamFilter,
+    Streams,
     event_stream,
 )
 
@@ -78,7 +78,7 @@ class StreamRequest:
     wanted: StreamFilter
     owners: Owners
     accounts: Callable[[], Accounts]
-    decoded: Decoded
+    shared: Streams
 
 
 async def stream_request(
@@ -122,28 +122,43 @@ async def stream_request(
 
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
     return StreamRequest(
-        bus, start, wanted, Owners(state, owner_lookup(gateway)), accounts, gateway.decoded
+        bus, start, wanted, Owners(state, owner_lookup(gateway)), accounts, gateway.streams
     )
 
 
 @router.get(
     "/v1/events",
-    response_class=EventSourceResponse,
-    responses={422: {}, 503: {}},
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: `open`, then one event per log event "
+            "(`id`: its sequence; `data`: its CloudEvent), `error` when the stream ends",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        422: {},
+        503: {},
+    },
 )
 async def events(
     principal: PrincipalDep,
     request: Annotated[StreamRequest, Depends(stream_request)],
-) -> AsyncIterator[ServerSentEvent]:
+) -> StreamingResponse:
     """Events of the log as CloudEvents, then new ones as they are written (see the
-    module doc); an `error` event says why a stream ends (`gone`, `slow`)."""
-    async for sent in event_stream(
+    module doc); an `error` event says why a stream ends (`gone`, `slow`).
+
+    The stream writes its own SSE (`services.gateway.stream`): every event waiting for
+    a client goes in one write, where FastAPI's SSE would make one per event."""
+    chunks = event_stream(
         request.bus,
         request.start,
         request.wanted,
         principal,
         request.owners,
         request.accounts,
-        request.decoded,
-    ):
-        yield sent
+        request.shared,
+    )
+    return StreamingResponse(
+        chunks,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,15 +1,17 @@
 """The public event stream behind `GET /v1/events`: the log, as CloudEvents, filtered
 and limited to what the principal may see, resumable by sequence.
 
-Each client gets its own follower of the log (`EventBus.follow`: a pull consumer of its
-own, fed as the client takes events), so a client resumes at any sequence the log
-still holds, in order, with no gap and no repeat: the SSE `id:` of each event is its
-sequence, and a reconnect with `Last-Event-ID` (or `?after=`) starts right after it.
-The stream opens with an `open` event whose id is the position it starts after, so a
-client that loses the connection before any event resumes from there too.
+Each stream reads the log from the sequence it asked for (`services.gateway.fanout`:
+its own follower while it is behind, the hub shared by every stream at the log's
+end), so a client resumes at any sequence the log still holds, in order, with no gap
+and no repeat: the SSE `id:` of each event is its sequence, and a reconnect with
+`Last-Event-ID` (or `?after=`) starts right after it. The stream opens with an `open`
+event whose id is the position it starts after, so a client that loses the
+connection before any event resumes from there too.
 
-A client that does not read holds at most `BUFFER` events here (the follower then
-stops pulling and the server keeps the rest); if it stays stuck for `SLOW_AFTER_S`,
+A client that does not read holds at most `BUFFER` events here (it leaves the hub,
+and its own follower stops pulling: the server keeps the rest); if it stays stuck
+for `SLOW_AFTER_S`,
 its stream ends with an `error` event (`reason: slow`, and the sequence to resume
 after) instead of holding a consumer for ever. A position the log no longer holds
 (its start was archived and dropped) gets an `error` event (`reason: gone`) at once.
@@ -27,19 +29,20 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
-from fastapi.sse import ServerSentEvent
+from fastapi.sse import format_sse_event
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, coordinates, is_member, job_problem
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events import Event, JobArraySubmitted, JobEvent, JobSubmitted, MalformedEvent, decode
 from gpuloom.events.cloud import to_cloudevent
-from gpuloom.events.subjects import ALL_EVENTS, job_subjects
+from gpuloom.events.subjects import job_subjects
 from gpuloom.state import ClusterState
 from gpuloom.state.retention import owner
+from services.gateway.fanout import Feed, Hub
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,11 @@ log = logging.getLogger(__name__)
 BUFFER = 256
 #: A client that takes nothing this long is disconnected (it resumes where it was).
 SLOW_AFTER_S = 30.0
+#: A keep-alive comment after this long without an event (proxies close idle streams).
+PING_S = 15.0
+PING = b": ping\n\n"
+#: The most events one write to a client holds.
+CHUNK_EVENTS = 256
 #: Aggregates only operators see: audits, and webhooks (whose URLs are their owners').
 OPERATORS_ONLY = frozenset({"audit", "webhook"})
 #: Owners of jobs one stream remembers (learned from submissions it passed).
@@ -142,18 +150,29 @@ class Owners:
             self._known.popitem(last=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Made:
+    """One event of the log as every stream sends it."""
+
+    event: Event
+    #: Its CloudEvent JSON (one line).
+    cloud: str
+    #: Its SSE event on the wire: the sequence as `id`, the CloudEvent as `data`.
+    wire: bytes
+
+
 class Decoded:
-    """Each event of the log decoded and encoded as a CloudEvent once for every stream:
-    streams that follow the log's end ask for the same sequences at about the same
-    time (the most recent `KEPT` are kept)."""
+    """Each event of the log decoded and encoded once for every stream: streams that
+    follow the log's end ask for the same sequences at about the same time (the most
+    recent `KEPT` are kept)."""
 
     KEPT = 4096
 
     def __init__(self) -> None:
-        self._by_seq: OrderedDict[int, tuple[Event, str] | None] = OrderedDict()
+        self._by_seq: OrderedDict[int, Made | None] = OrderedDict()
 
-    def of(self, message: Incoming) -> tuple[Event, str] | None:
-        """(the event, its CloudEvent JSON); None: malformed (every service skipped it)."""
+    def of(self, message: Incoming) -> Made | None:
+        """The event made for streams; None: malformed (every service skipped it)."""
         if message.seq in self._by_seq:
             return self._by_seq[message.seq]
         try:
@@ -161,18 +180,32 @@ class Decoded:
         except MalformedEvent:
             made = None
         else:
-            made = (recorded.event, orjson.dumps(to_cloudevent(recorded)).decode())
+            cloud = orjson.dumps(to_cloudevent(recorded)).decode()
+            wire = format_sse_event(data_str=cloud, id=str(message.seq))
+            made = Made(recorded.event, cloud, wire)
         self._by_seq[message.seq] = made
         while len(self._by_seq) > self.KEPT:
             self._by_seq.popitem(last=False)
         return made
 
 
-def error_event(reason: str, detail: str, resume_after: int) -> ServerSentEvent:
-    return ServerSentEvent(
-        event="error",
-        data={"reason": reason, "detail": detail, "resume_after": resume_after},
+def control_event(event: str, data: dict[str, object], id: str | None = None) -> bytes:
+    """An `open` or `error` event on the wire."""
+    return format_sse_event(data_str=orjson.dumps(data).decode(), event=event, id=id)
+
+
+def error_event(reason: str, detail: str, resume_after: int) -> bytes:
+    return control_event(
+        "error", {"reason": reason, "detail": detail, "resume_after": resume_after}
     )
+
+
+@dataclass
+class Streams:
+    """What every stream of one gateway shares: the decoded events, and the hub."""
+
+    decoded: Decoded = field(default_factory=Decoded)
+    hub: Hub = field(default_factory=Hub)
 
 
 async def event_stream(
@@ -182,13 +215,17 @@ async def event_stream(
     principal: Principal,
     owners: Owners,
     accounts: Callable[[], Accounts],
-    decoded: Decoded | None = None,
-) -> AsyncIterator[ServerSentEvent]:
+    shared: Streams | None = None,
+) -> AsyncIterator[bytes]:
     """The events after sequence `after` that `principal` may see and asked for, then
-    the new ones as they are written, as SSE events with the sequence as their id.
+    the new ones as they are written, as SSE events with the sequence as their id:
+    each chunk holds every event that was waiting (one write, not one per event), and
+    a keep-alive comment comes after `PING_S` without one.
 
     A stream of one job follows that job's subject only: the server reads its events
-    from its subject index, not the whole log (`?after=0&job=J` is cheap on a long log)."""
+    from its subject index, not the whole log (`?after=0&job=J` is cheap on a long log).
+    The others take the log's messages from the shared hub once they reached it
+    (`services.gateway.fanout`)."""
     figures = await bus.stream_figures()
     if after < figures.first_seq - 1:
         yield error_event(
@@ -198,30 +235,21 @@ async def event_stream(
             figures.first_seq - 1,
         )
         return
-    decoded = decoded or Decoded()
-    inbox: asyncio.Queue[Incoming] = asyncio.Queue(BUFFER)
-    slow = asyncio.Event()
-
-    async def deliver(message: Incoming) -> None:
-        if slow.is_set():
-            return  # ending: the client resumes after what it was sent
-        if not inbox.full():
-            inbox.put_nowait(message)  # the common case, without a timer
-            return
-        try:
-            await asyncio.wait_for(inbox.put(message), SLOW_AFTER_S)
-        except TimeoutError:
-            slow.set()
-
-    subjects = job_subjects(wanted.job) if wanted.job is not None else ALL_EVENTS
-    stop = await bus.follow(deliver, from_seq=after + 1, subjects=subjects)
+    shared = shared or Streams()
+    if wanted.job is not None:
+        feed = Feed(bus, None, after, buffer=BUFFER, slow_after_s=SLOW_AFTER_S,
+                    subjects=job_subjects(wanted.job))  # fmt: skip
+    else:
+        feed = Feed(bus, shared.hub, after, buffer=BUFFER, slow_after_s=SLOW_AFTER_S)
+    needs_owner = not principal.operator or wanted.user is not None or wanted.account is not None
     sent = after
     try:
+        await feed.start()
         # where it starts: a client that loses the connection before any event resumes
         # here (a browser's EventSource keeps the id for its Last-Event-ID)
-        yield ServerSentEvent(event="open", id=str(after), data={"after": after})
+        yield control_event("open", {"after": after}, id=str(after))
         while True:
-            if slow.is_set() and inbox.empty():
+            if feed.slow.is_set() and feed.inbox.empty():
                 yield error_event(
                     "slow",
                     f"this client took no event for {SLOW_AFTER_S:.0f} s; resume with "
@@ -229,16 +257,33 @@ async def event_stream(
                     sent,
                 )
                 return
-            message = await inbox.get()  # FastAPI sends keep-alive comments meanwhile
-            sent = message.seq
-            made = decoded.of(message)
-            if made is None:
+            try:
+                first = await asyncio.wait_for(feed.inbox.get(), PING_S)
+            except TimeoutError:
+                yield PING
                 continue
-            event, cloud = made
-            owners.learn(event)
-            job_owner = await owners.of(event)
-            if visible(principal, event, job_owner, accounts()) and wanted.wants(event, job_owner):
-                yield ServerSentEvent(raw_data=cloud, id=str(message.seq))
+            chunk: list[bytes] = []
+            for message in _drain(first, feed.inbox):
+                sent = message.seq
+                made = shared.decoded.of(message)
+                if made is None:
+                    continue
+                owners.learn(made.event)
+                job_owner = await owners.of(made.event) if needs_owner else None
+                if visible(principal, made.event, job_owner, accounts()) and wanted.wants(
+                    made.event, job_owner
+                ):
+                    chunk.append(made.wire)
+            if chunk:
+                yield b"".join(chunk)
     finally:
         with contextlib.suppress(Exception):
-            await stop()
+            await feed.close()
+
+
+def _drain(first: Incoming, inbox: asyncio.Queue[Incoming]) -> list[Incoming]:
+    """`first` and what else waits in the inbox (at most `CHUNK_EVENTS`)."""
+    taken = [first]
+    while len(taken) < CHUNK_EVENTS and not inbox.empty():
+        taken.append(inbox.get_nowait())
+    return taken

@@ -146,7 +146,7 @@ class Outbox:
             made = self.decoded.of(incoming)
             if made is None:
                 continue
-            event, cloud = made
+            event, cloud = made.event, made.cloud
             self.owners.learn(event)
             hooks = [hook for _, hook in sorted(state.webhooks.items())]
             if not hooks:

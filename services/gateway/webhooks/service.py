@@ -59,7 +59,7 @@ async def run_webhooks(
         gateway.sessions,
         Owners(lambda: projector.state, owner_lookup(gateway)),
         lambda: accounts_of(gateway),
-        gateway.decoded,
+        gateway.streams.decoded,
         sender.notify,
         disable,
     )

@@ -1,0 +1,178 @@
+"""Where each stream of `GET /v1/events` gets the log's messages: one follower of the
+log's end shared by every stream at the end (the hub), and a follower of its own for a
+stream that is behind it.
+
+With a follower per stream, 100 streams meant 100 consumers on the server and each
+event pulled, parsed and queued 100 times. Streams that follow the whole log from
+its end (the common case: dashboards, `gpuloom watch`) now take each message from the
+hub, which pulls it once. A stream that starts further back (a resume, `?after=0`)
+reads with its own follower until it reaches the hub's position, then joins the hub;
+one that falls `buffer` events behind the hub (a slow reader) leaves it for its own
+follower again, from the next sequence it has not taken. Either way each stream gets
+every message after its start once, in order: a message at or below the last one it
+took is skipped, and a follower it left is ignored from the moment it left.
+
+A stream of one job (`?job=`) keeps its own follower of that job's subject: the server
+reads those events from its subject index, which no hub would make cheaper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from gpuloom.bus import EventBus, Incoming
+from gpuloom.events.subjects import ALL_EVENTS
+
+Stop = Callable[[], Awaitable[None]]
+
+
+class Hub:
+    """The shared follower of the log's end; it follows from its first stream on."""
+
+    def __init__(self) -> None:
+        #: The last sequence handed to the streams; None until it follows the log.
+        self.last_seq: int | None = None
+        self._feeds: dict[int, Feed] = {}
+        self._lock = asyncio.Lock()
+        self._stop: Stop | None = None
+
+    async def start(self, bus: EventBus) -> None:
+        async with self._lock:
+            if self.last_seq is None:
+                self.last_seq = await bus.last_seq()
+                self._stop = await bus.follow(self._deliver, from_seq=self.last_seq + 1)
+
+    async def close(self) -> None:
+        if self._stop is not None:
+            with contextlib.suppress(Exception):
+                await self._stop()
+
+    async def _deliver(self, message: Incoming) -> None:
+        self.last_seq = message.seq
+        for feed in list(self._feeds.values()):
+            feed.offer(message)
+
+    def attach(self, feed: Feed) -> None:
+        self._feeds[id(feed)] = feed
+
+    def detach(self, feed: Feed) -> None:
+        self._feeds.pop(id(feed), None)
+
+    @property
+    def streams(self) -> int:
+        return len(self._feeds)
+
+
+class Feed:
+    """The messages of one stream after sequence `after`, in `inbox` (at most `buffer`).
+
+    `slow` is set when its own follower waited `slow_after_s` for room: the stream ends
+    then, and the client resumes after `position`."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        hub: Hub | None,
+        after: int,
+        *,
+        buffer: int,
+        slow_after_s: float,
+        subjects: str = ALL_EVENTS,
+    ) -> None:
+        self.bus = bus
+        self.hub = hub
+        self.subjects = subjects
+        self.slow_after_s = slow_after_s
+        self.inbox: asyncio.Queue[Incoming] = asyncio.Queue(buffer)
+        #: The last sequence put in the inbox.
+        self.position = after
+        self.slow = asyncio.Event()
+        self._generation = 0  # of its own followers: an older one's messages are ignored
+        self._own: Stop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        hub = self.hub
+        if hub is not None:
+            await hub.start(self.bus)
+            if hub.last_seq is not None and self.position >= hub.last_seq:
+                self._join()
+                return
+        await self._follow_own()
+
+    async def close(self) -> None:
+        self._generation += 1
+        if self.hub is not None:
+            self.hub.detach(self)
+        await self._stop_own()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def offer(self, message: Incoming) -> None:
+        """A message from the hub (never waits: a full inbox leaves the hub)."""
+        if message.seq <= self.position:
+            return
+        if self.inbox.full():
+            assert self.hub is not None
+            self.hub.detach(self)
+            self._spawn(self._follow_own)
+            return
+        self.inbox.put_nowait(message)
+        self.position = message.seq
+
+    def _join(self) -> None:
+        assert self.hub is not None
+        self._generation += 1
+        self.hub.attach(self)
+        self._spawn(self._stop_own)
+
+    async def _follow_own(self) -> None:
+        await self._stop_own()
+        self._generation += 1
+        generation = self._generation
+
+        async def deliver(message: Incoming) -> None:
+            if generation != self._generation or self.slow.is_set():
+                return
+            if message.seq <= self.position:
+                return
+            await self._put(message)
+            hub = self.hub
+            if (
+                hub is not None
+                and generation == self._generation
+                and hub.last_seq is not None
+                and self.position >= hub.last_seq
+            ):
+                self._join()  # caught up: the hub's next messages are the ones after
+
+        self._own = await self.bus.follow(
+            deliver, from_seq=self.position + 1, subjects=self.subjects
+        )
+
+    async def _put(self, message: Incoming) -> None:
+        if not self.inbox.full():
+            self.inbox.put_nowait(message)  # the common case, without a timer
+        else:
+            try:
+                await asyncio.wait_for(self.inbox.put(message), self.slow_after_s)
+            except TimeoutError:
+                self.slow.set()
+                return
+        self.position = message.seq
+
+    async def _stop_own(self) -> None:
+        stop, self._own = self._own, None
+        if stop is not None:
+            with contextlib.suppress(Exception):
+                await stop()
+
+    def _spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        async def run() -> None:
+            await work()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
