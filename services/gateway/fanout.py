@@ -89,6 +89,8 @@ class Feed:
         #: The last sequence put in the inbox.
         self.position = after
         self.slow = asyncio.Event()
+        #: Set when a message is put in the inbox (a reader waits for it, not for `get`).
+        self._arrived = asyncio.Event()
         self._generation = 0  # of its own followers: an older one's messages are ignored
         self._own: Stop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -101,6 +103,12 @@ class Feed:
                 self._join()
                 return
         await self._follow_own()
+
+    async def wait(self) -> None:
+        """Until the inbox holds a message (or the feed is slow)."""
+        while self.inbox.empty() and not self.slow.is_set():
+            self._arrived.clear()
+            await self._arrived.wait()
 
     async def close(self) -> None:
         self._generation += 1
@@ -121,6 +129,7 @@ class Feed:
             return
         self.inbox.put_nowait(message)
         self.position = message.seq
+        self._arrived.set()
 
     def _join(self) -> None:
         assert self.hub is not None
@@ -160,8 +169,10 @@ class Feed:
                 await asyncio.wait_for(self.inbox.put(message), self.slow_after_s)
             except TimeoutError:
                 self.slow.set()
+                self._arrived.set()
                 return
         self.position = message.seq
+        self._arrived.set()
 
     async def _stop_own(self) -> None:
         stop, self._own = self._own, None
