@@ -455,6 +455,7 @@ def supervise_nats(nats: NatsServer, policy: Restarts, now: float) -> None:
 BANNER = """
 gpuloom is running.
   gateway   {url}   (OpenAPI: {url}/docs)
+  dashboard {url}/ui/   (log in with the token below)
   NATS      {nats}   (each service its own identity: {data}/bus; admin URL in {data}/stack.json)
   data      {data}   (logs in {data}/logs)
   fsync     {sync}   (GPULOOM_NATS_SYNC: `always` for every event; see docs/operations.md)
@@ -471,6 +472,7 @@ Submit a job:
 or with the CLI (it sends $GPULOOM_TOKEN):
   .venv/bin/gpuloom submit --user alice --account research --gpus 2 -- sh -c 'nvidia-smi || sleep 5'
   .venv/bin/gpuloom jobs
+  .venv/bin/gpuloom watch        (the event stream, live)
 
 Ctrl-C stops everything; the next `make run` resumes from the same log.
 """

@@ -37,6 +37,7 @@ from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics
 from services.gateway.problems import add_problem_handlers
 from services.gateway.routes_deadletters import router as dead_letters_router
+from services.gateway.ui.routes import add_dashboard
 from services.gateway.webhooks.routes import router as webhooks_router
 from services.gateway.webhooks.service import run_webhooks
 
@@ -122,6 +123,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_cluster.public)
     app.include_router(routes_projections.public)
     add_api_docs(app)
+    add_dashboard(app)  # /ui: static pages, outside `authenticate`; their data calls carry a token
     add_openapi(app)
     add_metrics(app, gateway, dependencies=[] if settings.metrics_public else authenticated)
     return app

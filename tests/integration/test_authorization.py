@@ -91,6 +91,7 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("GET", "/docs/oauth2-redirect"): (PUBLIC, None),
     ("GET", "/redoc"): (PUBLIC, None),
     ("GET", "/openapi.json"): (PUBLIC, None),
+    ("GET", "/ui"): (PUBLIC, None),  # the dashboard's static pages (its data calls take a token)
 }
 #: Path templates whose parameter names differ from the app's (one route, two uses).
 ALIASES = {"/v1/accounts/{sub}/shares": "/v1/accounts/{name}/shares"}

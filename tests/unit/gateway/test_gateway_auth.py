@@ -18,7 +18,7 @@ from gpuloom.config import Settings
 from services.gateway.app import create_app
 from services.gateway.auth import authenticate
 
-PUBLIC = {"/healthz", "/readyz", "/docs", "/redoc", "/docs/oauth2-redirect"}
+PUBLIC = {"/healthz", "/readyz", "/docs", "/redoc", "/docs/oauth2-redirect", "/ui"}
 
 
 def make(tmp_path: Path, **settings: object) -> FastAPI:

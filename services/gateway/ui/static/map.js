@@ -1,0 +1,118 @@
+// #/map: every node and GPU (GET /v1/nodes): pool, the slices held and by which jobs,
+// cordoned and lost nodes. Reloaded when an event takes or gives back GPUs or names a node.
+
+import { api, jobOwners } from "./api.js";
+import { badge, bar, fill, h, jobLink, percent } from "./dom.js";
+
+let ctx = null;
+
+export async function show(context) {
+  ctx = context;
+  fill(ctx.root, h("p", { class: "muted" }, "Loading the nodes…"));
+  await load(ctx);
+}
+
+export async function touched(changes, context) {
+  if (changes.nodes) await load(context);
+}
+
+async function load(context) {
+  const { nodes } = await api("/v1/nodes");
+  const held = nodes.flatMap((node) => node.gpus.flatMap((gpu) => holdersOf(gpu).map((x) => x.job_id)));
+  const owners = await jobOwners(held);
+  if (context !== ctx) return; // the user went elsewhere meanwhile
+  render(context.root, nodes, owners);
+}
+
+/** Who holds the GPU: `holders`, or the one `job_id` of an older read model. */
+function holdersOf(gpu) {
+  if (gpu.holders?.length) return gpu.holders;
+  return gpu.job_id ? [{ job_id: gpu.job_id, milli: 1000, memory_mib: gpu.memory_mib }] : [];
+}
+
+function render(root, nodes, owners) {
+  let gpus = 0;
+  let busy = 0;
+  let milli = 0;
+  for (const node of nodes) {
+    if (node.state !== "ready") continue;
+    gpus += node.gpus.length;
+    busy += node.gpus.filter((gpu) => holdersOf(gpu).length).length;
+    milli += node.gpus.reduce((sum, gpu) => sum + gpu.milli_allocated, 0);
+  }
+  const count = (state) => nodes.filter((node) => node.state === state).length;
+  const cordoned = nodes.filter((node) => node.cordoned !== null).length;
+  fill(
+    root,
+    h("div", { class: "view-head" }, h("h1", {}, "GPU map"), h("span", { class: "muted" }, "nodes, GPUs and who holds them, live")),
+    h(
+      "div",
+      { class: "tiles" },
+      tile("Nodes", `${count("ready")} ready`, count("lost") ? `${count("lost")} lost` : "none lost"),
+      tile("Cordoned", String(cordoned), cordoned ? "take no new work" : "all take work"),
+      tile("GPUs in use", `${busy} / ${gpus}`, "on ready nodes"),
+      tile("Allocated", percent(milli, gpus * 1000), bar(gpus ? milli / (gpus * 1000) : 0), "util"),
+    ),
+    nodes.length
+      ? h("div", { class: "nodes" }, nodes.map((node) => nodeCard(node, owners)))
+      : h("p", { class: "empty muted" }, "No node has registered yet."),
+  );
+}
+
+function tile(title, value, note, cls = "") {
+  return h("div", { class: `tile card ${cls}` }, h("div", { class: "tile-title muted" }, title), h("div", { class: "tile-value" }, value), h("div", { class: "tile-note muted" }, note));
+}
+
+function nodeCard(node, owners) {
+  const models = [...new Set(node.gpus.map((gpu) => gpu.model))].join(", ");
+  const labels = Object.entries(node.labels || {}).map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`));
+  const classes = ["node", "card", `node-${node.state}`, node.cordoned !== null ? "node-cordoned" : ""];
+  return h(
+    "article",
+    { class: classes.join(" "), dataset: { node: node.name } },
+    h(
+      "div",
+      { class: "node-head" },
+      h("h2", {}, node.name),
+      badge(node.state),
+      node.cordoned !== null ? h("span", { class: "badge state-cordoned" }, "cordoned") : null,
+      node.simulated ? h("span", { class: "chip" }, "simulated") : null,
+      node.lends_remote_vgpu ? h("span", { class: "chip" }, "lends remote vGPU") : null,
+      h("span", { class: "spacer" }),
+      h("span", { class: "muted" }, `${node.gpus.length} × ${models || "no GPU"} · isolation ${node.isolation}`),
+    ),
+    node.cordoned !== null ? h("p", { class: "note" }, "Cordoned: ", node.cordoned || "no reason given") : null,
+    node.state === "lost" ? h("p", { class: "note warn" }, "Lost: its agent stopped sending heartbeats; its jobs were requeued.") : null,
+    labels.length ? h("div", { class: "labels" }, labels) : null,
+    h("div", { class: "gpus" }, node.gpus.map((gpu) => gpuTile(node, gpu, owners))),
+  );
+}
+
+function gpuTile(node, gpu, owners) {
+  const holders = holdersOf(gpu);
+  return h(
+    "div",
+    {
+      class: `gpu ${holders.length ? "busy" : "idle"} pool-${gpu.pool}`,
+      dataset: { node: node.name, gpu: String(gpu.index) },
+      title: gpu.uuid,
+    },
+    h("div", { class: "gpu-head" }, h("strong", {}, `GPU ${gpu.index}`), h("span", { class: `chip pool` }, gpu.pool)),
+    h("div", { class: "gpu-model muted" }, `${gpu.model} · ${Math.round(gpu.memory_mib / 1024)} GiB`),
+    bar(gpu.milli_allocated / 1000),
+    holders.length
+      ? h("ul", { class: "holders" }, holders.map((held) => holder(held, owners)))
+      : h("div", { class: "idle-label muted" }, "idle"),
+  );
+}
+
+function holder(held, owners) {
+  const owner = owners.get(held.job_id);
+  return h(
+    "li",
+    { dataset: { job: held.job_id } },
+    jobLink(held.job_id),
+    owner ? h("span", { class: "holder-who" }, owner.user, " · ", owner.name) : null,
+    held.milli < 1000 ? h("span", { class: "chip" }, `${held.milli / 1000} GPU`) : null,
+  );
+}

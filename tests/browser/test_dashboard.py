@@ -1,0 +1,175 @@
+"""The dashboard at /ui in a real browser against the real stack (docs/dashboard.md):
+log in with a real token, follow jobs live on the GPU map, in the queue, the jobs
+view and a job's page, as the event stream tells, without a reload and without
+polling; a stream that drops resumes where it was; a wrong token gets the login
+form with the reason; the pages are static, strict, and never parse data as HTML."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+from dashboard_helpers import CuttableProxy, Dashboard
+from playwright.sync_api import Request, expect
+
+from gpuloom.testing.cluster import Cluster
+from services.gateway.ui.routes import STATIC
+
+pytestmark = pytest.mark.integration
+
+#: A name that would be markup if the page parsed data as HTML.
+HOSTILE = 'train <img src=x onerror="window.pwned=1"> llm'
+
+
+def submit(client: httpx.Client, **job: Any) -> str:
+    body = {"account": "research", "command": ["true"], "gpus": 1, **job}
+    answer = client.post("/v1/jobs", json=body)
+    assert answer.status_code == 202, answer.text
+    job_id: str = answer.json()["id"]
+    return job_id
+
+
+def test_the_dashboard_follows_jobs_live(ui: Dashboard, ui_cluster: Cluster) -> None:
+    cluster, page = ui_cluster, ui.page
+    alice, bob = cluster.client_for("alice"), cluster.client_for("bob")
+    bobs = submit(bob, name="bobs-job")
+    cluster.wait_final([bobs])
+
+    ui.login(cluster.token_for("alice"))
+    expect(page.locator("#who-name")).to_have_text("alice")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.sameDocument = true")  # gone if anything reloads the page
+
+    # a job that holds both H100s for a few seconds, and one that waits for them
+    command = ["sh", "-c", "echo hello from the GPUs; sleep 6"]
+    running = submit(
+        alice, name=HOSTILE, gpus=2, gpu_model=["H100-80GB"], time_limit_s=120, command=command
+    )
+    cluster.wait_state([running], "running")
+    placed = cluster.job(running)
+    assert placed["gpus"], placed
+    for gpu in placed["gpus"]:
+        held = page.locator(
+            f'.gpu[data-node="{placed["node"]}"][data-gpu="{gpu}"] li[data-job="{running}"]'
+        )
+        expect(held).to_contain_text("alice")
+    ui.shot("map")
+
+    page.click('nav a[data-view="queue"]')
+    expect(page.locator(".view-queue")).to_contain_text("Nothing waits")
+    waiting = submit(alice, name="eval", gpus=2, gpu_model=["H100-80GB"], command=["sleep", "1"])
+    expect(page.locator(f'.queue-table tr[data-job="{waiting}"]')).to_contain_text("Resources")
+    ui.shot("queue")
+
+    page.click('nav a[data-view="jobs"]')
+    row = page.locator(f'tr[data-job-id="{running}"]')
+    expect(row).to_have_attribute("data-state", "running")
+    expect(row.locator("td.name")).to_have_text(HOSTILE)  # text, not markup
+    expect(page.locator(f'tr[data-job-id="{waiting}"]')).to_have_attribute("data-state", "queued")
+    expect(page.locator(f'tr[data-job-id="{bobs}"]')).to_have_count(0)  # alice's jobs only
+    ui.shot("jobs")
+
+    row.locator("a").first.click()
+    expect(page.locator("#job-state")).to_have_text("running")
+    last = page.locator("#timeline li").last
+    expect(last).to_have_attribute("data-type", "JobFinished", timeout=30_000)
+    expect(last).to_contain_text("succeeded")
+    expect(page.locator("#job-state")).to_have_text("succeeded")
+    expect(page.locator("#stdout")).to_have_text("hello from the GPUs\n")
+    ui.shot("job")
+
+    page.click('nav a[data-view="jobs"]')
+    expect(page.locator(f'tr[data-job-id="{waiting}"]')).to_have_attribute(
+        "data-state", "succeeded", timeout=30_000
+    )
+    page.goto(f"{ui.base_url}/ui/#/usage?range=15m")
+    expect(page.locator('.totals-list li[data-key="research"]')).to_contain_text("2 jobs")
+    expect(page.locator("#chart-groups canvas")).to_have_count(1)
+    ui.shot("usage")
+
+    assert page.evaluate("window.sameDocument") is True
+    assert page.evaluate("window.pwned") is None
+    # nothing happens now: the page asks the API nothing (no polling)
+    page.wait_for_timeout(1500)
+    asked: list[str] = []
+
+    def api_call(request: Request) -> None:
+        if "/v1/" in request.url or "/healthz" in request.url:
+            asked.append(request.url)
+
+    page.on("request", api_call)
+    page.wait_for_timeout(2500)
+    assert asked == []
+    assert ui.errors == []
+
+
+def test_the_stream_resumes_after_a_drop(ui: Dashboard, ui_cluster: Cluster) -> None:
+    gateway = httpx.URL(ui_cluster.gateway_url)
+    proxy = CuttableProxy((gateway.host, gateway.port or 80))
+    ui.base_url = proxy.url  # the page talks to the gateway through the proxy
+    try:
+        page = ui.page
+        ui.login(ui_cluster.token_for("alice"))
+        page.click('nav a[data-view="jobs"]')
+        live = page.locator("#live")
+        expect(live).to_have_attribute("data-state", "live")
+        proxy.cut()
+        expect(live).to_have_attribute("data-state", "reconnecting")
+        missed = submit(ui_cluster.client_for("alice"), name="while-cut", command=["true"])
+        ui_cluster.wait_final([missed])
+        proxy.resume()
+        expect(live).to_have_attribute("data-state", "live", timeout=20_000)
+        # what it missed came from the log after its last event, not from a reload
+        row = page.locator(f'tr[data-job-id="{missed}"]')
+        expect(row).to_have_attribute("data-state", "succeeded")
+        assert any(b"last-event-id: " in chunk.lower() for chunk in proxy.sent)
+    finally:
+        proxy.close()
+
+
+def test_a_wrong_token_gets_the_login_form_with_the_reason(
+    ui: Dashboard, ui_cluster: Cluster
+) -> None:
+    page = ui.page
+    ui.open()
+    page.fill("#token", "not-a-token")
+    page.click("#login-submit")
+    expect(page.locator("#login-error")).to_contain_text(
+        "The gateway refused the token: malformed token"  # the gateway's reason
+    )
+    expect(page.locator("#topbar")).to_be_hidden()
+    assert page.evaluate("sessionStorage.length") == 0
+    assert "not-a-token" not in page.url
+    ui.shot("login")
+    assert all("401" in error for error in ui.errors), ui.errors
+
+
+def test_the_pages_are_static_strict_and_build_no_html_from_data(ui_cluster: Cluster) -> None:
+    with httpx.Client(base_url=ui_cluster.gateway_url, timeout=10) as http:  # no token
+        assert http.get("/ui").headers["location"] == "/ui/"
+        for path in (
+            "/ui/",
+            "/ui/app.js",
+            "/ui/style.css",
+            "/ui/vendor/uPlot.iife.min.js",
+            "/ui/nope",
+        ):
+            answer = http.get(path)
+            assert answer.status_code == (404 if path == "/ui/nope" else 200), path
+            policy = answer.headers["content-security-policy"]
+            assert "default-src 'self'" in policy and "script-src 'self'" in policy
+            assert "unsafe" not in policy
+            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert answer.headers["referrer-policy"] == "no-referrer"
+            assert answer.headers["x-frame-options"] == "DENY"
+        assert http.get("/ui/%2e%2e/routes.py").status_code == 404
+        assert http.get("/v1/nodes").status_code == 401  # the data stays behind the token
+    html = (STATIC / "index.html").read_text()
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html), "an inline script"
+    assert not re.search(r"\s(style|on[a-z]+)=", html), "an inline style or handler"
+    for module in sorted(STATIC.glob("*.js")):
+        code = module.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in code, f"{module.name} uses {sink}"
