@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 from gpuloom.bus import EventBus, Incoming
@@ -66,7 +67,8 @@ class Hub:
 
 
 class Feed:
-    """The messages of one stream after sequence `after`, in `inbox` (at most `buffer`).
+    """The messages of one stream after sequence `after`, in order (at most `buffer`
+    wait): `wait`, then `take` them.
 
     `slow` is set when its own follower waited `slow_after_s` for room: the stream ends
     then, and the client resumes after `position`."""
@@ -84,16 +86,37 @@ class Feed:
         self.bus = bus
         self.hub = hub
         self.subjects = subjects
+        self.buffer = buffer
         self.slow_after_s = slow_after_s
-        self.inbox: asyncio.Queue[Incoming] = asyncio.Queue(buffer)
+        self._inbox: deque[Incoming] = deque()
         #: The last sequence put in the inbox.
         self.position = after
         self.slow = asyncio.Event()
-        #: Set when a message is put in the inbox (a reader waits for it, not for `get`).
+        #: Set when a message is put in the inbox; `_room` when the reader took some.
         self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
         self._generation = 0  # of its own followers: an older one's messages are ignored
         self._own: Stop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def empty(self) -> bool:
+        return not self._inbox
+
+    def full(self) -> bool:
+        return len(self._inbox) >= self.buffer
+
+    def take(self, most: int) -> list[Incoming]:
+        """What waits (at most `most`), oldest first."""
+        inbox = self._inbox
+        taken = [inbox.popleft() for _ in range(min(most, len(inbox)))]
+        self._room.set()
+        return taken
+
+    async def wait(self) -> None:
+        """Until the inbox holds a message (or the feed is slow)."""
+        while not self._inbox and not self.slow.is_set():
+            self._arrived.clear()
+            await self._arrived.wait()
 
     async def start(self) -> None:
         hub = self.hub
@@ -103,12 +126,6 @@ class Feed:
                 self._join()
                 return
         await self._follow_own()
-
-    async def wait(self) -> None:
-        """Until the inbox holds a message (or the feed is slow)."""
-        while self.inbox.empty() and not self.slow.is_set():
-            self._arrived.clear()
-            await self._arrived.wait()
 
     async def close(self) -> None:
         self._generation += 1
@@ -122,12 +139,12 @@ class Feed:
         """A message from the hub (never waits: a full inbox leaves the hub)."""
         if message.seq <= self.position:
             return
-        if self.inbox.full():
+        if len(self._inbox) >= self.buffer:
             assert self.hub is not None
             self.hub.detach(self)
             self._spawn(self._follow_own)
             return
-        self.inbox.put_nowait(message)
+        self._inbox.append(message)
         self.position = message.seq
         self._arrived.set()
 
@@ -162,15 +179,18 @@ class Feed:
         )
 
     async def _put(self, message: Incoming) -> None:
-        if not self.inbox.full():
-            self.inbox.put_nowait(message)  # the common case, without a timer
-        else:
+        """Put a message of its own follower, waiting for room (not past `slow_after_s`)."""
+        if len(self._inbox) >= self.buffer:
             try:
-                await asyncio.wait_for(self.inbox.put(message), self.slow_after_s)
+                async with asyncio.timeout(self.slow_after_s):
+                    while len(self._inbox) >= self.buffer:
+                        self._room.clear()
+                        await self._room.wait()
             except TimeoutError:
                 self.slow.set()
                 self._arrived.set()
                 return
+        self._inbox.append(message)
         self.position = message.seq
         self._arrived.set()
 

@@ -121,9 +121,10 @@ async def stream_request(
         return accounts_of(gateway)
 
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    return StreamRequest(
-        bus, start, wanted, Owners(state, owner_lookup(gateway)), accounts, gateway.streams
-    )
+    shared = gateway.streams
+    if shared.owners is None:
+        shared.owners = Owners(state, owner_lookup(gateway))
+    return StreamRequest(bus, start, wanted, shared.owners, accounts, shared)
 
 
 @router.get(

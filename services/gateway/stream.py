@@ -118,6 +118,9 @@ def visible(
     return event.AGGREGATE not in OPERATORS_ONLY
 
 
+_SUBMISSIONS = (JobSubmitted, JobArraySubmitted)
+
+
 class Owners:
     """Who owns each job a stream passes: from the submissions it saw, the gateway's
     fold, then the read model (an ended job the fold forgot); bounded."""
@@ -128,7 +131,7 @@ class Owners:
         self._known: OrderedDict[str, Owner | None] = OrderedDict()
 
     def learn(self, event: Event) -> None:
-        if isinstance(event, JobSubmitted | JobArraySubmitted):
+        if isinstance(event, _SUBMISSIONS):
             self._remember(event.job_id, (event.spec.user, event.spec.account))
 
     async def of(self, event: Event) -> Owner | None:
@@ -156,6 +159,8 @@ class Owners:
 
 #: The principal and the filter of a stream: streams of one kind get the same events.
 Kind = tuple[str, frozenset[str], StreamFilter]
+#: Kinds of streams numbered before the table starts anew.
+KINDS_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +173,8 @@ class Made:
     #: Its SSE event on the wire: the sequence as `id`, the CloudEvent as `data`.
     wire: bytes
     #: Whether it goes to streams of one principal and filter, decided by the first of
-    #: them (`Kind`): streams that would decide the same decide once.
-    verdicts: dict[Kind, bool] = field(default_factory=dict)
+    #: them (by `Streams.kind_of`): streams that would decide the same decide once.
+    verdicts: dict[int, bool] = field(default_factory=dict)
 
 
 class Decoded:
@@ -213,10 +218,27 @@ def error_event(reason: str, detail: str, resume_after: int) -> bytes:
 
 @dataclass
 class Streams:
-    """What every stream of one gateway shares: the decoded events, and the hub."""
+    """What every stream of one gateway shares: the decoded events, the hub, and the
+    kinds of streams (principal and filter) as small numbers."""
 
     decoded: Decoded = field(default_factory=Decoded)
     hub: Hub = field(default_factory=Hub)
+    kinds: dict[Kind, int] = field(default_factory=dict)
+    _numbered: int = 0
+    #: Who owns the jobs the streams passed (one table for all: it holds facts).
+    owners: Owners | None = None
+
+    def kind_of(self, kind: Kind) -> int:
+        """The number of `kind`. Kinds are few (one per principal and filter in use);
+        past `KINDS_KEPT` the table starts anew, with numbers never given before, so
+        that no verdict of an old number is taken for a new kind."""
+        number = self.kinds.get(kind)
+        if number is None:
+            if len(self.kinds) >= KINDS_KEPT:
+                self.kinds.clear()
+            self._numbered += 1
+            number = self.kinds[kind] = self._numbered
+        return number
 
 
 async def event_stream(
@@ -253,7 +275,7 @@ async def event_stream(
     else:
         feed = Feed(bus, shared.hub, after, buffer=BUFFER, slow_after_s=SLOW_AFTER_S)
     needs_owner = not principal.operator or wanted.user is not None or wanted.account is not None
-    kind: Kind = (principal.name, frozenset(principal.roles), wanted)
+    kind = shared.kind_of((principal.name, frozenset(principal.roles), wanted))
     loop = asyncio.get_running_loop()
     last_write = 0.0
     sent = after
@@ -263,7 +285,7 @@ async def event_stream(
         # here (a browser's EventSource keeps the id for its Last-Event-ID)
         yield control_event("open", {"after": after}, id=str(after))
         while True:
-            if feed.slow.is_set() and feed.inbox.empty():
+            if feed.slow.is_set() and feed.empty():
                 yield error_event(
                     "slow",
                     f"this client took no event for {SLOW_AFTER_S:.0f} s; resume with "
@@ -271,7 +293,7 @@ async def event_stream(
                     sent,
                 )
                 return
-            if feed.inbox.empty():
+            if feed.empty():
                 try:
                     await asyncio.wait_for(feed.wait(), PING_S)
                 except TimeoutError:
@@ -283,14 +305,14 @@ async def event_stream(
             if linger > 0:
                 await asyncio.sleep(linger)
             chunk: list[bytes] = []
-            for message in _drain(feed.inbox):
+            for message in feed.take(CHUNK_EVENTS):
                 sent = message.seq
                 made = shared.decoded.of(message)
                 if made is None:
                     continue
-                owners.learn(made.event)
                 verdict = made.verdicts.get(kind)
                 if verdict is None:
+                    owners.learn(made.event)
                     job_owner = await owners.of(made.event) if needs_owner else None
                     verdict = visible(
                         principal, made.event, job_owner, accounts()
@@ -304,11 +326,3 @@ async def event_stream(
     finally:
         with contextlib.suppress(Exception):
             await feed.close()
-
-
-def _drain(inbox: asyncio.Queue[Incoming]) -> list[Incoming]:
-    """What waits in the inbox (at most `CHUNK_EVENTS`)."""
-    taken: list[Incoming] = []
-    while len(taken) < CHUNK_EVENTS and not inbox.empty():
-        taken.append(inbox.get_nowait())
-    return taken
