@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sse_clients import Readers
+from sse_clients import ReaderProcess
 from webhook_receiver import Receiver
 
 from gpuloom.devstack import NatsServer
@@ -163,7 +163,7 @@ def print_snapshots(log_dir: Path) -> None:
         )
 
 
-def print_stream(readers: Readers) -> None:
+def print_stream(readers: ReaderProcess) -> None:
     ms = sorted(1000 * latency for latency in readers.latencies)
     if not ms:
         print("event stream: no event reached the clients")
@@ -237,9 +237,10 @@ def run(args: argparse.Namespace) -> None:
             pids["nats-server"] = nats.process.pid
         pids["bench client"] = os.getpid()
         token = cluster.token_for("bench")
-        readers = Readers(cluster.gateway_url, token, args.sse_clients)
+        readers = ReaderProcess(cluster.gateway_url, token, args.sse_clients)
         if args.sse_clients:
             readers.start()
+            pids["stream clients"] = readers.pid
             print(f"{args.sse_clients} clients follow the event stream", flush=True)
         receiver = Receiver()
         if args.webhooks:

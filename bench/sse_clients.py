@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import httpx
 
@@ -116,3 +118,51 @@ class Readers:
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
+
+
+@dataclass
+class ReaderProcess:
+    """`Readers` in a process of their own: in the bench's process they would share its
+    GIL with the submitting client, and slow the submissions the pipeline's throughput
+    is measured by (as a browser's streams do not slow another program's requests)."""
+
+    url: str
+    token: str
+    count: int
+    latencies: list[float] = field(default_factory=list)
+    received: list[int] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    _process: Any = None
+    _events: Any = None
+
+    def start(self, timeout: float = 60) -> None:
+        context = multiprocessing.get_context("spawn")
+        opened, stop, results = context.Event(), context.Event(), context.Queue()
+        self._events = (stop, results)
+        self._process = context.Process(
+            target=_read_in_child,
+            args=(self.url, self.token, self.count, opened, stop, results),
+            daemon=True,
+        )
+        self._process.start()
+        if not opened.wait(timeout):
+            raise RuntimeError(f"the {self.count} streams did not open in {timeout:.0f} s")
+
+    @property
+    def pid(self) -> int:
+        return int(self._process.pid)
+
+    def stop(self) -> None:
+        stop, results = self._events
+        stop.set()
+        self.latencies, self.received, self.ended = results.get(timeout=120)
+        self._process.join(30)
+
+
+def _read_in_child(url: str, token: str, count: int, opened: Any, stop: Any, results: Any) -> None:
+    readers = Readers(url, token, count)
+    readers.start()
+    opened.set()
+    stop.wait()
+    readers.stop()
+    results.put((readers.latencies, readers.received, readers.ended))
