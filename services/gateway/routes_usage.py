@@ -204,12 +204,44 @@ async def usage_records(
                     "charged_at": r.charged_at,
                 }
             )
-    records = list(runs.values())
+    models = await _models_of_runs(session, list(runs), since, until)
+    records = [
+        record.model_copy(update={"gpu_models": models.get(key, {})}) if key in models else record
+        for key, record in runs.items()
+    ]
     if format == "json":
         return UsageRecords(records=records)
-    header = list(UsageRecord.model_fields)
+    header = [name for name in UsageRecord.model_fields if name != "gpu_models"]
     return _csv(
         header,
         [[getattr(r, name) for name in header] for r in records],
         "usage-records",
     )
+
+
+async def _models_of_runs(
+    session: Any, runs: list[tuple[str, int]], since: datetime | None, until: datetime | None
+) -> dict[tuple[str, int], dict[str, float]]:
+    """The GPU seconds of each run by GPU model, from the ledger split by model."""
+    found: dict[tuple[str, int], dict[str, float]] = {}
+    jobs = sorted({job_id for job_id, _ in runs})
+    wanted = set(runs)
+    for start in range(0, len(jobs), 500):  # IN lists of a size every database takes
+        query = _window(
+            select(
+                UsageModelChargeRow.job_id,
+                UsageModelChargeRow.attempt,
+                UsageModelChargeRow.gpu_model,
+                func.sum(UsageModelChargeRow.gpu_milli_seconds),
+            ),
+            UsageModelChargeRow.charged_at,
+            since,
+            until,
+        ).where(UsageModelChargeRow.job_id.in_(jobs[start : start + 500]))
+        query = query.group_by(
+            UsageModelChargeRow.job_id, UsageModelChargeRow.attempt, UsageModelChargeRow.gpu_model
+        )
+        for job_id, attempt, model, milli in (await session.execute(query)).tuples():
+            if (job_id, attempt) in wanted:
+                found.setdefault((job_id, attempt), {})[model] = int(milli or 0) / 1000
+    return found

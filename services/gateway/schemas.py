@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class Submitted(BaseModel):
@@ -171,6 +171,8 @@ class UsageRecord(BaseModel):
     seconds: float
     gpu_seconds: float
     charged_at: datetime
+    #: Its GPU time by GPU model (gpu_seconds split; JSON only, not in the CSV).
+    gpu_models: dict[str, float] = Field(default_factory=dict)
 
 
 class UsageRecords(BaseModel):

@@ -88,6 +88,8 @@ def test_the_dashboard_follows_jobs_live(ui: Dashboard, ui_cluster: Cluster) -> 
     expect(page.locator('.totals-list li[data-key="research"]')).to_contain_text("2 jobs")
     expect(page.locator("#chart-groups canvas")).to_have_count(1)
     ui.shot("usage")
+    page.select_option("#usage-by", "gpu_model")  # over time by GPU model (both ran on H100s)
+    expect(page.locator("#chart-groups .u-legend")).to_contain_text("H100-80GB")
 
     assert page.evaluate("window.sameDocument") is True
     assert page.evaluate("window.pwned") is None

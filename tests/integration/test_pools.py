@@ -268,6 +268,10 @@ def test_usage_reports_equal_a_recomputation_from_the_log(pools: Cluster) -> Non
     assert mine.gpu_milli_seconds == round(250 * mine.seconds)
     records = pools.http.get("/v1/usage/jobs", params={"account": "research"}).json()["records"]
     assert quarter in {r["job_id"] for r in records}
+    # each run's GPU time split by model, as the log's charges split it
+    [run] = [r for r in records if r["job_id"] == quarter]
+    assert {m: round(s * 1000) for m, s in run["gpu_models"].items()} == mine.by_model
+    assert round(sum(run["gpu_models"].values()) * 1000) == round(run["gpu_seconds"] * 1000)
     csv_text = pools.http.get("/v1/usage", params={"group_by": "gpu_model", "format": "csv"}).text
     assert csv_text.splitlines()[0] == "gpu_model,gpu_seconds,gpu_hours,jobs"
     assert any(line.startswith("H100-80GB,") for line in csv_text.splitlines())

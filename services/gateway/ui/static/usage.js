@@ -1,4 +1,4 @@
-// #/usage?range=24h&by=account: GPU time over time by account or user, the cluster's
+// #/usage?range=24h&by=account: GPU time over time by account, user or GPU model, the cluster's
 // utilisation (charts by uPlot, from the charged runs of GET /v1/usage/jobs), and the
 // totals by account, user and GPU model (GET /v1/usage). Reloaded on UsageCharged.
 //
@@ -11,6 +11,7 @@ import { bar, empty, fill, gpuHours, h, section } from "./dom.js";
 
 const RANGES = { "15m": 900, "1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400 };
 const SLOTS = 60;
+const BY = { account: "by account", user: "by user", gpu_model: "by GPU model" };
 const SHOWN = 6; // groups drawn one by one; the rest add up in "others"
 const COLORS = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#6b7280"];
 
@@ -37,7 +38,7 @@ export async function touched(changes, context) {
 
 function choices(context) {
   const range = RANGES[context.params.get("range")] ? context.params.get("range") : "24h";
-  const by = context.params.get("by") === "user" ? "user" : "account";
+  const by = BY[context.params.get("by")] ? context.params.get("by") : "account";
   return { range, by };
 }
 
@@ -51,7 +52,7 @@ async function load(context) {
   hide();
   const gpus = nodes.nodes.filter((n) => n.state === "ready").reduce((sum, n) => sum + n.gpus.length, 0);
   const series = overTime(runs.records, since, until, by);
-  const byGroup = section(`GPUs in use by ${by}`, "average over each slot, from the charged runs you may see", chartBox("chart-groups"));
+  const byGroup = section(`GPUs in use ${BY[by]}`, "average over each slot, from the charged runs you may see", chartBox("chart-groups"));
   const utilisation = section("Cluster utilisation", `${gpus} GPUs on ready nodes`, chartBox("chart-util"));
   fill(
     context.root,
@@ -87,7 +88,7 @@ function controls(range, by) {
   const rangeSelect = h("select", { id: "usage-range", "aria-label": "range" }, Object.keys(RANGES).map((r) => h("option", { value: r }, `last ${r}`)));
   rangeSelect.value = range;
   rangeSelect.addEventListener("change", () => go({ range: rangeSelect.value }));
-  const bySelect = h("select", { id: "usage-by", "aria-label": "group by" }, h("option", { value: "account" }, "by account"), h("option", { value: "user" }, "by user"));
+  const bySelect = h("select", { id: "usage-by", "aria-label": "group by" }, Object.entries(BY).map(([value, label]) => h("option", { value }, label)));
   bySelect.value = by;
   bySelect.addEventListener("change", () => go({ by: bySelect.value }));
   return h("div", { class: "controls" }, rangeSelect, bySelect);
@@ -105,15 +106,16 @@ export function overTime(records, since, until, by) {
   for (const run of records) {
     const end = Date.parse(run.charged_at) / 1000;
     const start = end - run.seconds;
-    const rate = run.seconds > 0 ? run.gpu_seconds / run.seconds : 0;
-    const key = by === "user" ? run.user : run.account;
-    if (!sums.has(key)) sums.set(key, new Array(SLOTS).fill(0));
-    const values = sums.get(key);
     const first = Math.max(0, Math.floor((start - since) / width));
     const last = Math.min(SLOTS - 1, Math.floor((end - since) / width));
-    for (let i = first; i <= last; i++) {
-      const overlap = Math.min(end, xs[i] + width) - Math.max(start, xs[i]);
-      if (overlap > 0) values[i] += (rate * overlap) / width;
+    for (const [key, gpuSeconds] of parts(run, by)) {
+      const rate = run.seconds > 0 ? gpuSeconds / run.seconds : 0;
+      if (!sums.has(key)) sums.set(key, new Array(SLOTS).fill(0));
+      const values = sums.get(key);
+      for (let i = first; i <= last; i++) {
+        const overlap = Math.min(end, xs[i] + width) - Math.max(start, xs[i]);
+        if (overlap > 0) values[i] += (rate * overlap) / width;
+      }
     }
   }
   const ranked = [...sums.entries()].sort((a, b) => total(b[1]) - total(a[1]) || (a[0] < b[0] ? -1 : 1));
@@ -123,6 +125,15 @@ export function overTime(records, since, until, by) {
     groups.push({ label: "others", values: rest });
   }
   return { xs, groups };
+}
+
+/** A run's GPU seconds under the groups it counts in: its user, its account, or each
+ * GPU model it ran on (a run charged before the split by model counts as "unknown"). */
+function parts(run, by) {
+  if (by === "user") return [[run.user, run.gpu_seconds]];
+  if (by === "account") return [[run.account, run.gpu_seconds]];
+  const models = Object.entries(run.gpu_models ?? {});
+  return models.length ? models : [["unknown", run.gpu_seconds]];
 }
 
 const total = (values) => values.reduce((a, b) => a + b, 0);
