@@ -28,8 +28,8 @@ PARSED = 10
 
 
 @dataclass
-class Readers:
-    """`count` streams from the log's end, with `token`; `start`, then `stop`."""
+class StreamFigures:
+    """`count` streams from the log's end, with `token`, and what they measured."""
 
     url: str
     token: str
@@ -37,6 +37,12 @@ class Readers:
     latencies: list[float] = field(default_factory=list)
     received: list[int] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Readers(StreamFigures):
+    """The streams, in a thread of this process; `start`, then `stop`."""
+
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _opened: int = 0
@@ -121,17 +127,11 @@ def _epoch(iso: str) -> float:
 
 
 @dataclass
-class ReaderProcess:
+class ReaderProcess(StreamFigures):
     """`Readers` in a process of their own: in the bench's process they would share its
     GIL with the submitting client, and slow the submissions the pipeline's throughput
     is measured by (as a browser's streams do not slow another program's requests)."""
 
-    url: str
-    token: str
-    count: int
-    latencies: list[float] = field(default_factory=list)
-    received: list[int] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
     _process: Any = None
     _events: Any = None
 

@@ -168,6 +168,8 @@ class Made:
     """One event of the log as every stream sends it."""
 
     event: Event
+    #: The event's own id (its CloudEvent `id`).
+    event_id: str
     #: Its CloudEvent JSON (one line).
     cloud: str
     #: Its SSE event on the wire: the sequence as `id`, the CloudEvent as `data`.
@@ -198,7 +200,7 @@ class Decoded:
         else:
             cloud = orjson.dumps(to_cloudevent(recorded)).decode()
             wire = format_sse_event(data_str=cloud, id=str(message.seq))
-            made = Made(recorded.event, cloud, wire)
+            made = Made(recorded.event, recorded.envelope.id, cloud, wire)
         self._by_seq[message.seq] = made
         while len(self._by_seq) > self.KEPT:
             self._by_seq.popitem(last=False)

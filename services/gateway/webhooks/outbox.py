@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
@@ -139,6 +138,8 @@ class Outbox:
         now = datetime.now(UTC)
         rows: list[dict[str, Any]] = []
         state, accounts = self.projector.state, self.accounts()
+        # as of the batch's last event, which the projector folded
+        hooks = [hook for _, hook in sorted(state.webhooks.items())]
         for msg in batch:
             meta = msg.metadata
             seq = int(meta.sequence.stream)
@@ -146,9 +147,8 @@ class Outbox:
             made = self.decoded.of(incoming)
             if made is None:
                 continue
-            event, cloud = made.event, made.cloud
+            event = made.event
             self.owners.learn(event)
-            hooks = [hook for _, hook in sorted(state.webhooks.items())]
             if not hooks:
                 continue
             job_owner = await self.owners.of(event)
@@ -158,9 +158,9 @@ class Outbox:
                         {
                             "webhook_id": hook.webhook_id,
                             "seq": seq,
-                            "event_id": _cloud_id(cloud, seq),
+                            "event_id": made.event_id,
                             "event_type": event.TYPE,
-                            "body": cloud,
+                            "body": made.cloud,
                             "status": "pending",
                             "attempts": 0,
                             "next_at": now,
@@ -205,9 +205,3 @@ class Outbox:
 def _floor(info: ConsumerInfo) -> int:
     floor = info.ack_floor
     return int(floor.stream_seq or 0) if floor is not None else 0
-
-
-def _cloud_id(cloud: str, seq: int) -> str:
-    """The CloudEvent's `id` (the event's own id), for the `webhook-id` header."""
-    found = orjson.loads(cloud).get("id")
-    return str(found) if found else str(seq)

@@ -71,6 +71,7 @@ class Sender:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._finished = 0
+        self._waking: set[asyncio.Task[None]] = set()
         self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
 
     def notify(self) -> None:
@@ -78,7 +79,9 @@ class Sender:
             async with self.wake:
                 self.wake.notify_all()
 
-        asyncio.get_running_loop().create_task(wake())
+        task = asyncio.get_running_loop().create_task(wake())
+        self._waking.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._waking.discard)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Keep one worker per delivering webhook; tidy up after those that left."""
