@@ -11,17 +11,15 @@ bench's own process would otherwise take the CPU the pipeline is measured on."""
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
-
-from gpuloom.client.sse import parse_sse
+import orjson
 
 #: Clients that parse every event (the others count them).
 PARSED = 10
@@ -41,7 +39,11 @@ class StreamFigures:
 
 @dataclass
 class Readers(StreamFigures):
-    """The streams, in a thread of this process; `start`, then `stop`."""
+    """The streams, in a thread of this process; `start`, then `stop`.
+
+    Each reads its stream over a plain socket (HTTP/1.1, chunked), not an HTTP client
+    library: httpx took a tenth of a core for 100 streams, CPU the pipeline that is
+    measured beside them then lacked (real clients run on other machines)."""
 
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -62,64 +64,98 @@ class Readers(StreamFigures):
             self._thread.join(30)
 
     async def _run(self) -> None:
-        limits = httpx.Limits(max_connections=self.count + 10)
-        headers = {"Authorization": f"Bearer {self.token}"}
-        timeout = httpx.Timeout(30, read=60)
-        async with httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=timeout, limits=limits
-        ) as client:
-            readers = [
-                asyncio.create_task(self._read(client, parsed=i < PARSED))
-                for i in range(self.count)
-            ]
-            while not self._stop.is_set():
-                await asyncio.sleep(0.2)
-            for reader in readers:
-                reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+        readers = [asyncio.create_task(self._read(parsed=i < PARSED)) for i in range(self.count)]
+        while not self._stop.is_set():
+            await asyncio.sleep(0.2)
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
 
-    async def _read(self, client: httpx.AsyncClient, parsed: bool) -> None:
-        if not parsed:
-            await self._count(client)
-            return
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection whose response to `GET /v1/events` began (its head read)."""
+        url = urlsplit(self.url)
+        host, port = url.hostname or "127.0.0.1", url.port or 80
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        writer.write(
+            f"GET /v1/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {self.token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1]
+        if status != b"200" or b"transfer-encoding: chunked" not in head.lower():
+            raise RuntimeError(f"the stream answered {head.decode(errors='replace')}")
+        self._opened += 1
+        return reader, writer
+
+    async def _read(self, parsed: bool) -> None:
         count = 0
+        reader, writer = await self._open()
         try:
-            async with client.stream("GET", "/v1/events") as response:
-                response.raise_for_status()
-                self._opened += 1
-                lines: list[str] = []
-                async for line in response.aiter_lines():
-                    if line:
-                        lines.append(line)
-                        continue
-                    for event in parse_sse([*lines, ""]):
-                        if event.event == "message":
-                            at = json.loads(event.data)["time"]
-                            made = _epoch(at)
-                            self.latencies.append(time.time() - made)
-                            count += 1
-                        elif event.event == "error":
-                            self.ended.append(event.data)
-                    lines = []
+            if not parsed:
+                count = await self._count(reader)
+                return
+            body, text = Dechunked(), b""
+            while data := await reader.read(1 << 16):
+                blocks = (text + body.feed(data)).split(b"\n\n")
+                text = blocks.pop()
+                for block in blocks:
+                    if block.startswith(b"data: "):  # an event of the log
+                        at = orjson.loads(block[6 : block.index(b"\n")])["time"]
+                        self.latencies.append(time.time() - _epoch(at))
+                        count += 1
+                    elif block.startswith(b"event: error"):
+                        self.ended.append(block.decode(errors="replace"))
         finally:
+            writer.close()
             self.received.append(count)
 
-    async def _count(self, client: httpx.AsyncClient) -> None:
-        """Count the events of the stream without parsing them: each starts with an
-        `id:` line (the `open` event too); an `error` event ends it."""
+    async def _count(self, reader: asyncio.StreamReader) -> int:
+        """Count the events of the stream without parsing them: each has one `id:`
+        line after its `data:` line (the `open` event too); an `error` event ends it."""
         count, tail = 0, b""
-        try:
-            async with client.stream("GET", "/v1/events") as response:
-                response.raise_for_status()
-                self._opened += 1
-                async for chunk in response.aiter_raw():
-                    data = tail + chunk
-                    count += data.count(b"\nid: ") + data.startswith(b"id: ")
-                    if b"event: error" in data:
-                        self.ended.append("error")
-                    tail = data[-4:]
-        finally:
-            self.received.append(max(0, count - 1))  # not the `open` event
+        while chunk := await reader.read(1 << 16):
+            data = tail + chunk
+            count += data.count(b"\nid: ")
+            if b"event: error" in data:
+                self.ended.append("error")
+            tail = data[-4:]
+        return max(0, count - 1)  # not the `open` event
+
+
+class Dechunked:
+    """HTTP/1.1 chunked transfer coding undone, as the bytes arrive."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.left = 0  # bytes of the current chunk still to come
+        self.skip = 0  # bytes of the CRLF after it still to come
+        self.ended = False  # the last chunk came
+
+    def feed(self, data: bytes) -> bytes:
+        self.buffer += data
+        out = bytearray()
+        while not self.ended:
+            if self.left:
+                piece = self.buffer[: self.left]
+                out += piece
+                self.buffer = self.buffer[len(piece) :]
+                self.left -= len(piece)
+                if self.left:
+                    break
+                self.skip = 2
+            if self.skip:
+                gone = min(self.skip, len(self.buffer))
+                self.buffer = self.buffer[gone:]
+                self.skip -= gone
+                if self.skip:
+                    break
+            end = self.buffer.find(b"\r\n")
+            if end < 0:
+                break
+            self.left = int(self.buffer[:end].split(b";")[0], 16)
+            self.buffer = self.buffer[end + 2 :]
+            self.ended = not self.left
+        return bytes(out)
 
 
 def _epoch(iso: str) -> float:

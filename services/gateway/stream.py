@@ -42,7 +42,7 @@ from gpuloom.events.cloud import to_cloudevent
 from gpuloom.events.subjects import job_subjects
 from gpuloom.state import ClusterState
 from gpuloom.state.retention import owner
-from services.gateway.fanout import Feed, Hub
+from services.gateway.fanout import Batch, Feed, Hub
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,10 @@ PING = b": ping\n\n"
 #: The most events one write to a client holds.
 CHUNK_EVENTS = 256
 #: Under load, a stream writes at most once in this long (the events of the meantime
-#: go together): 100 clients of a burst of 350 events a second make 2,000 writes a
-#: second, not 35,000. A quiet stream's event goes at once.
-LINGER_S = 0.05
+#: go together): 100 clients of a burst of 350 events a second make 1,000 writes a
+#: second, not 35,000. A quiet stream's event goes at once. The hub batches for the
+#: streams at the log's end (`Hub.linger_s`); this is for those behind it.
+LINGER_S = 0.1
 #: Aggregates only operators see: audits, and webhooks (whose URLs are their owners').
 OPERATORS_ONLY = frozenset({"audit", "webhook"})
 #: Owners of jobs one stream remembers (learned from submissions it passed).
@@ -224,7 +225,7 @@ class Streams:
     kinds of streams (principal and filter) as small numbers."""
 
     decoded: Decoded = field(default_factory=Decoded)
-    hub: Hub = field(default_factory=Hub)
+    hub: Hub = field(default_factory=lambda: Hub(linger_s=LINGER_S, batch_most=CHUNK_EVENTS))
     kinds: dict[Kind, int] = field(default_factory=dict)
     _numbered: int = 0
     #: Who owns the jobs the streams passed (one table for all: it holds facts).
@@ -281,6 +282,32 @@ async def event_stream(
     loop = asyncio.get_running_loop()
     last_write = 0.0
     sent = after
+
+    async def chunk_of(batch: Batch) -> bytes:
+        """What this stream sends of `batch`: its events this principal may see and asked
+        for (decided once per event and kind of stream, made once per hub batch)."""
+        piece = batch.chunks.get(kind)
+        if piece is not None:
+            return piece
+        wires = []
+        for message in batch.messages:
+            made = shared.decoded.of(message)
+            if made is None:
+                continue
+            verdict = made.verdicts.get(kind)
+            if verdict is None:
+                owners.learn(made.event)
+                job_owner = await owners.of(made.event) if needs_owner else None
+                allowed = visible(principal, made.event, job_owner, accounts())
+                verdict = allowed and wanted.wants(made.event, job_owner)
+                made.verdicts[kind] = verdict
+            if verdict:
+                wires.append(made.wire)
+        piece = b"".join(wires)
+        if batch.shared:
+            batch.chunks[kind] = piece
+        return piece
+
     try:
         await feed.start()
         # where it starts: a client that loses the connection before any event resumes
@@ -297,34 +324,26 @@ async def event_stream(
                 return
             if feed.empty():
                 try:
-                    await asyncio.wait_for(feed.wait(), PING_S)
+                    async with asyncio.timeout(PING_S):
+                        await feed.wait()
                 except TimeoutError:
                     yield PING
                     continue
-            # under load, at most one write per LINGER_S: the events of the meantime
-            # go in it (an event on a quiet stream goes at once)
-            linger = last_write + LINGER_S - loop.time()
-            if linger > 0:
-                await asyncio.sleep(linger)
-            chunk: list[bytes] = []
-            for message in feed.take(CHUNK_EVENTS):
-                sent = message.seq
-                made = shared.decoded.of(message)
-                if made is None:
-                    continue
-                verdict = made.verdicts.get(kind)
-                if verdict is None:
-                    owners.learn(made.event)
-                    job_owner = await owners.of(made.event) if needs_owner else None
-                    verdict = visible(
-                        principal, made.event, job_owner, accounts()
-                    ) and wanted.wants(made.event, job_owner)
-                    made.verdicts[kind] = verdict
-                if verdict:
-                    chunk.append(made.wire)
-            if chunk:
+            if not feed.on_hub:
+                # its own follower's messages come one by one: under load, at most one
+                # write per LINGER_S (the hub batches its own)
+                linger = last_write + LINGER_S - loop.time()
+                if linger > 0:
+                    await asyncio.sleep(linger)
+            pieces = []
+            for batch in feed.take(CHUNK_EVENTS):
+                sent = batch.last_seq
+                piece = await chunk_of(batch)
+                if piece:
+                    pieces.append(piece)
+            if pieces:
                 last_write = loop.time()
-                yield b"".join(chunk)
+                yield b"".join(pieces) if len(pieces) > 1 else pieces[0]
     finally:
         with contextlib.suppress(Exception):
             await feed.close()

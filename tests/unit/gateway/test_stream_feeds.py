@@ -129,7 +129,7 @@ async def test_every_stream_gets_every_event_once_in_order_wherever_it_starts(
     log.hub_lags = random.Random(3) if hub_lags else None
     for seq in range(1, 41):
         log.append(seq)
-    hub = Hub()
+    hub = Hub(linger_s=0.002, batch_most=5)
     await hub.start(cast(EventBus, log))  # at 40
     for seq in range(41, 61):  # the log goes on before the hub delivered any of it
         log.append(seq)
@@ -144,7 +144,7 @@ async def test_every_stream_gets_every_event_once_in_order_wherever_it_starts(
     async def read(i: int, feed: Feed, slow: bool) -> None:
         while not got[i] or got[i][-1] < 200:
             await feed.wait()
-            got[i] += [message.seq for message in feed.take(3)]
+            got[i] += [m.seq for batch in feed.take(3) for m in batch.messages]
             if slow:
                 await asyncio.sleep(chance.random() / 500)
 
