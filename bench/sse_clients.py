@@ -92,7 +92,7 @@ class Readers(StreamFigures):
         reader, writer = await self._open()
         try:
             if not parsed:
-                count = await self._count(reader)
+                await self._count(reader)
                 return
             body, text = Dechunked(), b""
             while data := await reader.read(1 << 16):
@@ -107,19 +107,22 @@ class Readers(StreamFigures):
                         self.ended.append(block.decode(errors="replace"))
         finally:
             writer.close()
-            self.received.append(count)
+            if parsed:
+                self.received.append(count)
 
-    async def _count(self, reader: asyncio.StreamReader) -> int:
+    async def _count(self, reader: asyncio.StreamReader) -> None:
         """Count the events of the stream without parsing them: each has one `id:`
         line after its `data:` line (the `open` event too); an `error` event ends it."""
         count, tail = 0, b""
-        while chunk := await reader.read(1 << 16):
-            data = tail + chunk
-            count += data.count(b"\nid: ")
-            if b"event: error" in data:
-                self.ended.append("error")
-            tail = data[-4:]
-        return max(0, count - 1)  # not the `open` event
+        try:
+            while chunk := await reader.read(1 << 16):
+                data = tail + chunk
+                count += data.count(b"\nid: ")
+                if b"event: error" in data:
+                    self.ended.append("error")
+                tail = data[-4:]
+        finally:
+            self.received.append(max(0, count - 1))  # not the `open` event
 
 
 class Dechunked:
