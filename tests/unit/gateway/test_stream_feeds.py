@@ -39,9 +39,15 @@ class MemoryLog:
         self.followers = 0
         self.hub_lags: random.Random | None = None
 
-    def append(self, seq: int) -> None:
-        """A message of sequence `seq` (its body need not decode: feeds do not read it)."""
-        self.messages.append(Incoming(seq, "gpuloom.evt.node.n.NodeLost", b"{}", {}, 0))
+    def append(self, seq: int, record: Any = None) -> None:
+        """A message of sequence `seq`: `record`'s, or one whose body does not decode
+        (feeds do not read it)."""
+        if record is None:
+            self.messages.append(Incoming(seq, "gpuloom.evt.node.n.NodeLost", b"{}", {}, 0))
+        else:
+            self.messages.append(
+                Incoming(seq, subject_for(record.event), encode(record.envelope), {}, 0)
+            )
         self.grown.set()
         self.grown = asyncio.Event()
 
@@ -175,3 +181,39 @@ async def test_streams_at_the_end_share_one_follower() -> None:
         await s.aclose()
     assert shared.hub.streams == 0
     await shared.hub.close()
+
+
+async def test_streams_of_one_kind_make_each_batch_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five operators' streams at the log's end: each event is decoded, decided and
+    encoded once for them all, and each gets the same bytes."""
+    built = LogBuilder()
+    for i in range(30):
+        built.register(f"n{i}", 1)
+    log = MemoryLog(built.records[:1])
+    shared = Streams()
+    made = shared.decoded.of
+    decoded: list[int] = []
+
+    def counted(message: Incoming) -> Any:
+        decoded.append(message.seq)
+        return made(message)
+
+    monkeypatch.setattr(shared.decoded, "of", counted)
+    streams = [stream_of(log, after=1, shared=shared) for _ in range(5)]
+    for s in streams:
+        await anext(s)
+    for record in built.records[1:]:
+        log.append(record.seq, record)
+        if record.seq % 10 == 0:
+            await asyncio.sleep(0.01)
+    got = []
+    for s in streams:
+        chunks: list[bytes] = []
+        while not chunks or events_of(chunks)[-1].id != str(built.records[-1].seq):
+            chunks.append(await asyncio.wait_for(anext(s), 5))
+        got.append(b"".join(chunks))
+        await s.aclose()
+    await shared.hub.close()
+    assert [int(e.id or 0) for e in events_of([got[0]])] == [r.seq for r in built.records[1:]]
+    assert got == [got[0]] * 5
+    assert sorted(decoded) == [r.seq for r in built.records[1:]]  # once each, not five times
