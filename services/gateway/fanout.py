@@ -7,7 +7,7 @@ event pulled, parsed and queued 100 times. Streams that follow the whole log fro
 its end (the common case: dashboards, `gpuloom watch`) now take each message from the
 hub, which pulls it once. A stream that starts further back (a resume, `?after=0`)
 reads with its own follower until it reaches the hub's position, then joins the hub;
-one that falls `buffer` events behind the hub (a slow reader) leaves it for its own
+one that falls `shared_buffer` events behind the hub (a slow reader) leaves it for its own
 follower again, from the next sequence it has not taken. Either way each stream gets
 every message after its start once, in order: a message at or below the last one it
 took is skipped, and a follower it left is ignored from the moment it left.
@@ -129,8 +129,13 @@ class Hub:
 
 
 class Feed:
-    """The messages of one stream after sequence `after`, in order, in batches (about
-    `buffer` messages wait at most): `wait`, then `take` them.
+    """The messages of one stream after sequence `after`, in order, in batches: `wait`,
+    then `take` them.
+
+    Its own follower waits while `buffer` messages wait (they are this stream's own
+    copies); the hub's batches are shared by every stream at the end, so a stream
+    holds up to `shared_buffer` of their messages (references) before it leaves the
+    hub: a client that pauses a few seconds stays on it.
 
     `slow` is set when its own follower waited `slow_after_s` for room: the stream ends
     then, and the client resumes after `position`."""
@@ -142,6 +147,7 @@ class Feed:
         after: int,
         *,
         buffer: int,
+        shared_buffer: int | None = None,
         slow_after_s: float,
         subjects: str = ALL_EVENTS,
     ) -> None:
@@ -149,6 +155,7 @@ class Feed:
         self.hub = hub
         self.subjects = subjects
         self.buffer = buffer
+        self.shared_buffer = buffer if shared_buffer is None else shared_buffer
         self.slow_after_s = slow_after_s
         self._inbox: deque[Batch] = deque()
         self._held = 0  # messages in the inbox
@@ -212,7 +219,7 @@ class Feed:
         if batch.last_seq <= self.position:
             return
         batch = batch.after(self.position)
-        if self._held and self._held + len(batch.messages) > self.buffer:
+        if self._held and self._held + len(batch.messages) > self.shared_buffer:
             assert self.hub is not None
             self.hub.detach(self)
             self._spawn(self._follow_own)

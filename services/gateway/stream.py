@@ -9,8 +9,9 @@ and no repeat: the SSE `id:` of each event is its sequence, and a reconnect with
 event whose id is the position it starts after, so a client that loses the
 connection before any event resumes from there too.
 
-A client that does not read holds at most `BUFFER` events here (it leaves the hub,
-and its own follower stops pulling: the server keeps the rest); if it stays stuck
+A client that does not read holds at most `SHARED_BUFFER` events of the hub's
+shared batches here, then leaves the hub for its own follower, which stops pulling
+once `BUFFER` wait (the server keeps the rest); if it stays stuck
 for `SLOW_AFTER_S`,
 its stream ends with an `error` event (`reason: slow`, and the sequence to resume
 after) instead of holding a consumer for ever. A position the log no longer holds
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 #: Events waiting for one client: then its follower stops pulling.
 BUFFER = 256
+#: Events of the hub's (shared) batches waiting for one client: then it leaves the
+#: hub for its own follower. They cost the stream a reference each, not a copy: a
+#: client may pause about ten seconds of a 350-events-a-second burst and stay.
+SHARED_BUFFER = 4096
 #: A client that takes nothing this long is disconnected (it resumes where it was).
 SLOW_AFTER_S = 30.0
 #: A keep-alive comment after this long without an event (proxies close idle streams).
@@ -276,7 +281,8 @@ async def event_stream(
         feed = Feed(bus, None, after, buffer=BUFFER, slow_after_s=SLOW_AFTER_S,
                     subjects=job_subjects(wanted.job))  # fmt: skip
     else:
-        feed = Feed(bus, shared.hub, after, buffer=BUFFER, slow_after_s=SLOW_AFTER_S)
+        feed = Feed(bus, shared.hub, after, buffer=BUFFER, shared_buffer=SHARED_BUFFER,
+                    slow_after_s=SLOW_AFTER_S)  # fmt: skip
     needs_owner = not principal.operator or wanted.user is not None or wanted.account is not None
     kind = shared.kind_of((principal.name, frozenset(principal.roles), wanted))
     loop = asyncio.get_running_loop()
