@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     #: Run each job as its submitting user's local account where that name exists
     #: (as Slurm does) and is not root's, else as `agent_job_user`.
     agent_map_users: bool = False
+    #: Where other nodes reach this node's jobs (a gang's MASTER_ADDR when its replica
+    #: 0 runs here); None: the first non-loopback IPv4 address of the host's name.
+    agent_address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    #: Ports a gang's replica 0 may be given for its rendezvous (MASTER_PORT), FIRST-LAST.
+    agent_rendezvous_ports: str = Field(default="29500-29999", pattern=r"^\d{1,5}-\d{1,5}$")
 
     heartbeat_interval_s: float = 1.0
     node_lost_timeout_s: float = 30.0

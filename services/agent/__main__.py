@@ -38,6 +38,7 @@ from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
 from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
+from services.agent.rendezvous import Rendezvous, node_address, parse_ports
 
 log = logging.getLogger("services.agent")
 
@@ -135,8 +136,17 @@ async def serve(
     if accounts is None:
         accounts = job_accounts(settings.agent_job_user, settings.agent_map_users)
     log.info("%s", accounts.describe())
+    rendezvous = Rendezvous(
+        settings.agent_address or node_address(), parse_ports(settings.agent_rendezvous_ports)
+    )
     agent = Agent(
-        names, root, grace_s=settings.cancel_grace_s, probe=probe, fence=guard, accounts=accounts
+        names,
+        root,
+        grace_s=settings.cancel_grace_s,
+        probe=probe,
+        fence=guard,
+        accounts=accounts,
+        rendezvous=rendezvous,
     )
     runner = agent.runner
     orphans = runner.scan(names)
@@ -148,6 +158,12 @@ async def serve(
             " (simulated)" if node.spec.simulated else "",
         )
     log.info("run folders in %s; %d running job(s) found", runner.root, orphans)
+    log.info(
+        "gangs whose replica 0 runs here meet at %s, ports %d-%d",
+        rendezvous.address,
+        rendezvous.ports.start,
+        rendezvous.ports.stop - 1,
+    )
     snapshots = snapshotter(settings, bus, "agent", agent_bucket(names))
     reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5, snapshots=snapshots)
     subscriptions = [await serve_logs(bus, runner.root, name) for name in names]

@@ -45,6 +45,7 @@ from services.agent.reconcile import (
     reconcile,
     started,
 )
+from services.agent.rendezvous import Rendezvous
 from services.agent.runner import Exited, NotStarted, Runner, Started
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Agent:
         probe: GpuMemoryProbe | None = None,
         fence: Fence | None = None,
         accounts: Accounts | None = None,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
         self.runner = Runner(
@@ -90,6 +92,7 @@ class Agent:
             environ=environ,
             probe=probe,
             accounts=accounts,
+            rendezvous=rendezvous,
         )
         self.outbox: dict[JobKey, Exited] = {}
         self.fence = fence
@@ -124,7 +127,7 @@ class Agent:
             job = state.jobs[action.job_id]
             result = self.runner.ensure(action)
             if isinstance(result, Started):
-                return [started(job, action.node, result.pid, action.replica)]
+                return [started(job, action.node, result.pid, action.replica, result.master)]
             if isinstance(result, NotStarted):
                 end = result.ended
                 return [
@@ -210,7 +213,7 @@ class Agent:
                 continue
             replica = key[2]
             if replica not in job.started_replicas and exited.pid is not None:
-                decisions.append(started(job, exited.node, exited.pid, replica))
+                decisions.append(started(job, exited.node, exited.pid, replica, exited.master))
             end = exited.ended
             decisions.append(
                 finished(job, exited.node, end.outcome, end.exit_code, end.reason, replica, end.at)

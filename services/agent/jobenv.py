@@ -11,6 +11,7 @@ from pathlib import Path
 from gpuloom.events import JobSpec, SliceRef
 from gpuloom.events.text import reserved_env_reason
 from services.agent.reconcile import Ensure
+from services.agent.rendezvous import Master, launcher_environment
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,10 @@ def reserved_names(env: Mapping[str, str]) -> list[str]:
 
 
 def ensure_environment(
-    base: Mapping[str, str], action: Ensure, user: str, home: Path
+    base: Mapping[str, str], action: Ensure, user: str, home: Path, master: Master | None = None
 ) -> dict[str, str]:
-    """The environment of `action`'s command, run as the account `user` in `home`."""
+    """The environment of `action`'s command, run as the account `user` in `home`; a
+    gang's replica meets the others at `master` (`services.agent.rendezvous`)."""
     dropped = reserved_names(action.spec.env)
     if dropped:  # admission rejects these now; an older log may still hold one
         log.warning("job %s: env sets reserved %s: left out", action.job_id, ", ".join(dropped))
@@ -58,6 +60,7 @@ def ensure_environment(
         replica=action.replica,
         hosts=action.hosts,
         array=(action.array_id, action.array_index) if action.array_id is not None else None,
+        master=master,
     )
 
 
@@ -74,6 +77,7 @@ def job_environment(
     replica: int = 0,
     hosts: Sequence[str] = (),
     array: tuple[str, int | None] | None = None,
+    master: Master | None = None,
 ) -> dict[str, str]:
     """`base`, then the job's own `spec.env`, then the variables gpuloom controls.
 
@@ -102,6 +106,8 @@ def job_environment(
         env["GPULOOM_REPLICA"] = str(replica)
         env["GPULOOM_REPLICAS"] = str(len(hosts))
         env["GPULOOM_REPLICA_HOSTS"] = ",".join(hosts)
+        if master is not None:  # what distributed-training launchers read
+            env.update(launcher_environment(replica, len(hosts), spec.gpus, master))
     if array is not None:  # a task of a job array
         env["GPULOOM_ARRAY_ID"] = array[0]
         env["GPULOOM_ARRAY_INDEX"] = str(array[1])

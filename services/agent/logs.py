@@ -1,10 +1,12 @@
 """Answer log requests: the tail of a job's stdout and stderr on one node.
 
 Request (JSON, core NATS request on `agent_logs_subject(node)`):
-`{"job_id": str, "tail_bytes": int = 65536}`.
-Reply: `{"job_id", "found", "attempt", "stdout", "stderr"}` for the job's latest
-attempt on this node (the highest attempt folder), decoded as UTF-8 with errors
-replaced; `found` is false and `attempt` null when the node never ran the job.
+`{"job_id": str, "tail_bytes": int = 65536, "replica": int = 0, "attempt": int | null}`.
+Reply: `{"job_id", "found", "attempt", "replica", "attempts", "stdout", "stderr"}` for
+the replica's given attempt on this node (null: its latest, the highest attempt
+folder), decoded as UTF-8 with errors replaced; `attempts` lists the replica's
+attempts this node holds. `found` is false and `attempt` null when the node never
+ran that attempt of that replica.
 A malformed request gets `{"error": "..."}`. The reply never exceeds
 `max_payload`: the tails are shortened until it fits.
 """
@@ -18,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuloom.events.base import SUBJECT_TOKEN
+from services.agent.shim import RunDir, parse_run_leaf
 
 DEFAULT_TAIL = 65536
 MAX_TAIL = 4 * 1024 * 1024
@@ -28,15 +31,17 @@ class LogsRequest(BaseModel):
 
     job_id: str = Field(pattern=SUBJECT_TOKEN.pattern)  # also keeps paths inside the root
     tail_bytes: int = Field(default=DEFAULT_TAIL, ge=0, le=MAX_TAIL)
+    replica: int = Field(default=0, ge=0, le=1023)
+    attempt: int | None = Field(default=None, ge=1)
 
 
-def latest_attempt(root: Path, node: str, job_id: str) -> int | None:
-    """The highest attempt that has a run folder for `job_id` on `node`."""
+def attempts_of(root: Path, node: str, job_id: str, replica: int = 0) -> list[int]:
+    """The attempts of `replica` of `job_id` that have a run folder on `node`, in order."""
     try:
-        attempts = [int(p.name) for p in (root / node / job_id).iterdir() if p.name.isdigit()]
+        leaves = [parse_run_leaf(p.name) for p in (root / node / job_id).iterdir()]
     except OSError:
-        return None
-    return max(attempts, default=None)
+        return []
+    return sorted(leaf[0] for leaf in leaves if leaf is not None and leaf[1] == replica)
 
 
 def tail(path: Path, size: int) -> str:
@@ -54,16 +59,25 @@ def tail(path: Path, size: int) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def job_logs(root: Path, node: str, job_id: str, tail_bytes: int) -> dict[str, Any]:
-    """The reply for one job (see module doc)."""
-    attempt = latest_attempt(root, node, job_id)
-    if attempt is None:
-        return {"job_id": job_id, "found": False, "attempt": None, "stdout": "", "stderr": ""}
-    run = root / node / job_id / str(attempt)
+def job_logs(
+    root: Path,
+    node: str,
+    job_id: str,
+    tail_bytes: int,
+    replica: int = 0,
+    attempt: int | None = None,
+) -> dict[str, Any]:
+    """The reply for one replica's attempt of one job (see module doc)."""
+    attempts = attempts_of(root, node, job_id, replica)
+    chosen = max(attempts, default=None) if attempt is None else attempt
+    reply: dict[str, Any] = {"job_id": job_id, "replica": replica, "attempts": attempts}
+    if chosen is None or chosen not in attempts:
+        return {**reply, "found": False, "attempt": None, "stdout": "", "stderr": ""}
+    run = RunDir(root, node, job_id, chosen, replica).path
     return {
-        "job_id": job_id,
+        **reply,
         "found": True,
-        "attempt": attempt,
+        "attempt": chosen,
         "stdout": tail(run / "stdout", tail_bytes),
         "stderr": tail(run / "stderr", tail_bytes),
     }
@@ -80,7 +94,8 @@ def answer(root: Path, node: str, request: bytes, max_payload: int = 1024 * 1024
         return orjson.dumps({"error": f"malformed logs request: {problems}"})
     size = parsed.tail_bytes
     while True:
-        reply = orjson.dumps(job_logs(root, node, parsed.job_id, size))
+        logs = job_logs(root, node, parsed.job_id, size, parsed.replica, parsed.attempt)
+        reply = orjson.dumps(logs)
         if len(reply) <= max_payload or size == 0:
             return reply
         size //= 2

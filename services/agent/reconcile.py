@@ -59,6 +59,8 @@ class Local:
     node: str
     pid: int
     status: Status
+    #: Replica 0 of a gang: the rendezvous its agent reserved.
+    master: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Ensure:
     replica: int = 0
     #: Hosts of every replica of the gang, in replica order (for rendezvous).
     hosts: tuple[str, ...] = ()
+    #: The gang's rendezvous, for replicas but 0 (whose agent reserves it).
+    master: tuple[str, int] | None = None
     #: For a task of a job array: the array's id and the task's index.
     array_id: str | None = None
     array_index: int | None = None
@@ -131,9 +135,24 @@ def finished_msg_id(job_id: str, attempt: int, replica: int = 0) -> str:
     return f"{job_id}:finished:{attempt}{suffix}"
 
 
-def started(job: JobState, node: str, pid: int | None, replica: int = 0) -> Decision:
+def started(
+    job: JobState,
+    node: str,
+    pid: int | None,
+    replica: int = 0,
+    master: tuple[str, int] | None = None,
+) -> Decision:
+    address, port = master if master is not None else (None, None)
     return Decision(
-        JobStarted(job_id=job.job_id, attempt=job.attempt, node=node, pid=pid, replica=replica),
+        JobStarted(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            node=node,
+            pid=pid,
+            replica=replica,
+            master_addr=address,
+            master_port=port,
+        ),
         started_msg_id(job.job_id, job.attempt, replica),
         job.last_event_id,
     )
@@ -201,7 +220,8 @@ def _ensure(job: JobState, node: str, replica: int) -> Ensure:
         job_id=job.job_id,
         attempt=job.attempt,
         node=node,
-        phase=job.phase,
+        # a replica of a running gang that has not started yet is still to be started
+        phase=job.phase if replica in job.started_replicas else "placed",
         spec=job.spec,
         gpu_indexes=indexes,
         gpu_uuids=uuids,
@@ -209,13 +229,32 @@ def _ensure(job: JobState, node: str, replica: int) -> Ensure:
         slices=slices,
         replica=replica,
         hosts=tuple(r.host for r in job.replicas),
+        master=job.master if replica else None,
         array_id=job.array_id,
         array_index=job.array_index,
     )
 
 
+#: A gang replica's outcomes that end the rest of the gang (`gang_ended`).
+GANG_ENDING = ("failed", "timed_out")
+
+
+def gang_ended(job: JobState) -> str | None:
+    """Why the other replicas of a gang end, or None: a replica failed or timed out
+    (the first one reported). Its peers would otherwise wait for it for ever in their
+    collectives: they are stopped and end `failed`, and so does the job."""
+    if len(job.replicas) < 2:
+        return None
+    for replica, (outcome, exit_code, _) in job.finished_replicas.items():
+        if outcome in GANG_ENDING:
+            code = "" if exit_code is None else f" with exit code {exit_code}"
+            return f"replica {replica} {outcome.replace('_', ' ')}{code}: the gang ends"
+    return None
+
+
 def _for_replica(job: JobState, node: str, replica: int, local: Local | None) -> list[Action]:
     not_started = replica not in job.started_replicas
+    ended_by = gang_ended(job)
     if local is None:
         if not_started and job.cancel_requested:
             return [
@@ -224,6 +263,10 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
         if not_started and job.preempted_by is not None:
             why = f"preempted by {job.preempted_by} before start"
             return [Report(finished(job, node, "preempted", None, why, replica))]
+        if not_started and ended_by is not None:
+            return [Report(finished(job, node, "failed", None, ended_by, replica))]
+        if not_started and replica > 0 and len(job.replicas) > 1 and job.master is None:
+            return []  # it starts once replica 0's rendezvous is in the log
         return [_ensure(job, node, replica)]
     if local.status is Status.ORPHAN:
         return [_ensure(job, node, replica)]
@@ -233,8 +276,10 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
         if job.preempted_by is not None:
             why = f"preempted by {job.preempted_by}"
             return [Stop((job.job_id, job.attempt, replica), "preempted", why)]
+        if ended_by is not None:
+            return [Stop((job.job_id, job.attempt, replica), "failed", ended_by)]
         if not_started:
-            return [Report(started(job, node, local.pid, replica))]
+            return [Report(started(job, node, local.pid, replica, local.master))]
     return []
 
 

@@ -36,6 +36,7 @@ from services.agent.jobenv import (
     spawn_problem,
 )
 from services.agent.reconcile import Ensure, JobKey, Local, Status
+from services.agent.rendezvous import Master, Rendezvous, format_master, parse_master
 from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class Exited:
     node: str
     pid: int | None
     ended: Ended
+    #: A gang's replica 0: its rendezvous (for a JobStarted not reported before).
+    master: Master | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,8 @@ class Started:
     """`ensure` started a new shim."""
 
     pid: int
+    #: A gang's replica 0: the rendezvous reserved for it.
+    master: Master | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,8 @@ class _Proc:
     memory_limits: dict[str, int] = field(default_factory=dict)
     #: This stop's grace between steps, when shorter than the runner's (a fence).
     grace_s: float | None = None
+    #: Replica 0 of a gang: the rendezvous reserved for it (`services.agent.rendezvous`).
+    master: Master | None = None
 
 
 def memory_limits(action: Ensure) -> dict[str, int]:
@@ -114,6 +121,14 @@ def memory_limits(action: Ensure) -> dict[str, int]:
 def _read_end(run: RunDir) -> Ended:
     """How the run ended, with when, from its run folder."""
     return ended(run.read_exit(), run.read_reason(), run.exit_time())
+
+
+def _read_master(run: RunDir) -> Master | None:
+    """The rendezvous recorded for a gang's replica 0 (None for any other run)."""
+    try:
+        return parse_master(run.file("master").read_text())
+    except OSError:
+        return None
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -135,8 +150,11 @@ class Runner:
         environ: Mapping[str, str] | None = None,
         probe: GpuMemoryProbe | None = None,
         accounts: Accounts | None = None,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self.root = root.resolve()
+        #: Where gangs whose replica 0 runs here meet (the node's address, its ports).
+        self.rendezvous = rendezvous or Rendezvous("127.0.0.1")
         #: Who jobs run as (default: "nobody" when the agent is root, else itself).
         self.accounts = accounts if accounts is not None else job_accounts()
         self.probe = probe
@@ -150,7 +168,7 @@ class Runner:
     # --- what reconcile sees -------------------------------------------------------
 
     def views(self) -> dict[JobKey, Local]:
-        return {key: Local(p.node, p.pid, p.status) for key, p in self._procs.items()}
+        return {key: Local(p.node, p.pid, p.status, p.master) for key, p in self._procs.items()}
 
     # --- actions -------------------------------------------------------------------
 
@@ -197,7 +215,11 @@ class Runner:
             self._end(key, action.node, run, None, Ended("failed", None, "agent lost the process"))
             return Resumed(None)
         account = self.accounts.for_user(action.spec.user)
-        env = ensure_environment(self.base_env, action, account.name, run.work)
+        master = action.master
+        if len(action.hosts) > 1 and action.replica == 0:
+            held = [p.master[1] for p in self._procs.values() if p.master is not None]
+            master = self.rendezvous.reserve(action.job_id, held)  # OSError: next round
+        env = ensure_environment(self.base_env, action, account.name, run.work, master)
         command = list(action.spec.command)
         unfit = spawn_problem(command, env)
         if unfit is not None:
@@ -206,6 +228,8 @@ class Runner:
         if problem is not None:
             return NotStarted(Ended("failed", problem[0], problem[1]))
         run.create()
+        if master is not None and action.replica == 0:
+            run.file("master").write_text(format_master(master))
         too_big = exec_size_problem(command, env)
         if too_big is not None:
             return self._not_started(run, too_big)
@@ -228,8 +252,9 @@ class Runner:
             time_limit_s=limit,
             deadline=None if limit is None else time.monotonic() + limit,
             memory_limits=memory_limits(action),
+            master=master if action.replica == 0 else None,
         )
-        return Started(pid)
+        return Started(pid, master if action.replica == 0 else None)
 
     def _not_started(self, run: RunDir, reason: str) -> NotStarted:
         """A spawn that failed for good: record why in the run folder, so that if its
@@ -251,6 +276,7 @@ class Runner:
             own = held.own if held is not None else False
             self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
             self._procs[key].memory_limits = memory_limits(action)
+            self._procs[key].master = _read_master(run)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         self._end(key, action.node, run, pid, _read_end(run))
@@ -382,4 +408,4 @@ class Runner:
             return
         self._procs[key] = _Proc(node, run, pid or 0, own=False, status=Status.EXITED)
         log.info("job %s attempt %d replica %d ended: %s (%s)", *key, end.outcome, end.reason or "")
-        self.on_exit(Exited(key, node, pid, end))
+        self.on_exit(Exited(key, node, pid, end, _read_master(run) if key[2] == 0 else None))

@@ -15,8 +15,9 @@ from sqlalchemy import func, select
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
+from gpuloom.bus import EventBus
 from gpuloom.decide.explain import explain
-from gpuloom.events import JobCancelRequested, MalformedEvent, decode
+from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
 from gpuloom.state.retention import owner
@@ -271,29 +272,65 @@ async def job_logs(
     session: SessionDep,
     principal: PrincipalDep,
     tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = 65536,  # what the agent sends
+    replica: Annotated[int, Query(ge=0, le=1023, description="A gang's replica.")] = 0,
+    attempt: Annotated[
+        int | None, Query(ge=1, le=2**31 - 1, description="An earlier attempt; default: the last.")
+    ] = None,
 ) -> JobLogs:
-    """stdout and stderr of the job's latest run, fetched from the agent of its node."""
+    """stdout and stderr of one replica's run (replica 0's, the job's last attempt, by
+    default), fetched from the agent of the node it ran on."""
     row = await load_job(gateway, session, job_id)
     check_job(gateway, principal, "logs", row.user, row.account)
-    if row.node is None:
+    if row.node is None and attempt is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")
     bus = gateway.live_bus()
-    request = orjson.dumps({"job_id": job_id, "tail_bytes": tail_bytes})
+    node = row.node
+    if replica or attempt is not None:
+        node = await _host_of(bus, job_id, attempt or row.attempt, replica)
+    assert node is not None
+    request = orjson.dumps(
+        {"job_id": job_id, "tail_bytes": tail_bytes, "replica": replica, "attempt": attempt}
+    )
     try:
-        reply = await bus.nc.request(agent_logs_subject(row.node), request, timeout=3)
+        reply = await bus.nc.request(agent_logs_subject(node), request, timeout=3)
     except (NatsError, TimeoutError) as exc:
-        raise unavailable(f"the agent of node {row.node} did not answer: {exc}") from exc
+        raise unavailable(f"the agent of node {node} did not answer: {exc}") from exc
     doc = orjson.loads(reply.data)
     if "error" in doc:
         raise HTTPException(status_code=502, detail=f"agent error: {doc['error']}")
     if not doc.get("found"):
-        raise HTTPException(
-            status_code=404, detail=f"node {row.node} holds no logs of job {job_id}"
-        )
+        which = f"replica {replica} of job {job_id}" if replica else f"job {job_id}"
+        if attempt is not None:
+            which += f", attempt {attempt},"
+        raise HTTPException(status_code=404, detail=f"node {node} holds no logs of {which}")
     return JobLogs(
         job_id=job_id,
-        node=row.node,
+        node=node,
         attempt=doc.get("attempt"),
+        replica=replica,
+        attempts=doc.get("attempts", []),
         stdout=doc.get("stdout", ""),
         stderr=doc.get("stderr", ""),
     )
+
+
+async def _host_of(bus: EventBus, job_id: str, attempt: int, replica: int) -> str:
+    """The node `replica` of `attempt` of the job ran on, from the attempt's JobPlaced."""
+    try:
+        messages = await bus.read_subject(job_subjects(job_id))
+    except (NatsError, TimeoutError) as exc:
+        raise unavailable(f"could not read the log: {exc}") from exc
+    for message in messages:
+        try:
+            event = decode(message.seq, message.body, subject=message.subject).event
+        except MalformedEvent:
+            continue
+        if isinstance(event, JobPlaced) and event.attempt == attempt:
+            replicas = event.assignments()
+            if replica >= len(replicas):
+                raise HTTPException(
+                    status_code=404,
+                    detail=f"replica {replica}: job {job_id} has {len(replicas)} replica(s)",
+                )
+            return replicas[replica].host
+    raise HTTPException(status_code=404, detail=f"job {job_id} has no attempt {attempt}")

@@ -45,10 +45,28 @@ class Job(BaseModel):
     finished_at: datetime | None
     #: The resource request beyond whole GPUs (fraction, CPU, memory, pool, locality...).
     request: dict[str, Any] | None = None
-    #: The current placement: each replica's host and GPU slices (local and remote).
-    placement: list[dict[str, Any]] | None = None
+    #: The current (or last) placement: each replica's host, GPU slices (local and
+    #: remote) and where it stands.
+    placement: list[ReplicaPlacement] | None = None
     #: For a job array's own id: its tasks and how many are in each state.
     array: ArraySummary | None = None
+
+
+class ReplicaPlacement(BaseModel):
+    """One replica of a job's placement (a gang has several: docs/distributed.md)."""
+
+    host: str
+    #: Its GPU slices: node, index, uuid, milli (1000: whole), memory_mib.
+    slices: list[dict[str, Any]]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    #: Its number in the gang (None in rows written before replicas were numbered).
+    replica: int | None = None
+    #: `placed`, `running`, or how it ended (`succeeded`, `failed`, ...); None in rows
+    #: written before replicas had a state.
+    state: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
 
 
 class ArraySummary(BaseModel):
@@ -85,6 +103,10 @@ class JobLogs(BaseModel):
     job_id: str
     node: str
     attempt: int | None
+    #: The gang's replica these are of (0 for a job of one replica).
+    replica: int = 0
+    #: The attempts of this replica its node holds logs of.
+    attempts: list[int] = Field(default_factory=list)
     stdout: str
     stderr: str
 

@@ -389,9 +389,17 @@ class GpuloomClient:
         """`GET /v1/jobs/{id}/events`: the job's events in log order."""
         return cast(JobEvents, self._request("GET", f"/v1/jobs/{_segment(job_id)}/events"))
 
-    def job_logs(self, job_id: str, tail_bytes: int | None = None) -> JobLogs:
-        """`GET /v1/jobs/{id}/logs`; 503 when the job's node agent does not answer."""
-        params = {"tail_bytes": tail_bytes} if tail_bytes is not None else None
+    def job_logs(
+        self,
+        job_id: str,
+        tail_bytes: int | None = None,
+        replica: int = 0,
+        attempt: int | None = None,
+    ) -> JobLogs:
+        """`GET /v1/jobs/{id}/logs` (replica 0's last attempt unless told); 503 when the
+        agent of the node it ran on does not answer."""
+        given = {"tail_bytes": tail_bytes, "replica": replica or None, "attempt": attempt}
+        params = {name: value for name, value in given.items() if value is not None}
         return cast(
             JobLogs, self._request("GET", f"/v1/jobs/{_segment(job_id)}/logs", params=params)
         )

@@ -28,6 +28,7 @@ from gpuloom.client.buscmds import app as bus_app
 from gpuloom.client.clustercmds import commands as cluster_commands
 from gpuloom.client.context import CliState, JsonFlag, emit, err, fail, gateway, print_json
 from gpuloom.client.logcmds import audit_command, replay_command
+from gpuloom.client.outputcmds import commands as output_commands
 from gpuloom.client.policycmds import limits_app, priority_class_app
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
@@ -280,7 +281,11 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json({"job": job, "events": trail})
         return
-    emit(render.job_details(job), "", render.events_table(trail))
+    replicas = render.replicas_table(job)
+    if replicas is None:
+        emit(render.job_details(job), "", render.events_table(trail))
+    else:
+        emit(render.job_details(job), "", replicas, "", render.events_table(trail))
 
 
 @app.command("queue")
@@ -311,23 +316,6 @@ def cancel(ctx: typer.Context, job_id: JobId) -> None:
     with gateway(ctx) as client:
         answer = client.cancel_job(job_id)
     emit(f"cancel requested for {escape(answer['id'])} (state: {answer['state']})")
-
-
-@app.command()
-def logs(
-    ctx: typer.Context,
-    job_id: JobId,
-    stderr: Annotated[bool, typer.Option("--stderr", help="Show stderr, not stdout.")] = False,
-    tail: Annotated[int | None, typer.Option(min=0, help="Only the last BYTES bytes.")] = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Print a job's output, as kept by its node agent."""
-    with gateway(ctx) as client:
-        answer = client.job_logs(job_id, tail_bytes=tail)
-    if as_json:
-        print_json(answer)
-    else:
-        typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
 
 
 @app.command(context_settings=PASS_THROUGH)
@@ -364,6 +352,7 @@ def up() -> None:
     devstack.main()
 
 
+app.registered_commands += output_commands.registered_commands
 app.registered_commands += cluster_commands.registered_commands
 app.add_typer(token_app, name="token")
 app.add_typer(priority_class_app, name="priority-class")

@@ -130,6 +130,33 @@ def job_details(job: Job) -> Table:
     return table
 
 
+def replicas_table(job: Job) -> Table | None:
+    """Each replica of a gang: its node, GPUs, state and exit code (None: one replica)."""
+    placement = job.get("placement") or []
+    if len(placement) < 2:
+        return None
+    table = new_table(title="replicas")
+    for column in ("REPLICA", "NODE", "GPUS", "STATE", "EXIT", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for position, replica in enumerate(placement):
+        gpus = ",".join(
+            f"{piece['node']}:{piece['index']}" if piece["node"] != replica["host"]
+            else str(piece["index"])
+            for piece in replica.get("slices", [])
+        )  # fmt: skip
+        number = replica.get("replica")
+        state = replica.get("state")
+        table.add_row(
+            str(position if number is None else number),
+            replica["host"],
+            gpus or "-",
+            "-" if state is None else state_text(state),
+            dash(replica.get("exit_code")),
+            dash(replica.get("reason")),
+        )
+    return table
+
+
 def _data_text(data: dict[str, Any], limit: int = 100) -> str:
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -42,6 +42,22 @@ class Job(TypedDict):
     finished_at: str | None
     #: Only for a job array's own id: its tasks and how many are in each state.
     array: NotRequired[ArraySummary | None]
+    #: The resources asked for beside the GPUs (`replicas`, pool, fractions, ...).
+    request: NotRequired[dict[str, Any] | None]
+    #: Every replica of the current (or last) attempt: host, slices, state, exit code.
+    placement: NotRequired[list[ReplicaView] | None]
+
+
+class ReplicaView(TypedDict):
+    host: str
+    slices: list[dict[str, Any]]
+    cpu_milli: int
+    memory_mib: int
+    #: None in rows written before replicas were numbered and had a state.
+    replica: int | None
+    state: str | None
+    exit_code: int | None
+    reason: str | None
 
 
 class ArraySummary(TypedDict):
@@ -82,6 +98,9 @@ class JobLogs(TypedDict):
     node: str | None
     #: None: the job never ran (no attempt's logs to show).
     attempt: int | None
+    #: The gang's replica these are of, and the attempts of it its node keeps.
+    replica: int
+    attempts: list[int]
     stdout: str
     stderr: str
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, model_validator
 
 from gpuloom.events.base import JobEvent
+
+#: Where a replica's rendezvous is reached: a host name or an IPv4 or IPv6 address.
+HOST_ADDRESS = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
 
 #: `preempted`: stopped for a JobPreempted; the job is requeued, not ended.
 Outcome = Literal["succeeded", "failed", "timed_out", "cancelled", "preempted"]
@@ -20,6 +23,19 @@ class JobStarted(JobEvent):
     node: str
     replica: int = Field(default=0, ge=0)
     pid: int | None = None
+    #: Replica 0 of a gang: where the other replicas reach it (their `MASTER_ADDR` and
+    #: `MASTER_PORT`): its node's address and a port its agent reserved. The other
+    #: replicas start once this is in the log.
+    master_addr: str | None = Field(default=None, pattern=HOST_ADDRESS)
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _master_of_replica_zero(self) -> JobStarted:
+        if (self.master_addr is None) != (self.master_port is None):
+            raise ValueError("master_addr and master_port go together")
+        if self.master_port is not None and self.replica != 0:
+            raise ValueError("only replica 0 is a gang's master")
+        return self
 
 
 class JobFinished(JobEvent):

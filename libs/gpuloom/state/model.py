@@ -163,6 +163,9 @@ class JobState:
     started_replicas: set[int] = field(default_factory=set)
     #: Replica -> (outcome, exit code, reason) of the current attempt.
     finished_replicas: dict[int, tuple[str, int | None, str | None]] = field(default_factory=dict)
+    #: A gang's rendezvous (replica 0's address and port) in the current attempt, from
+    #: replica 0's JobStarted: the other replicas start once it is known.
+    master: tuple[str, int] | None = None
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None

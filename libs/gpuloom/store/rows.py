@@ -49,8 +49,21 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
             "node_selector": dict(sorted(spec.node_selector.items())),
             "replicas": spec.replicas,
         },
-        "placement": [replica.model_dump(mode="json") for replica in job.replicas],
+        "placement": [replica_view(job, number) for number in range(len(job.replicas))],
     }
+
+
+def replica_view(job: JobState, number: int) -> dict[str, Any]:
+    """Replica `number` of the job's current (or last) attempt: its host and slices, and
+    where it stands: `placed`, `running`, or how it ended (with its exit code and why)."""
+    view: dict[str, Any] = job.replicas[number].model_dump(mode="json")
+    view["replica"] = number
+    if number in job.finished_replicas:
+        outcome, exit_code, reason = job.finished_replicas[number]
+        view.update(state=outcome, exit_code=exit_code, reason=reason)
+    else:
+        view["state"] = "running" if number in job.started_replicas else "placed"
+    return view
 
 
 def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:

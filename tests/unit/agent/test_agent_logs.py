@@ -1,4 +1,4 @@
-"""Log requests: tails of the latest attempt's stdout and stderr."""
+"""Log requests: tails of a replica's attempt's stdout and stderr (the latest by default)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def root(tmp_path: Path) -> Path:
         run.create()
         run.file("stdout").write_text(text * 3)
         run.file("stderr").write_bytes(b"bad byte \xff\n")
+    other = RunDir(tmp_path, "node-a", "j1", 1, replica=2)  # a gang's replica 2 ran here
+    other.create()
+    other.file("stdout").write_text("replica 2\n")
     return tmp_path
 
 
@@ -31,11 +34,21 @@ def ask(root: Path, request: object, max_payload: int = 1 << 20) -> dict[str, An
 def test_the_latest_attempt_is_answered(root: Path) -> None:
     assert ask(root, {"job_id": "j1"}) == {
         "job_id": "j1",
+        "replica": 0,
+        "attempts": [1, 2],
         "found": True,
         "attempt": 2,
         "stdout": "second try\n" * 3,
         "stderr": "bad byte \ufffd\n",
     }
+
+
+def test_an_earlier_attempt_and_another_replica_are_answered(root: Path) -> None:
+    assert ask(root, {"job_id": "j1", "attempt": 1})["stdout"] == "first try\n" * 3
+    replica = ask(root, {"job_id": "j1", "replica": 2})
+    assert (replica["attempt"], replica["attempts"], replica["stdout"]) == (1, [1], "replica 2\n")
+    missing = ask(root, {"job_id": "j1", "replica": 2, "attempt": 2})
+    assert (missing["found"], missing["attempt"], missing["attempts"]) == (False, None, [1])
 
 
 def test_only_the_tail_is_sent(root: Path) -> None:
@@ -45,6 +58,8 @@ def test_only_the_tail_is_sent(root: Path) -> None:
 def test_an_unknown_job_is_not_found(root: Path) -> None:
     assert ask(root, {"job_id": "nope"}) == {
         "job_id": "nope",
+        "replica": 0,
+        "attempts": [],
         "found": False,
         "attempt": None,
         "stdout": "",
@@ -54,8 +69,15 @@ def test_an_unknown_job_is_not_found(root: Path) -> None:
 
 @pytest.mark.parametrize(
     "request_body",
-    [b"not json", {"tail_bytes": 5}, {"job_id": "../../etc"}, {"job_id": "j1", "tail_bytes": -1}],
-    ids=["not JSON", "no job id", "a path for a job id", "negative tail"],
+    [
+        b"not json",
+        {"tail_bytes": 5},
+        {"job_id": "../../etc"},
+        {"job_id": "j1", "tail_bytes": -1},
+        {"job_id": "j1", "replica": -1},
+        {"job_id": "j1", "attempt": 0},
+    ],
+    ids=["not JSON", "no job id", "a path for a job id", "negative tail", "replica", "attempt"],
 )
 def test_a_malformed_request_gets_an_error(root: Path, request_body: object) -> None:
     reply = ask(root, request_body)

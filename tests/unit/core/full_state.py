@@ -45,6 +45,7 @@ def full_state() -> ClusterState:
     job.reason, job.idempotency_key, job.cancel_requested = "Priority", "k-b", True
     job.array_id, job.array_index = "arr", 1
     job.preempted_by, job.preempted_at, job.charged_attempts = "a", at, [1, 2]
+    job.master = ("10.0.0.7", 29501)
     run = job.runs[0]
     run.charges, run.charged_until, run.charged_milli_seconds = 2, at, 1234
     run.charged_by_model = {"H100-80GB": 1234}

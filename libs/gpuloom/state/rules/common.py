@@ -111,5 +111,6 @@ def forget_placement(state: ClusterState, job: JobState) -> None:
     job.replicas = ()
     job.started_replicas = set()
     job.finished_replicas = {}
+    job.master = None
     job.preempted_by = None
     job.preempted_at = None

@@ -64,6 +64,7 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job.replicas = tuple(replicas)
     job.started_replicas = set()
     job.finished_replicas = {}
+    job.master = None
     job.reason = None
     job.placed_at = recorded.envelope.at
     job.placed_seq = recorded.seq
@@ -192,6 +193,8 @@ def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None
     if event.replica in job.started_replicas or event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already started")
     job.started_replicas.add(event.replica)
+    if event.master_addr is not None and event.master_port is not None:
+        job.master = (event.master_addr, event.master_port)
     if job.phase == "placed":
         job.runs.append(
             Run(

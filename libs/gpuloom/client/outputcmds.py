@@ -1,0 +1,68 @@
+"""`gpuloom logs`: a job's output, as the agents of the nodes it ran on keep it, of
+any replica of a gang and any attempt. Registered on the top-level app by `cli`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuloom.client.api import ApiError, GpuloomClient
+from gpuloom.client.context import JsonFlag, gateway, print_json
+from gpuloom.client.schema import JobLogs
+
+#: The commands of this module, merged into `gpuloom` (`cli.app`).
+commands = typer.Typer()
+
+JobId = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
+
+
+@commands.command()
+def logs(
+    ctx: typer.Context,
+    job_id: JobId,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Show stderr, not stdout.")] = False,
+    tail: Annotated[int | None, typer.Option(min=0, help="Only the last BYTES bytes.")] = None,
+    replica: Annotated[int, typer.Option(min=0, help="A gang's replica.")] = 0,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="An earlier attempt \\[default: the last].")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every attempt of every replica, each under a header.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Print a job's output, as kept by the agent of the node it ran on."""
+    with gateway(ctx) as client:
+        if not every:
+            answer = client.job_logs(job_id, tail_bytes=tail, replica=replica, attempt=attempt)
+            if as_json:
+                print_json(answer)
+            else:
+                typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
+            return
+        found = every_log(client, job_id, tail)
+    if as_json:
+        print_json(found)
+        return
+    for answer in found:
+        typer.echo(
+            f"==> attempt {answer['attempt']}, replica {answer['replica']} "
+            f"(node {answer['node']}) <=="
+        )
+        typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
+
+
+def every_log(client: GpuloomClient, job_id: str, tail: int | None) -> list[JobLogs]:
+    """The logs of every attempt of every replica the nodes still hold, in order."""
+    job = client.get_job(job_id)
+    replicas = int((job.get("request") or {}).get("replicas") or 1)
+    found: list[JobLogs] = []
+    for attempt in range(1, int(job["attempt"]) + 1):
+        for replica in range(replicas):
+            try:
+                found.append(client.job_logs(job_id, tail, replica=replica, attempt=attempt))
+            except ApiError as exc:
+                if exc.status != 404:  # 404: never ran, or its node no longer keeps it
+                    raise
+    return found
