@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
-from gpuloom.decide.explain import explain
+from gpuloom.decide.explain import explain, reason_text
 from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
@@ -106,7 +106,26 @@ async def list_jobs(
         query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
     )
     accounts = accounts_of(gateway)
-    return JobList(jobs=[to_job(row, principal, accounts) for row in rows], total=total)
+    jobs = [with_pending_reason(gateway, to_job(row, principal, accounts)) for row in rows]
+    return JobList(jobs=jobs, total=total)
+
+
+def with_pending_reason(gateway: Gateway, job: Job) -> Job:
+    """A pending job with its explain code and detail as `reason` (squeue's REASON:
+    `Resources: no node has room for it now`), what the row said kept after it."""
+    state = gateway.projector.state if gateway.projector is not None else None
+    live = state.jobs.get(job.id) if state is not None else None
+    # The rows are written a batch after the fold: explain only the state the row shows,
+    # lest a row still `submitted` carry the reason of the job already queued.
+    if state is None or live is None or live.phase != job.state or job.state not in PENDING_PHASES:
+        return job
+    found = explain(state, job.id, brief=True)
+    if found is None or found.reason is None:
+        return job
+    reason = reason_text(found.reason, found.detail) or ""
+    if job.reason and job.reason not in reason:  # e.g. "requeued: node-b lost"
+        reason += f" ({job.reason})"
+    return job.model_copy(update={"reason": reason})
 
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})
@@ -126,25 +145,7 @@ async def get_job(
         if not tasks:
             raise HTTPException(status_code=404, detail=f"job {job_id} not found")
         return array_view(job_id, [to_job(task, principal, accounts) for task in tasks])
-    job = to_job(row, principal, accounts)
-    state = gateway.projector.state if gateway.projector is not None else None
-    live = state.jobs.get(job_id) if state is not None else None
-    # The rows are written a batch after the fold: explain only the state the row shows,
-    # lest a row still `submitted` carry the reason of the job already queued.
-    if (
-        state is not None
-        and live is not None
-        and live.phase == job.state
-        and job.state in PENDING_PHASES
-    ):
-        found = explain(state, job_id, brief=True)
-        if found is not None and found.reason is not None:
-            detail = found.detail or ""
-            reason = detail if detail.startswith(found.reason) else f"{found.reason}: {detail}"
-            if job.reason and job.reason not in reason:  # e.g. "requeued: node-b lost"
-                reason += f" ({job.reason})"
-            job = job.model_copy(update={"reason": reason})
-    return job
+    return with_pending_reason(gateway, to_job(row, principal, accounts))
 
 
 @router.delete(

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import submit_problem
-from gpuloom.decide.admission import time_limit_problem
+from gpuloom.decide.admission import resources_problem, time_limit_problem
 from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
@@ -125,6 +125,7 @@ async def submit_job(
     spec = submission_spec(request, user, principal, gateway)
     _check_time_limit(spec, gateway.settings.max_time_limit_s)
     _check_env(spec)
+    _check_feasible(gateway, spec)
     if idempotency_key is not None:
         existing = await _submitted_with(gateway, idempotency_key, principal, user)
         if existing is not None:
@@ -147,6 +148,24 @@ def _check_time_limit(spec: JobSpec, maximum: int) -> None:
         raise RequestValidationError(
             [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
         )
+
+
+def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
+    """422 for a request no registered node could ever run (as sbatch refuses one at
+    once), naming the field at fault; one that merely cannot run now is queued.
+
+    Judged on the cluster as this gateway has read it; while it still reads the log at
+    its start, admission alone judges (it rejects such a job with the same reason)."""
+    projector = gateway.projector
+    if projector is None or projector.state.seq < gateway.start_seq:
+        return
+    found = resources_problem(projector.state, spec)
+    if found is None:
+        return
+    field, why = found
+    loc = ("body", field) if field is not None else ("body",)
+    message = f"no node could ever run this job: {why}"
+    raise RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
 
 
 def _check_env(spec: JobSpec) -> None:

@@ -91,18 +91,33 @@ def test_a_job_sees_its_gpus_and_its_logs_are_served(cluster: Cluster) -> None:
     ]
 
 
-def test_impossible_jobs_are_rejected_with_a_reason(cluster: Cluster) -> None:
-    model = cluster.submit(gpu_model=["V100"], command=["true"])
-    too_big = cluster.submit(gpus=5, command=["true"])
-    done = cluster.wait_final([model, too_big], timeout=30)
-    assert done[model]["state"] == "rejected"
-    assert "V100" in done[model]["reason"]
-    assert done[too_big]["state"] == "rejected"
-    assert "largest node has 4" in done[too_big]["reason"]
+@pytest.mark.parametrize(
+    ("body", "field", "why"),
+    [
+        ({"gpu_model": ["V100"]}, "gpu_model", "no node has GPU model V100"),
+        ({"gpus": 5}, "gpus", "largest node has 4"),
+    ],
+)
+def test_a_job_no_node_could_ever_run_is_refused_at_once(
+    cluster: Cluster, body: dict[str, object], field: str, why: str
+) -> None:
+    job = {"name": "x", "user": "alice", "account": "research", "command": ["true"], "gpus": 1}
+    response = cluster.http.post("/v1/jobs", json={**job, **body})
+    assert response.status_code == 422, response.text
+    [error] = response.json()["errors"]
+    assert error["loc"] == ["body", field] and why in error["msg"], error
+    assert "no node could ever run this job" in response.json()["detail"]
+
+
+def test_a_job_the_log_rules_out_is_rejected_with_a_reason(cluster: Cluster) -> None:
+    ghost = cluster.submit(command=["true"], depends_on=[{"job": "no-such-job"}])
+    done = cluster.wait_final([ghost], timeout=30)
+    assert done[ghost]["state"] == "rejected"
+    assert "no-such-job" in done[ghost]["reason"]
     # an ended job has left the live state at once (nothing is left to charge): its
     # explanation is how it ended, from its row
-    explained = cluster.http.get(f"/v1/jobs/{model}/explain").json()
-    assert (explained["state"], explained["detail"]) == ("rejected", done[model]["reason"])
+    explained = cluster.http.get(f"/v1/jobs/{ghost}/explain").json()
+    assert (explained["state"], explained["detail"]) == ("rejected", done[ghost]["reason"])
 
 
 def test_time_limit_and_cancel(cluster: Cluster) -> None:

@@ -203,8 +203,23 @@ def submit(
         list[str] | None, typer.Option("--selector", help="LABEL=VALUE the host must have.")
     ] = None,
     replicas: Annotated[int | None, typer.Option(min=1, help="Gang size.")] = None,
+    array: Annotated[
+        int | None,
+        typer.Option(min=1, help="A job array of N tasks, each with GPULOOM_ARRAY_INDEX 0..N-1."),
+    ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            help="Start after other jobs, as sbatch: afterok:ID[:ID...] (they succeed), "
+            "afterany:ID[:ID...] (they end), comma-separated.",
+        ),
+    ] = None,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Wait for the end; exit 0 only if it succeeded.")
+        bool,
+        typer.Option(
+            "--wait", help="Wait for the end (every task of an array); exit 0 only if it succeeded."
+        ),
     ] = False,
 ) -> None:
     """Submit a job and print its id: gpuloom submit --gpus 1 -- python train.py"""
@@ -234,16 +249,47 @@ def submit(
                 "node_selector": parse_env(selector) if selector else None,
                 "replicas": replicas,
                 "preemptible": preemptible or None,
+                "array": array,
+                "depends_on": parse_dependency(dependency) if dependency else None,
             },
         )
         typer.echo(answer["id"])
         if not wait:
             return
-        job = wait_for_final(client, answer["id"], state.poll_interval_s)
-    if job["state"] != "succeeded":
+        tasks = answer.get("tasks") or [answer["id"]]
+        ended = [wait_for_final(client, task, state.poll_interval_s) for task in tasks]
+    failed = [job for job in ended if job["state"] != "succeeded"]
+    for job in failed:
         detail = job.get("reason") or f"exit code {render.dash(job.get('exit_code'))}"
         err.print(f"{job['id']} ended {job['state']}: {escape(str(detail))}")
+    if failed:
         raise typer.Exit(1)
+
+
+#: sbatch's dependency types gpuloom has, and what each waits for.
+DEPENDENCY_TYPES = {"afterok": "succeeded", "afterany": "finished"}
+#: sbatch's other types: refused by name rather than taken for a job id.
+SLURM_ONLY_TYPES = frozenset({"after", "afterburstbuffer", "aftercorr", "afternotok", "singleton"})
+
+
+def parse_dependency(text: str) -> list[dict[str, str]]:
+    """`afterok:A:B,afterany:C` -> the submission's `depends_on` (sbatch's syntax, as
+    far as gpuloom has its types); a bare id waits for that job to succeed."""
+    found: list[dict[str, str]] = []
+    for part in text.split(","):
+        kind, colon, ids = part.strip().partition(":")
+        if not colon and kind not in SLURM_ONLY_TYPES:  # a bare job id
+            kind, ids = "afterok", kind
+        if kind not in DEPENDENCY_TYPES:
+            known = ", ".join(DEPENDENCY_TYPES)
+            raise typer.BadParameter(
+                f"dependency type {kind!r}: gpuloom has {known}", param_hint="--dependency"
+            )
+        for job_id in ids.split(":"):
+            if not job_id:
+                raise typer.BadParameter(f"empty job id in {part!r}", param_hint="--dependency")
+            found.append({"job": job_id, "when": DEPENDENCY_TYPES[kind]})
+    return found
 
 
 @app.command()

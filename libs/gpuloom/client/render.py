@@ -23,6 +23,7 @@ from gpuloom.client.schema import (
     Usage,
     UsageRecord,
 )
+from gpuloom.decide.explain import reason_text
 
 STATE_STYLES: dict[str, str] = {
     "succeeded": "green",
@@ -84,6 +85,7 @@ def jobs_table(answer: JobList) -> Table:
     table.add_column("NODE")
     table.add_column("PRIO", justify="right")
     table.add_column("SUBMITTED", no_wrap=True)
+    table.add_column("REASON")
     for job in answer["jobs"]:
         table.add_row(
             job["id"],
@@ -95,6 +97,7 @@ def jobs_table(answer: JobList) -> Table:
             dash(job.get("node")),
             str(job["priority"]),
             when(job.get("submitted_at")),
+            dash(job.get("reason")),
         )
     return table
 
@@ -322,9 +325,7 @@ def explanation(answer: JobExplanation) -> Table:
     table = new_table(title=f"job {answer['id']}: {answer['state']}")
     table.add_column("WHAT")
     table.add_column("WHY")
-    table.add_row(
-        "reason", f"{answer.get('reason') or '-'}: {answer.get('detail') or ''}".strip(": ")
-    )
+    table.add_row("reason", reason_text(answer.get("reason"), answer.get("detail")) or "-")
     if answer.get("position") is not None:
         ahead = ", ".join(answer.get("ahead", [])) or "-"
         table.add_row("position", f"{answer['position']} (ahead: {ahead})")

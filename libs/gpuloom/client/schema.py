@@ -18,6 +18,8 @@ FINAL_STATES: frozenset[str] = frozenset(
 class SubmitAnswer(TypedDict):
     id: str
     state: str
+    #: For a job array: the ids of its tasks, by index.
+    tasks: NotRequired[list[str] | None]
 
 
 class Job(TypedDict):

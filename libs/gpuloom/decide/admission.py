@@ -22,40 +22,59 @@ def membership_problem(state: ClusterState, spec: JobSpec) -> str | None:
 
 
 def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
-    """Why no registered node (ready or lost: lost nodes may come back) could ever run `spec`.
-
-    "Ever" means on an idle cluster: the job is placed, with the shared placement
-    rules, on views of every registered node with nothing allocated. The reason
-    names the first rule nobody can satisfy.
-    """
+    """Why `spec` is rejected at admission: its user may not use the account, a job it
+    depends on is unknown or ended otherwise than it needs, or no registered node could
+    ever run it (`resources_problem`)."""
     membership = membership_problem(state, spec)
     if membership is not None:
         return membership
-    nodes = [state.nodes[name] for name in sorted(state.nodes)]
-    if not nodes:
-        return "no node is registered"
+    if not state.nodes:
+        return NO_NODE
     for dependency in spec.depends_on:
         phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
         if phase is None:
             return dependency_unknown(dependency.job)
         if dependency.when == "succeeded" and phase in FINAL_PHASES and phase != "succeeded":
             return f"dependency {dependency.job} ended {phase}, not succeeded"
+    found = resources_problem(state, spec)
+    return None if found is None else found[1]
+
+
+NO_NODE = "no node is registered"
+
+
+def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, str] | None:
+    """The request field and why, when no registered node (ready or lost: lost nodes may
+    come back) could ever run `spec`; None when one could. The field is None where no
+    one field is at fault (CPU, memory and labels together).
+
+    "Ever" means on an idle cluster: the job is placed, with the shared placement
+    rules, on views of every registered node with nothing allocated. The reason
+    names the first rule nobody can satisfy. The gateway asks this before it writes a
+    submission (422, as sbatch refuses such a job at once); admission asks it again
+    of every submission in the log.
+    """
+    nodes = [state.nodes[name] for name in sorted(state.nodes)]
+    if not nodes:
+        return None, NO_NODE
     if spec.gpus == 0:
         idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):
             return None
-        return "no node has the CPU, memory and labels the job asks for"
+        return None, "no node has the CPU, memory and labels the job asks for"
     gpus = [gpu for node in nodes for gpu in node.gpus.values()]
     models = sorted({gpu.model for gpu in gpus})
     wanted = spec.gpu_model
     if wanted and not set(wanted) & set(models):
-        return (
+        return "gpu_model", (
             f"no node has GPU model {' or '.join(wanted)} "
             f"(models in the cluster: {', '.join(models) or 'none'})"
         )
     pool = "vgpu" if spec.gpu_milli is not None else spec.pool
     if pool != "any" and not any(gpu.pool == pool for gpu in gpus):
-        return f"no GPU is in the {pool} pool"
+        return ("gpu_milli" if spec.gpu_milli is not None else "pool"), (
+            f"no GPU is in the {pool} pool"
+        )
     views = node_views(state, idle=True, include_lost=True)
     if place(request_of(spec), NodeIndex(views), BestFit(), Context()) is not None:
         return None
@@ -78,8 +97,13 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     needs = f"job needs {spec.gpus} {what}" + (f" ({', '.join(extras)})" if extras else "")
     if largest < spec.gpus:
         remote = "" if spec.locality == "local-only" else " and remote vGPU cannot make up the rest"
-        return f"{needs} but the largest node has {largest}{remote}"
-    return f"{needs} but no node has them with the CPU, memory and labels the job asks for"
+        return "gpus", f"{needs} but the largest node has {largest}{remote}"
+    if spec.replicas > 1:
+        return "replicas", (
+            f"{spec.replicas} replicas of {spec.gpus} {what} each do not fit in the whole "
+            "cluster at once (with the CPU, memory and labels the job asks for)"
+        )
+    return None, f"{needs} but no node has them with the CPU, memory and labels the job asks for"
 
 
 def time_limit_problem(spec: JobSpec, max_time_limit_s: int | None) -> str | None:

@@ -82,6 +82,16 @@ def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) ->
     return reasons[0] if reasons else None
 
 
+def reason_text(code: str | None, detail: str | None) -> str | None:
+    """`Code: detail`, with the code once: a detail that already starts with its code
+    (`Dependency: waiting for ...`) is shown as it is."""
+    if code is None:
+        return detail
+    if not detail:
+        return code
+    return detail if detail.startswith(code) else f"{code}: {detail}"
+
+
 def _brief(state: ClusterState, job: JobState) -> Explanation:
     """The reason of a queued job that neither quota nor dependencies hold, without the
     queue order (a sort of the whole queue) or per-node verdicts (see `explain`).

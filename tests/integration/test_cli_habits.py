@@ -1,0 +1,79 @@
+"""Slurm habits in the CLI, end to end: arrays, dependencies in sbatch's syntax,
+`--wait` over every task, the REASON column, and a request no node could ever run
+refused at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuloom.client.cli import app
+from gpuloom.testing.cluster import Cluster, SimNode
+from gpuloom.testing.servers import nats_jetstream
+
+NODES = {"agent-a": [SimNode("node-a", "A100-80GB", 2)]}
+
+
+@pytest.fixture(scope="module")
+def habits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base: Path = tmp_path_factory.mktemp("habits")
+    with nats_jetstream(base / "nats") as url:
+        cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", NODES)
+        try:
+            cluster.start()
+            cluster.wait_nodes_ready(1)
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def gpuloom(cluster: Cluster, *args: str) -> tuple[int, str, str]:
+    env = {"GPULOOM_TOKEN": cluster.token_for("alice"), "GPULOOM_GATEWAY_URL": cluster.gateway_url}
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:
+    code, out, err = gpuloom(
+        habits, "submit", "--account", "research", "--array", "3", "--wait", "--",
+        "sh", "-c", 'test "$GPULOOM_ARRAY_INDEX" != 1',
+    )  # fmt: skip
+    array_id = out.splitlines()[0]
+    assert code == 1, (out, err)  # task 1 fails: --wait says so and exits 1
+    assert f"{array_id}-1 ended failed" in err
+    assert f"{array_id}-0 ended" not in err and f"{array_id}-2 ended" not in err
+
+
+def test_a_dependency_in_sbatch_syntax_orders_jobs(habits: Cluster) -> None:
+    code, out, _ = gpuloom(habits, "submit", "--account", "research", "--", "sleep", "2")
+    assert code == 0
+    first = out.strip()
+    code, out, err = gpuloom(
+        habits, "submit", "--account", "research", "--dependency", f"afterok:{first}", "--",
+        "true",
+    )  # fmt: skip
+    assert code == 0, err
+    second = out.strip()
+    code, listed, _ = gpuloom(habits, "jobs", "--limit", "500")
+    assert code == 0
+    row = next(line for line in listed.splitlines() if second[:12] in line)
+    assert "REASON" in listed and "Dependency" in row, listed
+    assert row.count("Dependency") == 1  # said once, not "Dependency: Dependency: ..."
+    done = habits.wait_final([first, second], timeout=60)
+    assert done[first]["finished_at"] <= done[second]["started_at"]
+
+    code, _, err = gpuloom(
+        habits, "submit", "--account", "research", "--dependency", f"afternotok:{first}", "--",
+        "true",
+    )  # fmt: skip
+    assert code == 2 and "afternotok" in err and "afterok, afterany" in err
+
+
+def test_a_job_no_node_could_ever_run_is_refused_at_once(habits: Cluster) -> None:
+    code, out, err = gpuloom(habits, "submit", "--account", "research", "--gpus", "3", "--", "true")
+    assert code != 0 and out == ""
+    assert "422" in err or "largest node has 2" in err, err
+    assert "largest node has 2" in err

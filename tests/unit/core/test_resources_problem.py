@@ -1,0 +1,59 @@
+"""What the gateway refuses at submission (422 naming the field) is what admission
+would reject for lack of any node: `resources_problem` answers both."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuloom.decide.admission import rejection_reason, resources_problem
+from gpuloom.decide.explain import reason_text
+from gpuloom.events import JobSpec
+from gpuloom.state import ClusterState
+from gpuloom.testing.builders import LogBuilder, make_job_spec
+
+
+def cluster() -> LogBuilder:
+    """n1: 4 x A100-80GB, n2: 2 x A100-80GB."""
+    log = LogBuilder()
+    log.register("n1", 4, "A100-80GB")
+    log.register("n2", 2, "A100-80GB")
+    return log
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (make_job_spec(1, gpu_model=["B200"]), "gpu_model"),
+        (make_job_spec(5), "gpus"),
+        (make_job_spec(1, pool="vgpu"), "pool"),
+        (make_job_spec(1, gpu_milli=500), "gpu_milli"),
+        (make_job_spec(2, replicas=4), "replicas"),  # 3 pairs in all: 4 never fit at once
+        (make_job_spec(0, cpu_milli=10**9), None),
+    ],
+)
+def test_the_field_at_fault_is_named_and_admission_gives_the_same_reason(
+    spec: JobSpec, field: str | None
+) -> None:
+    state = cluster().state()
+    found = resources_problem(state, spec)
+    assert found is not None and found[0] == field
+    assert rejection_reason(state, spec) == found[1]
+
+
+@pytest.mark.parametrize("spec", [make_job_spec(4), make_job_spec(2, replicas=3), make_job_spec(0)])
+def test_what_some_node_could_run_passes(spec: JobSpec) -> None:
+    assert resources_problem(cluster().state(), spec) is None
+
+
+def test_an_empty_cluster_has_no_node() -> None:
+    assert resources_problem(ClusterState(), make_job_spec(1)) == (None, "no node is registered")
+
+
+def test_a_reason_says_its_code_once() -> None:
+    assert reason_text("Dependency", "Dependency: waiting for a to succeed") == (
+        "Dependency: waiting for a to succeed"
+    )
+    assert reason_text("Resources", "no node has room for it now") == (
+        "Resources: no node has room for it now"
+    )
+    assert reason_text(None, "ended") == "ended" and reason_text("Held", None) == "Held"
