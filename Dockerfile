@@ -14,7 +14,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY libs ./libs
 COPY services ./services
-RUN pip install . && rm -rf /src
+# `[nvml]`: agents on real GPU nodes discover GPUs and watch their memory through NVML
+# (libnvidia-ml.so comes from the host's driver, mounted by the NVIDIA container toolkit).
+RUN pip install ".[nvml]" && rm -rf /src
 
 # The migrations are not part of the wheel: ship them beside it.
 COPY migrations /opt/gpuloom/migrations

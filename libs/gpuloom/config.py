@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     #: Where other nodes reach this node's jobs (a gang's MASTER_ADDR when its replica
     #: 0 runs here); None: the first non-loopback IPv4 address of the host's name.
     agent_address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    #: An agent of a real machine that finds no GPU serves it as a node without GPUs
+    #: instead of refusing to start.
+    agent_allow_no_gpu: bool = False
     #: Ports a gang's replica 0 may be given for its rendezvous (MASTER_PORT), FIRST-LAST.
     agent_rendezvous_ports: str = Field(default="29500-29999", pattern=r"^\d{1,5}-\d{1,5}$")
 

@@ -153,8 +153,21 @@ def memory_mib() -> int:
         return 0
 
 
-def discover_local_node(name: str | None = None) -> ServedNode:
-    """The machine as one node: `name` (default: sanitised hostname) and its real GPUs."""
+#: What an agent that finds no GPU says (it refuses to start unless allowed).
+NO_GPU_HELP = (
+    "install the NVIDIA driver and gpuloom's NVML support (pip install 'gpuloom[nvml]'), "
+    "or pass --allow-no-gpu (GPULOOM_AGENT_ALLOW_NO_GPU=true) to serve it as a node "
+    "without GPUs"
+)
+
+
+def discover_local_node(name: str | None = None, *, allow_no_gpu: bool = False) -> ServedNode:
+    """The machine as one node: `name` (default: sanitised hostname) and its real GPUs.
+
+    A machine where neither NVML nor nvidia-smi finds a GPU is refused (DiscoveryError)
+    unless `allow_no_gpu`: an agent meant for a GPU node that registered with none would
+    look ready and take no job. Without pynvml the GPUs come from nvidia-smi, and the
+    GPU memory watch is off: that is said as a warning."""
     node = sanitise_node_name(name if name is not None else socket.gethostname())
     if name is not None and node != name:
         raise DiscoveryError(f"invalid node name {name!r}: {NAME_RULE}")
@@ -162,8 +175,18 @@ def discover_local_node(name: str | None = None) -> ServedNode:
     source = "NVML"
     if gpus is None:
         gpus, source = gpus_from_nvidia_smi(), "nvidia-smi"
+        if gpus:
+            log.warning(
+                "node %s: NVML is not available (pip install 'gpuloom[nvml]'): GPUs come from "
+                "nvidia-smi, and the GPU memory watch of fractional jobs is off",
+                node,
+            )
     if gpus is None:
         gpus, source = [], "nothing (no NVML, no nvidia-smi)"
+    if not gpus and not allow_no_gpu:
+        raise DiscoveryError(f"node {node}: no GPU found with {source}: {NO_GPU_HELP}")
+    if not gpus:
+        log.warning("node %s: no GPU found; serving it as a node without GPUs", node)
     log.info("node %s: %d GPU(s) found with %s", node, len(gpus), source)
     spec = NodeSpec(gpus=gpus, cpu_milli=cpu_milli(), memory_mib=memory_mib(), simulated=False)
     return ServedNode(node, spec)

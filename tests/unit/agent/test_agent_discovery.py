@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.agent import discovery
 from services.agent.discovery import (
     DiscoveryError,
     discover_local_node,
@@ -58,8 +59,16 @@ def test_model_names_drop_the_vendor() -> None:
     assert normalise_model(" NVIDIA GeForce RTX 4090 ") == "GeForce-RTX-4090"
 
 
+def test_a_machine_without_gpu_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(discovery, "gpus_from_nvml", lambda: None)
+    monkeypatch.setattr(discovery, "gpus_from_nvidia_smi", lambda: None)
+    with pytest.raises(DiscoveryError, match=r"no GPU found.*--allow-no-gpu"):
+        discover_local_node("here")
+    assert discover_local_node("here", allow_no_gpu=True).spec.gpus == []
+
+
 def test_this_machine_is_one_real_node() -> None:
-    node = discover_local_node("here")
+    node = discover_local_node("here", allow_no_gpu=True)
 
     assert node.name == "here"
     assert not node.spec.simulated
