@@ -7,15 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from gpuloom.events import GpuPoolChanged, NodeCordoned, NodeUncordoned, json_schemas
+from gpuloom.events import (
+    GpuPoolChanged,
+    NodeCordoned,
+    NodeRemoved,
+    NodeUncordoned,
+    json_schemas,
+)
 from gpuloom.events.text import Remark
 from gpuloom.queueing.order import dependency_status, pending_in_order, priority_weights
 from gpuloom.queueing.priority import FACTOR_SCALE
-from gpuloom.state.rules.nodes import pool_change_problem
+from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
 from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import GatewayDep, NodeName, SessionDep
@@ -26,6 +32,7 @@ from services.gateway.schemas import (
     Health,
     Node,
     NodeList,
+    NodeRemovedAnswer,
     PoolChangeAccepted,
     Problem,
     Queue,
@@ -40,8 +47,14 @@ public = APIRouter()
 @router.get("/v1/nodes", response_model=NodeList, tags=["nodes"])
 async def list_nodes(gateway: GatewayDep, session: SessionDep) -> NodeList:
     await gateway.catch_up()
-    rows = await session.scalars(select(NodeRow).order_by(NodeRow.name))
+    rows = await session.scalars(
+        select(NodeRow).where(NodeRow.state != REMOVED).order_by(NodeRow.name)
+    )
     return NodeList(nodes=[Node.model_validate(row, from_attributes=True) for row in rows])
+
+
+#: The state of a removed node's last row (NodeRemoved): it is no longer listed.
+REMOVED = "removed"
 
 
 class PoolChange(BaseModel):
@@ -127,10 +140,40 @@ async def uncordon(
     return await _node_after_write(gateway, session, node)
 
 
+@router.delete(
+    "/v1/nodes/{node}",
+    status_code=202,
+    response_model=NodeRemovedAnswer,
+    tags=["nodes"],
+    responses={404: {"model": Problem}, 409: {"model": Problem}, **UNAVAILABLE},
+    dependencies=[Depends(operator("remove nodes"))],
+)
+async def remove_node(
+    node: NodeName,
+    gateway: GatewayDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+    reason: Annotated[Remark, Query(description="Why (kept in the log).")] = "",
+) -> NodeRemovedAnswer:
+    """Remove a node gone for good (event NodeRemoved, which names who asked): it leaves
+    the cluster and its listing. 409 while it holds a job: cancel or requeue those first
+    (a lost node's jobs are requeued already). Its agent, back, would register it anew."""
+    await _known_node(gateway, session, node)
+    if gateway.projector is not None:
+        problem = removal_problem(gateway.projector.state, node)
+        if problem is not None:
+            raise HTTPException(status_code=409, detail=problem)
+    recorded = await publish(gateway, NodeRemoved(node=node, reason=reason), principal=principal)
+    voided = await gateway.voided_reason(recorded.seq)
+    if voided is not None:
+        raise HTTPException(status_code=409, detail=voided)
+    return NodeRemovedAnswer(node=node, seq=recorded.seq)
+
+
 async def _known_node(gateway: GatewayDep, session: SessionDep, node: str) -> NodeRow:
     await gateway.catch_up()
     row = await session.get(NodeRow, node)
-    if row is None:
+    if row is None or row.state == REMOVED:
         raise HTTPException(status_code=404, detail=f"node {node} not found")
     return row
 

@@ -233,6 +233,12 @@ class ValidationProblem(Problem):
     errors: list[FieldError]
 
 
+class NodeRemovedAnswer(BaseModel):
+    node: str
+    #: Stream sequence of the NodeRemoved event.
+    seq: int
+
+
 class PoolChangeAccepted(BaseModel):
     node: str
     gpu: int

@@ -1,9 +1,11 @@
 """Slurm habits in the CLI, end to end: arrays, dependencies in sbatch's syntax,
-`--wait` over every task, the REASON column, and a request no node could ever run
-refused at once."""
+`--wait` over every task, the REASON column, a request no node could ever run
+refused at once, and `nodes remove` for a node gone for good (the last test: it
+kills node-b's agent)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,10 @@ from gpuloom.client.cli import app
 from gpuloom.testing.cluster import Cluster, SimNode
 from gpuloom.testing.servers import nats_jetstream
 
-NODES = {"agent-a": [SimNode("node-a", "A100-80GB", 2)]}
+NODES = {
+    "agent-a": [SimNode("node-a", "A100-80GB", 2)],
+    "agent-b": [SimNode("node-b", "A100-80GB", 1)],
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +29,15 @@ def habits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", NODES)
         try:
             cluster.start()
-            cluster.wait_nodes_ready(1)
+            cluster.wait_nodes_ready(2)
             yield cluster
         finally:
             cluster.stop()
 
 
-def gpuloom(cluster: Cluster, *args: str) -> tuple[int, str, str]:
-    env = {"GPULOOM_TOKEN": cluster.token_for("alice"), "GPULOOM_GATEWAY_URL": cluster.gateway_url}
+def gpuloom(cluster: Cluster, *args: str, roles: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    token = cluster.token_for("alice", roles)
+    env = {"GPULOOM_TOKEN": token, "GPULOOM_GATEWAY_URL": cluster.gateway_url}
     result = CliRunner().invoke(app, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
@@ -77,3 +83,43 @@ def test_a_job_no_node_could_ever_run_is_refused_at_once(habits: Cluster) -> Non
     assert code != 0 and out == ""
     assert "422" in err or "largest node has 2" in err, err
     assert "largest node has 2" in err
+
+
+def test_a_node_gone_for_good_is_removed_by_an_operator(habits: Cluster) -> None:
+    busy = habits.submit(gpus=2, command=["sleep", "60"])  # holds node-a
+    habits.wait_state([busy], "running")
+    code, _, err = gpuloom(habits, "nodes", "remove", "node-a", roles=("operator",))
+    assert code == 1 and "still holds job(s)" in err and busy in err, err
+
+    assert habits.stack is not None
+    habits.stack.kill("agent-b")  # node-b's machine is gone
+    deadline = time.monotonic() + 30
+    while (
+        next(n for n in habits.http.get("/v1/nodes").json()["nodes"] if n["name"] == "node-b")[
+            "state"
+        ]
+        != "lost"
+    ):
+        assert time.monotonic() < deadline, "node-b was not lost"
+        time.sleep(0.25)
+
+    code, _, err = gpuloom(habits, "nodes", "remove", "node-b")  # a plain user
+    assert code == 1 and "operator" in err, err
+    code, out, err = gpuloom(
+        habits, "nodes", "remove", "node-b", "--reason", "decommissioned", roles=("operator",)
+    )
+    assert code == 0, err
+    assert "node-b removed" in out
+    names = [n["name"] for n in habits.http.get("/v1/nodes").json()["nodes"]]
+    assert names == ["node-a"]
+    removed = [r for r in habits.read_log() if r.event.TYPE == "NodeRemoved"]
+    assert [(r.event.node, r.event.reason, r.envelope.principal) for r in removed] == [
+        ("node-b", "decommissioned", "alice")
+    ]
+    again = habits.http.delete("/v1/nodes/node-b", headers=operator_headers(habits))
+    assert again.status_code == 404
+    habits.http.delete(f"/v1/jobs/{busy}")
+
+
+def operator_headers(cluster: Cluster) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cluster.token_for('root', ('operator',))}"}

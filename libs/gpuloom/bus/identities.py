@@ -61,6 +61,7 @@ WRITERS: dict[str, tuple[str, str]] = {
     "QuotaSet": ("account", "gateway"),
     "NodeCordoned": ("node", "gateway"),
     "NodeUncordoned": ("node", "gateway"),
+    "NodeRemoved": ("node", "gateway"),
     "GpuPoolChanged": ("node", "gateway"),
     "PriorityClassSet": ("priorityclass", "gateway"),
     "PriorityClassDeleted": ("priorityclass", "gateway"),

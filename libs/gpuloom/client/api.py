@@ -415,6 +415,12 @@ class GpuloomClient:
         path = f"/v1/nodes/{_segment(node)}/cordon"
         return cast(dict[str, Any], self._request("POST", path, json={"reason": reason}))
 
+    def remove_node(self, node: str, reason: str = "") -> dict[str, Any]:
+        """`DELETE /v1/nodes/{node}`: a node gone for good leaves the cluster (operators)."""
+        params = {"reason": reason} if reason else None
+        path = f"/v1/nodes/{_segment(node)}"
+        return cast(dict[str, Any], self._request("DELETE", path, params=params))
+
     def uncordon(self, node: str) -> dict[str, Any]:
         """`DELETE /v1/nodes/{node}/cordon`."""
         return cast(dict[str, Any], self._request("DELETE", f"/v1/nodes/{_segment(node)}/cordon"))

@@ -400,6 +400,7 @@ def up() -> None:
 
 app.registered_commands += output_commands.registered_commands
 app.registered_commands += cluster_commands.registered_commands
+app.registered_groups += cluster_commands.registered_groups
 app.add_typer(token_app, name="token")
 app.add_typer(priority_class_app, name="priority-class")
 app.add_typer(limits_app, name="limits")

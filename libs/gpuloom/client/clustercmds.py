@@ -78,15 +78,33 @@ def accounts(
     emit(render.accounts_table(answer["accounts"]))
 
 
-@commands.command()
+nodes_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+commands.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.callback()
 def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List nodes and their GPUs."""
+    """List nodes and their GPUs (`nodes remove NODE`: one gone for good)."""
+    if ctx.invoked_subcommand is not None:
+        return
     with gateway(ctx) as client:
         answer = client.nodes()
     if as_json:
         print_json(answer)
     else:
         emit(render.nodes_table(answer["nodes"]))
+
+
+@nodes_app.command("remove")
+def remove_node(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node gone for good.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the log).")] = "",
+) -> None:
+    """Remove a node gone for good (operators; the log records who): it must hold no job."""
+    with gateway(ctx) as client:
+        answer = client.remove_node(node, reason)
+    typer.echo(f"{node} removed (seq {answer['seq']})")
 
 
 @commands.command()

@@ -30,6 +30,7 @@ from gpuloom.events.inventory import (
     NodeLost,
     NodeRecovered,
     NodeRegistered,
+    NodeRemoved,
     NodeSpec,
     NodeUncordoned,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "NodeLost",
     "NodeRecovered",
     "NodeRegistered",
+    "NodeRemoved",
     "NodeSpec",
     "NodeUncordoned",
     "Outcome",

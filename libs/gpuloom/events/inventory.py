@@ -88,6 +88,15 @@ class NodeCordoned(NodeEvent):
     reason: Remark = ""
 
 
+class NodeRemoved(NodeEvent):
+    """An operator removed a node gone for good (decommissioned, replaced): it leaves the
+    cluster, its GPUs with it. Only a node that holds no job may be removed; its agent,
+    should it come back, registers it anew."""
+
+    TYPE: ClassVar[str] = "NodeRemoved"
+    reason: Remark = ""
+
+
 class NodeUncordoned(NodeEvent):
     """An admin gave a cordoned node back to placement."""
 

@@ -21,6 +21,7 @@ from gpuloom.events.inventory import (
     NodeLost,
     NodeRecovered,
     NodeRegistered,
+    NodeRemoved,
     NodeUncordoned,
 )
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
@@ -51,6 +52,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobReserved,
     JobPreempted,
     NodeCordoned,
+    NodeRemoved,
     NodeUncordoned,
     AccountUsersSet,
     JobArraySubmitted,

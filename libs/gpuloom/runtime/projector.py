@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.jetstream import INBOX_LIMIT
-from gpuloom.events import JobEvent, NodeEvent, Recorded
+from gpuloom.events import JobEvent, NodeEvent, NodeRemoved, Recorded
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state import ClusterState, JobState, NodeState
@@ -41,6 +41,11 @@ CHECKPOINT = "gateway.jobs_nodes"
 
 JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
+
+
+def removed_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
+    """The last row of a removed node (NodeRemoved): the node as it was, `removed`."""
+    return {**rows.node_row(node, state), "state": "removed"}
 
 
 class Projector:
@@ -75,6 +80,10 @@ class Projector:
         #: Dirty jobs the fold forgot since the last flush (final and charged,
         #: `gpuloom.state.retention`): their last state, for their final row.
         self._gone: dict[str, JobState] = {}
+        #: Nodes the event may remove (NodeRemoved), as they were before it, and the
+        #: dirty ones removed since the last flush: their last row says `removed`.
+        self._held_node: NodeState | None = None
+        self._gone_nodes: dict[str, NodeState] = {}
         self.changed = asyncio.Condition()
 
     @property
@@ -124,6 +133,7 @@ class Projector:
         elif isinstance(event, NodeEvent):
             self._touched_nodes.append(event.node)
             self._touched_jobs.extend(state.on_node.get(event.node, ()))
+        self._held_node = state.nodes.get(event.node) if isinstance(event, NodeRemoved) else None
         self._held = {j: job for j in self._touched_jobs if (job := state.jobs.get(j)) is not None}
 
     def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
@@ -132,6 +142,9 @@ class Projector:
         for job_id, job in self._held.items():
             if job_id not in state.jobs and seq > self._checkpoint:
                 self._gone[job_id] = job  # it left the state with this event
+        held_node, self._held_node = self._held_node, None
+        if held_node is not None and held_node.name not in state.nodes:
+            self._gone_nodes[held_node.name] = held_node
         if isinstance(event, JobEvent):
             after = state.jobs.get(event.job_id)
             if after is not None:
@@ -165,6 +178,11 @@ class Projector:
             for n in sorted(self._dirty_nodes)
             if (node := state.nodes.get(n)) is not None
         ]
+        items += [
+            self._item("node", n, state.seq, NodeRow, partial(removed_row, node, state))
+            for n in sorted(self._dirty_nodes)
+            if n not in state.nodes and (node := self._gone_nodes.get(n)) is not None
+        ]
         return items
 
     async def _flush(self) -> None:
@@ -188,6 +206,7 @@ class Projector:
         self._dirty_jobs.clear()
         self._dirty_nodes.clear()
         self._gone.clear()
+        self._gone_nodes.clear()
         self.written_seq = seq
         self._report()
         async with self.changed:

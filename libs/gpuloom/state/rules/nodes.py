@@ -9,6 +9,7 @@ from gpuloom.events import (
     NodeLost,
     NodeRecovered,
     NodeRegistered,
+    NodeRemoved,
     NodeSpec,
     NodeUncordoned,
     Recorded,
@@ -83,6 +84,35 @@ def _uncordoned(state: ClusterState, event: NodeUncordoned, recorded: Recorded) 
     node.cordon_reason = ""
 
 
+def removal_problem(state: ClusterState, node_name: str) -> str | None:
+    """Why the node may not be removed now, or None: it must exist and hold no job
+    (a job placed or running there, or a slice of its GPUs lent to one elsewhere).
+
+    Shared by the fold (which voids such an event) and the gateway (409 before it
+    writes one)."""
+    node = state.nodes.get(node_name)
+    if node is None:
+        return f"unknown node {node_name}"
+    holders = sorted(
+        set(state.on_node.get(node_name, ()))
+        | set(node.hosted)
+        | {job for gpu in node.gpus.values() for job in gpu.holders}
+    )
+    if holders:
+        return f"node {node_name} still holds job(s) {', '.join(holders[:5])}" + (
+            f" and {len(holders) - 5} more" if len(holders) > 5 else ""
+        )
+    return None
+
+
+def _removed(state: ClusterState, event: NodeRemoved, recorded: Recorded) -> None:
+    problem = removal_problem(state, event.node)
+    if problem is not None:
+        raise Invalid(problem)
+    del state.nodes[event.node]
+    state.on_node.pop(event.node, None)
+
+
 def pool_change_problem(state: ClusterState, event: GpuPoolChanged) -> str | None:
     """Why `event` may not move its GPU to another pool now, or None.
 
@@ -142,6 +172,7 @@ RULES: tuple[Rule, ...] = (
     rule(NodeRegistered, _registered),
     rule(NodeCordoned, _cordoned),
     rule(NodeUncordoned, _uncordoned),
+    rule(NodeRemoved, _removed),
     rule(GpuPoolChanged, _pool_changed),
     rule(NodeLost, _lost),
     rule(NodeRecovered, _recovered),
