@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.agent.reconcile import Ensure
+
 log = logging.getLogger(__name__)
 
 REASON = "GpuMemoryExceeded"
@@ -61,6 +63,15 @@ def over_limit(
                 )
                 break
     return found
+
+
+def memory_limits(action: Ensure) -> dict[str, int]:
+    """GPU memory each local fraction allows, by GPU uuid (whole GPUs are not limited)."""
+    return {
+        piece.uuid: piece.memory_mib
+        for piece in action.slices
+        if piece.node == action.node and piece.milli < 1000
+    }
 
 
 def process_groups(pids: Sequence[int]) -> dict[int, int]:

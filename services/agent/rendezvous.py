@@ -36,6 +36,7 @@ import socket
 import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,15 @@ def launcher_environment(replica: int, replicas: int, gpus: int, master: Master)
 
 def format_master(master: Master) -> str:
     return f"{master[0]} {master[1]}\n"
+
+
+def read_master(path: Path) -> Master | None:
+    """The rendezvous recorded in a run folder's `master` file, or None (no such file:
+    the run is not a gang's replica 0)."""
+    try:
+        return parse_master(path.read_text())
+    except OSError:
+        return None
 
 
 def parse_master(text: str) -> Master | None:

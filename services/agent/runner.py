@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuloom.events import Outcome
-from services.agent.gpuwatch import GpuMemoryProbe, Limit, over_limit, process_groups
+from services.agent.gpuwatch import (
+    GpuMemoryProbe,
+    Limit,
+    memory_limits,
+    over_limit,
+    process_groups,
+)
 from services.agent.identity import Accounts, job_accounts, prepare_workdir
 from services.agent.jobenv import (
     base_environment,
@@ -36,7 +42,7 @@ from services.agent.jobenv import (
     spawn_problem,
 )
 from services.agent.reconcile import Ensure, JobKey, Local, Status
-from services.agent.rendezvous import Master, Rendezvous, format_master, parse_master
+from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
 from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
 
 log = logging.getLogger(__name__)
@@ -109,26 +115,9 @@ class _Proc:
     master: Master | None = None
 
 
-def memory_limits(action: Ensure) -> dict[str, int]:
-    """GPU memory each local fraction allows, by GPU uuid (whole GPUs are not limited)."""
-    return {
-        piece.uuid: piece.memory_mib
-        for piece in action.slices
-        if piece.node == action.node and piece.milli < 1000
-    }
-
-
 def _read_end(run: RunDir) -> Ended:
     """How the run ended, with when, from its run folder."""
     return ended(run.read_exit(), run.read_reason(), run.exit_time())
-
-
-def _read_master(run: RunDir) -> Master | None:
-    """The rendezvous recorded for a gang's replica 0 (None for any other run)."""
-    try:
-        return parse_master(run.file("master").read_text())
-    except OSError:
-        return None
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -276,7 +265,7 @@ class Runner:
             own = held.own if held is not None else False
             self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
             self._procs[key].memory_limits = memory_limits(action)
-            self._procs[key].master = _read_master(run)
+            self._procs[key].master = read_master(run.file("master"))
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         self._end(key, action.node, run, pid, _read_end(run))
@@ -408,4 +397,6 @@ class Runner:
             return
         self._procs[key] = _Proc(node, run, pid or 0, own=False, status=Status.EXITED)
         log.info("job %s attempt %d replica %d ended: %s (%s)", *key, end.outcome, end.reason or "")
-        self.on_exit(Exited(key, node, pid, end, _read_master(run) if key[2] == 0 else None))
+        self.on_exit(
+            Exited(key, node, pid, end, read_master(run.file("master")) if key[2] == 0 else None)
+        )

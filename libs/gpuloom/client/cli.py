@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import PurePath
 from typing import Annotated
 
@@ -22,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from gpuloom.client import render
-from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError, GpuloomClient
+from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError
 from gpuloom.client.archivecmds import app as archive_app
 from gpuloom.client.buscmds import app as bus_app
 from gpuloom.client.clustercmds import commands as cluster_commands
@@ -30,10 +29,10 @@ from gpuloom.client.context import CliState, JsonFlag, emit, err, fail, gateway,
 from gpuloom.client.logcmds import audit_command, replay_command
 from gpuloom.client.outputcmds import commands as output_commands
 from gpuloom.client.policycmds import limits_app, priority_class_app
-from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
 from gpuloom.client.tokencmds import token_app
-from gpuloom.client.watch import follow, watch_command
+from gpuloom.client.waiting import wait_for_final
+from gpuloom.client.watch import watch_command
 from gpuloom.sim.cli import sim as sim_command
 
 app = typer.Typer(
@@ -44,8 +43,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-#: How many 404s `submit --wait` accepts before the new job shows in the read model.
-NOT_YET_VISIBLE_POLLS = 30
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 JobId = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
 
@@ -79,64 +76,6 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
             fail(f"--env {pair!r}: expected KEY=VALUE", 2)
         env[key] = value
     return env
-
-
-#: Events after which a job may be final (a preempted run's JobFinished is not).
-ENDINGS = ("JobFinished", "JobCancelled", "JobRejected")
-
-
-def wait_for_final(client: GpuloomClient, job_id: str, poll_interval_s: float) -> Job:
-    """Follow the job's events (`GET /v1/events`) until it reaches a final state, and
-    report each new state on stderr; poll instead where the gateway has no stream."""
-    seen = [""]
-    try:
-        for event in follow(client, after=0, job=job_id):
-            job = _report(client, job_id, seen)
-            if job is not None and job["state"] in FINAL_STATES:
-                return job
-            if event["type"].split(".")[3] in ENDINGS:  # the row may trail the log a little
-                job = _poll(client, job_id, poll_interval_s, seen, polls=NOT_YET_VISIBLE_POLLS)
-                if job is not None:
-                    return job
-    except ApiError as exc:
-        if exc.status not in (404, 410):  # no stream here, or the log was trimmed
-            raise
-    job = _poll(client, job_id, poll_interval_s, seen, polls=None)
-    assert job is not None
-    return job
-
-
-def _report(client: GpuloomClient, job_id: str, seen: list[str]) -> Job | None:
-    """The job's row, its state said on stderr when it changed; None: not visible yet."""
-    try:
-        job = client.get_job(job_id)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        return None
-    if job["state"] != seen[0]:
-        seen[0] = job["state"]
-        err.print(f"{job_id}: {render.state_text(seen[0])}")
-    return job
-
-
-def _poll(
-    client: GpuloomClient, job_id: str, poll_interval_s: float, seen: list[str], polls: int | None
-) -> Job | None:
-    """Poll until the job is final (`polls` times at most; None: for ever, tolerating
-    a few 404s while the read model catches up with the submission)."""
-    misses = tried = 0
-    while polls is None or tried < polls:
-        tried += 1
-        job = _report(client, job_id, seen)
-        if job is None:
-            misses += 1
-            if misses > NOT_YET_VISIBLE_POLLS:
-                raise ApiError(404, f"job {job_id} not found")
-        elif job["state"] in FINAL_STATES:
-            return job
-        time.sleep(poll_interval_s)
-    return None
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpuloom.events import JobSpec, SliceRef
-from services.agent.gpuwatch import REASON, Limit, over_limit
+from services.agent.gpuwatch import REASON, Limit, memory_limits, over_limit
 from services.agent.reconcile import Ensure
-from services.agent.runner import Exited, Runner, Started, memory_limits
+from services.agent.runner import Exited, Runner, Started
 from services.agent.shim import RunDir
 
 
