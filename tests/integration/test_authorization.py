@@ -58,6 +58,8 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("GET", "/v1/nodes"): (ANYONE, None),
     ("POST", "/v1/nodes/{node}/gpus/{gpu}/pool"): (OPERATOR_ONLY, {"pool": "physical"}),
     ("POST", "/v1/nodes/{node}/cordon"): (OPERATOR_ONLY, {"reason": "matrix"}),
+    # on a node that does not exist: the operator's call is a 404, not a removal
+    ("DELETE", "/v1/nodes/{node}"): (OPERATOR_ONLY, None),
     ("DELETE", "/v1/nodes/{node}/cordon"): (OPERATOR_ONLY, None),
     ("GET", "/v1/queue"): (ANYONE, None),
     ("GET", "/v1/audit"): (ANYONE, None),
@@ -163,8 +165,9 @@ def world(shared_cluster: Cluster) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize(("method", "template"), list(ROUTES), ids=[f"{m} {p}" for m, p in ROUTES])
 def test_who_gets_what_on_each_route(world: dict[str, Any], method: str, template: str) -> None:
     expected, body = ROUTES[(method, template)]
+    node = "no-such-node" if (method, template) == ("DELETE", "/v1/nodes/{node}") else "node-a"
     path = template.format(
-        job_id=world["job_id"], node="node-a", gpu=0, name="team-a", sub="team-a-1",
+        job_id=world["job_id"], node=node, gpu=0, name="team-a", sub="team-a-1",
         scope="account", hook_id="no-such-hook",
     )  # fmt: skip
     got: dict[str, Any] = {}
