@@ -155,9 +155,10 @@ def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
     once), naming the field at fault; one that merely cannot run now is queued.
 
     Judged on the cluster as this gateway has read it; while it still reads the log at
-    its start, admission alone judges (it rejects such a job with the same reason)."""
+    its start, or while no node is registered yet (a stack starting: its agents come
+    a moment later), admission alone judges (it rejects such a job with the reason)."""
     projector = gateway.projector
-    if projector is None or projector.state.seq < gateway.start_seq:
+    if projector is None or projector.state.seq < gateway.start_seq or not projector.state.nodes:
         return
     found = resources_problem(projector.state, spec)
     if found is None:
