@@ -11,14 +11,12 @@ import json
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuloom.client.cli import app
-from gpuloom.testing.cluster import Cluster, SimNode
-from gpuloom.testing.servers import nats_jetstream
+from gpuloom.testing.cluster import Cluster, SimNode, simulated_cluster
 
 NODES = {
     "agent-a": [SimNode("node-a", "A100-80GB", 2)],
@@ -65,15 +63,8 @@ RENDEZVOUS = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def gangs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base: Path = tmp_path_factory.mktemp("gangs")
-    with nats_jetstream(base / "nats") as url:
-        cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", NODES)
-        try:
-            cluster.start()
-            cluster.wait_nodes_ready(2)
-            yield cluster
-        finally:
-            cluster.stop()
+    with simulated_cluster(tmp_path_factory.mktemp("gangs"), NODES) as cluster:
+        yield cluster
 
 
 def logs_of(cluster: Cluster, job_id: str, replica: int) -> str:

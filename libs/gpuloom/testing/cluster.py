@@ -5,10 +5,11 @@ plus readers and checkers of the resulting log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -209,6 +210,23 @@ class LogCheck:
     #: (node, gpu) pairs whose run intervals of two jobs overlapped in time.
     overlaps: list[str]
     max_allocated: dict[str, int]
+
+
+@contextlib.contextmanager
+def simulated_cluster(base: Path, agents: Mapping[str, Sequence[SimNode]]) -> Iterator[Cluster]:
+    """A running cluster of `agents` (agent name -> its simulated nodes), each agent a
+    process of its own, on its own JetStream NATS and SQLite under `base`; it yields
+    once every node is ready and stops everything after."""
+    from gpuloom.testing.servers import nats_jetstream
+
+    with nats_jetstream(base / "nats") as url:
+        cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", agents)
+        try:
+            cluster.start()
+            cluster.wait_nodes_ready(sum(len(nodes) for nodes in agents.values()))
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 def check_log(records: Sequence[Recorded]) -> LogCheck:
