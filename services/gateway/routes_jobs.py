@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
-from gpuloom.decide.explain import explain, reason_text
+from gpuloom.decide.explain import Shared, explain, reason_text
 from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
@@ -106,20 +106,23 @@ async def list_jobs(
         query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
     )
     accounts = accounts_of(gateway)
-    jobs = [with_pending_reason(gateway, to_job(row, principal, accounts)) for row in rows]
+    folded = gateway.projector.state if gateway.projector is not None else None
+    shared = Shared(folded) if folded is not None else None  # one quota book, one node view
+    jobs = [with_pending_reason(gateway, to_job(row, principal, accounts), shared) for row in rows]
     return JobList(jobs=jobs, total=total)
 
 
-def with_pending_reason(gateway: Gateway, job: Job) -> Job:
+def with_pending_reason(gateway: Gateway, job: Job, shared: Shared | None = None) -> Job:
     """A pending job with its explain code and detail as `reason` (squeue's REASON:
-    `Resources: no node has room for it now`), what the row said kept after it."""
+    `Resources: no node has room for it now`), what the row said kept after it.
+    `shared`: what explaining the other jobs of a list computed already."""
     state = gateway.projector.state if gateway.projector is not None else None
     live = state.jobs.get(job.id) if state is not None else None
     # The rows are written a batch after the fold: explain only the state the row shows,
     # lest a row still `submitted` carry the reason of the job already queued.
     if state is None or live is None or live.phase != job.state or job.state not in PENDING_PHASES:
         return job
-    found = explain(state, job.id, brief=True)
+    found = explain(state, job.id, brief=True, shared=shared)
     if found is None or found.reason is None:
         return job
     reason = reason_text(found.reason, found.detail) or ""

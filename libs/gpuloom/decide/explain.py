@@ -30,7 +30,7 @@ from gpuloom.placement.cycle import (
 from gpuloom.placement.engine import Policy
 from gpuloom.placement.filters import FITS, verdict
 from gpuloom.placement.policies import BestFit
-from gpuloom.placement.resources import fits_locally
+from gpuloom.placement.resources import NodeView, fits_locally
 from gpuloom.queueing.order import (
     dependency_status,
     gpu_demand,
@@ -82,6 +82,28 @@ def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) ->
     return reasons[0] if reasons else None
 
 
+@dataclass
+class Shared:
+    """What briefly explaining many jobs of one state shares, computed once on first use
+    (the job list explains each pending job of its page)."""
+
+    state: ClusterState
+    _book: QuotaBook | None = None
+    _views: list[NodeView] | None = None
+
+    @property
+    def book(self) -> QuotaBook:
+        if self._book is None:
+            self._book = quota_book(self.state)
+        return self._book
+
+    @property
+    def views(self) -> list[NodeView]:
+        if self._views is None:
+            self._views = list(node_views(self.state))
+        return self._views
+
+
 def reason_text(code: str | None, detail: str | None) -> str | None:
     """`Code: detail`, with the code once: a detail that already starts with its code
     (`Dependency: waiting for ...`) is shown as it is."""
@@ -92,7 +114,7 @@ def reason_text(code: str | None, detail: str | None) -> str | None:
     return detail if detail.startswith(code) else f"{code}: {detail}"
 
 
-def _brief(state: ClusterState, job: JobState) -> Explanation:
+def _brief(state: ClusterState, job: JobState, shared: Shared) -> Explanation:
     """The reason of a queued job that neither quota nor dependencies hold, without the
     queue order (a sort of the whole queue) or per-node verdicts (see `explain`).
 
@@ -104,7 +126,7 @@ def _brief(state: ClusterState, job: JobState) -> Explanation:
     if reserved is not None and reserved.job_id == job.job_id:
         return Explanation(job.job_id, job.phase, "Resources", "it holds the reservation")
     request = request_of(job.spec)
-    if not any(fits_locally(request, view) for view in node_views(state)):
+    if not any(fits_locally(request, view) for view in shared.views):
         return Explanation(job.job_id, job.phase, "Resources", "no node has room for it now")
     strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
     if reserved is not None and not strict:
@@ -114,7 +136,11 @@ def _brief(state: ClusterState, job: JobState) -> Explanation:
 
 
 def explain(
-    state: ClusterState, job_id: str, brief: bool = False, policy: Policy | None = None
+    state: ClusterState,
+    job_id: str,
+    brief: bool = False,
+    policy: Policy | None = None,
+    shared: Shared | None = None,
 ) -> Explanation | None:
     """Why `job_id` is pending (see the module doc). `brief`: the reason code and detail
     only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`).
@@ -136,14 +162,15 @@ def explain(
             return Explanation(job_id, job.phase, "Dependency", why)
     if job.phase != "queued":
         return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
-    book = quota_book(state)
+    shared = shared if shared is not None and shared.state is state else Shared(state)
+    book = shared.book
     held = book.why_not(job.spec.account, upfront_demand(job.spec), job.spec.user)
     if held is None:
         held = _model_quota_refusal(state, job, book)
     if held is not None:  # "QuotaExceeded: ..." or "AssocGrpGRES: ..." (max_gpus)
         return Explanation(job_id, job.phase, held.partition(":")[0], held)
     if brief:
-        return _brief(state, job)
+        return _brief(state, job, shared)
     order = [j.job_id for j in queue_order(state)]
     position = order.index(job_id) + 1 if job_id in order else None
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]
