@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuloom.events.text import HOST_ADDRESS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPULOOM_", extra="ignore")
@@ -99,7 +101,7 @@ class Settings(BaseSettings):
     agent_map_users: bool = False
     #: Where other nodes reach this node's jobs (a gang's MASTER_ADDR when its replica
     #: 0 runs here); None: the first non-loopback IPv4 address of the host's name.
-    agent_address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
+    agent_address: str | None = Field(default=None, pattern=HOST_ADDRESS)
     #: An agent of a real machine that finds no GPU serves it as a node without GPUs
     #: instead of refusing to start.
     agent_allow_no_gpu: bool = False

@@ -7,9 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import AwareDatetime, Field, model_validator
 
 from gpuloom.events.base import JobEvent
-
-#: Where a replica's rendezvous is reached: a host name or an IPv4 or IPv6 address.
-HOST_ADDRESS = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
+from gpuloom.events.text import HOST_ADDRESS
 
 #: `preempted`: stopped for a JobPreempted; the job is requeued, not ended.
 Outcome = Literal["succeeded", "failed", "timed_out", "cancelled", "preempted"]

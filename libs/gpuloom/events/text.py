@@ -232,3 +232,8 @@ HeaderValue = Annotated[
     _pattern(VISIBLE_ASCII_PATTERN),
     AfterValidator(visible_ascii),
 ]
+
+
+#: Where other nodes reach a node (a gang's rendezvous): a host name or an IPv4 or IPv6
+#: address, nothing a shell or a URL could read otherwise.
+HOST_ADDRESS = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"

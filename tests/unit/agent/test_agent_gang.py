@@ -17,12 +17,13 @@ from gpuloom.events import (
     JobSpec,
     JobStarted,
     JobSubmitted,
+    Outcome,
     PolicyRef,
     ReplicaAssignment,
     SliceRef,
 )
 from services.agent.jobenv import job_environment
-from services.agent.reconcile import Ensure, Local, Report, Status, Stop, reconcile
+from services.agent.reconcile import Action, Ensure, Local, Report, Status, Stop, reconcile
 from services.agent.rendezvous import (
     Rendezvous,
     launcher_environment,
@@ -86,19 +87,22 @@ def test_replica_0_starts_first_and_reports_its_rendezvous(fake_log: FakeLog) ->
     assert second.master == ("10.0.0.1", 29517) and second.hosts == NODES
 
 
-def test_a_failed_replica_ends_the_others(fake_log: FakeLog) -> None:
-    gang(fake_log, replicas=2)
-    fake_log.append(
+def replica_1_ended(log: FakeLog, outcome: Outcome, exit_code: int) -> list[Action]:
+    """Both replicas of a gang started, replica 1 ended: what node-a's agent does."""
+    gang(log, replicas=2)
+    log.append(
         JobStarted(job_id="g1", attempt=1, node="node-a", pid=41, master_addr="h", master_port=9)
     )
-    fake_log.append(JobStarted(job_id="g1", attempt=1, node="node-b", replica=1, pid=42))
-    fake_log.append(
-        JobFinished(job_id="g1", attempt=1, node="node-b", replica=1, outcome="failed",
-                    exit_code=3, reason="exit code 3")
+    log.append(JobStarted(job_id="g1", attempt=1, node="node-b", replica=1, pid=42))
+    log.append(
+        JobFinished(job_id="g1", attempt=1, node="node-b", replica=1, outcome=outcome,
+                    exit_code=exit_code, reason=f"exit code {exit_code}")
     )  # fmt: skip
-    [stop] = reconcile(
-        fake_log.state, ["node-a"], {("g1", 1, 0): Local("node-a", 41, Status.RUNNING)}
-    )
+    return reconcile(log.state, ["node-a"], {("g1", 1, 0): Local("node-a", 41, Status.RUNNING)})
+
+
+def test_a_failed_replica_ends_the_others(fake_log: FakeLog) -> None:
+    [stop] = replica_1_ended(fake_log, "failed", 3)
     assert stop == Stop(("g1", 1, 0), "failed", "replica 1 failed with exit code 3: the gang ends")
 
 
@@ -119,19 +123,7 @@ def test_a_replica_that_never_started_ends_with_the_failed_one(fake_log: FakeLog
 
 
 def test_a_succeeded_replica_leaves_the_others_running(fake_log: FakeLog) -> None:
-    gang(fake_log, replicas=2)
-    fake_log.append(
-        JobStarted(job_id="g1", attempt=1, node="node-a", pid=41, master_addr="h", master_port=9)
-    )
-    fake_log.append(JobStarted(job_id="g1", attempt=1, node="node-b", replica=1, pid=42))
-    fake_log.append(
-        JobFinished(job_id="g1", attempt=1, node="node-b", replica=1, outcome="succeeded",
-                    exit_code=0)
-    )  # fmt: skip
-    assert (
-        reconcile(fake_log.state, ["node-a"], {("g1", 1, 0): Local("node-a", 41, Status.RUNNING)})
-        == []
-    )
+    assert replica_1_ended(fake_log, "succeeded", 0) == []
 
 
 def test_only_replica_0_names_a_master() -> None:
