@@ -142,6 +142,9 @@ class Node(BaseModel):
     lends_remote_vgpu: bool = False
     #: `enforced` (the agent stops a job over its GPU memory slice) or `advisory`.
     isolation: str = "advisory"
+    #: Container runtimes that run jobs naming an image (`podman`); [] for none, None
+    #: in rows written before nodes reported them.
+    runtimes: list[str] | None = None
     #: Why an admin cordoned the node; null: it takes new work.
     cordoned: str | None = None
 

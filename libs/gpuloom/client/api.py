@@ -256,7 +256,7 @@ class GpuloomClient:
         `user` None: the token's user (only an operator may name another);
         `priority_class` None: the default class; `priority` None: the class's.
         `resources` carries the optional request fields (gpu_milli, gpu_memory_mib,
-        cpu_milli, memory_mib, pool, locality, node_selector, replicas, preemptible); None values
+        cpu_milli, memory_mib, pool, locality, node_selector, replicas, image, preemptible); None values
         are left out so the gateway's defaults apply.
         """
         body: dict[str, Any] = {

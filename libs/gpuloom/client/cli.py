@@ -142,6 +142,10 @@ def submit(
         list[str] | None, typer.Option("--selector", help="LABEL=VALUE the host must have.")
     ] = None,
     replicas: Annotated[int | None, typer.Option(min=1, help="Gang size.")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Run the command in this container image (podman on the node)."),
+    ] = None,
     array: Annotated[
         int | None,
         typer.Option(min=1, help="A job array of N tasks, each with GPULOOM_ARRAY_INDEX 0..N-1."),
@@ -187,6 +191,7 @@ def submit(
                 "locality": locality,
                 "node_selector": parse_env(selector) if selector else None,
                 "replicas": replicas,
+                "image": image,
                 "preemptible": preemptible or None,
                 "array": array,
                 "depends_on": parse_dependency(dependency) if dependency else None,

@@ -113,6 +113,7 @@ def job_details(job: Job) -> Table:
         ("state", state_text(job["state"])),
         ("reason", dash(job.get("reason"))),
         ("command", _command_text(job.get("command"))),
+        ("image", (job.get("request") or {}).get("image") or "none (a process on the node)"),
         ("gpus", gpus_text(job)),
         ("gpu model", ", ".join(job.get("gpu_model") or []) or "any"),
         ("priority", str(job["priority"])),
@@ -221,6 +222,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
     table.add_column("JOBS")
     table.add_column("CPU", justify="right")
     table.add_column("MEMORY", justify="right")
+    table.add_column("RUNTIMES")
     for node in sorted(nodes, key=lambda n: n["name"]):
         gpus = sorted(node["gpus"], key=lambda g: g["index"])
         models: dict[str, int] = {}
@@ -239,6 +241,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
             ", ".join(jobs) or "-",
             _cores(node["cpu_milli"]),
             _mib(node["memory_mib"]),
+            ", ".join(node.get("runtimes") or []) or "-",
         )
     return table
 

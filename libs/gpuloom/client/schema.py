@@ -125,6 +125,7 @@ class Node(TypedDict, total=False):
     memory_mib: int
     gpus: list[Gpu]
     cordoned: str | None
+    runtimes: list[str] | None
 
 
 class NodeList(TypedDict):

@@ -57,6 +57,8 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return None, NO_NODE
+    if spec.image is not None and not any(node.spec.runtimes for node in nodes):
+        return "image", "no node has a container runtime (podman) to run an image"
     if spec.gpus == 0:
         idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):

@@ -41,6 +41,8 @@ class NodeSpec(BaseModel):
     #: `enforced`: the agent watches GPU memory (NVML) and stops a job over its slice;
     #: `advisory`: slices are set in the job's environment only.
     isolation: Literal["enforced", "advisory"] = "advisory"
+    #: Container runtimes the agent found (podman), which run jobs that name an image.
+    runtimes: list[Literal["podman"]] = Field(default_factory=list, max_length=8)
 
     @cached_property
     def fingerprint(self) -> bytes:

@@ -11,6 +11,7 @@ from gpuloom.events.text import (
     INT32_MAX,
     EnvName,
     ExecWord,
+    ImageRef,
     JobName,
     LabelKey,
     LabelValue,
@@ -68,6 +69,9 @@ class JobSpec(BaseModel):
     #: (`GPULOOM_MAX_TIME_LIMIT_S`, Slurm's MaxTime) by admission.
     time_limit_s: int | None = Field(default=None, gt=0, le=INT32_MAX)
     env: dict[EnvName, ExecWord] = Field(default_factory=dict, max_length=1024)
+    #: An OCI image to run the command in (docs/containers.md): only nodes with a
+    #: container runtime (`NodeSpec.runtimes`) take the job. None: a plain process.
+    image: ImageRef | None = None
 
     @field_validator("command")
     @classmethod

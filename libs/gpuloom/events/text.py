@@ -237,3 +237,32 @@ HeaderValue = Annotated[
 #: Where other nodes reach a node (a gang's rendezvous): a host name or an IPv4 or IPv6
 #: address, nothing a shell or a URL could read otherwise.
 HOST_ADDRESS = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
+
+#: An OCI image reference as podman and docker take it: `[registry[:port]/]path[:tag][@digest]`
+#: (`ubuntu:24.04`, `localhost/team/train:v3`, `registry.example.com:5000/pytorch@sha256:…`).
+#: Lowercase path components and no leading `-`, so it can never read as an option.
+IMAGE_REFERENCE = (
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+_IMAGE_REFERENCE = re.compile(IMAGE_REFERENCE)
+
+
+def image_reference(value: str) -> str:
+    if not _IMAGE_REFERENCE.match(value):
+        raise ValueError(
+            "not an image reference such as `ubuntu:24.04` or `registry:5000/team/train:v3` "
+            "(lowercase path, optional :tag and @sha256:digest)"
+        )
+    return value
+
+
+ImageRef = Annotated[
+    str,
+    Field(min_length=1, max_length=512),
+    _pattern(IMAGE_REFERENCE),
+    AfterValidator(image_reference),
+]

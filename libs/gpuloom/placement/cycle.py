@@ -91,6 +91,7 @@ def node_views(
                 memory_free_mib=spec.memory_mib - memory_used if spec.memory_mib else None,
                 labels=dict(spec.labels),
                 lends_remote_vgpu=spec.lends_remote_vgpu,
+                runtimes=tuple(spec.runtimes),
             )
         )
     return views
@@ -108,6 +109,7 @@ def request_of(spec: JobSpec) -> Request:
         locality=spec.locality,
         node_selector=tuple(sorted(spec.node_selector.items())),
         replicas=spec.replicas,
+        container=spec.image is not None,
     )
 
 

@@ -12,7 +12,7 @@ explain's verdict of every node against what placement does).
 - `refusal(request, node)`: the first reason, None when the node fits now.
 - `verdict(request, node, idle, ...)`: what `GET /v1/jobs/{id}/explain` shows for a
   node: lost, cordoned, a reason the node would give even idle (it never fits: its
-  labels, its GPU models, its pools, its size), or what is in use now ("busy").
+  labels, its container runtimes, its GPU models, its pools, its size), or what is in use now ("busy").
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ FITS = "fits"
 def _labels(request: Request, node: NodeView) -> str | None:
     if any(node.labels.get(k) != v for k, v in request.node_selector):
         return "labels: the node does not match the node selector"
+    return None
+
+
+def _runtime(request: Request, node: NodeView) -> str | None:
+    if request.container and not node.runtimes:
+        return "runtime: the node has no container runtime to run the job's image"
     return None
 
 
@@ -68,6 +74,7 @@ class NodeFilter:
 
 FILTERS: tuple[NodeFilter, ...] = (
     NodeFilter("labels", _labels),
+    NodeFilter("runtime", _runtime),
     NodeFilter("model", _model),
     NodeFilter("pool", _pool),
     NodeFilter("gpus", _gpu_count, busy="busy: its GPUs are in use"),

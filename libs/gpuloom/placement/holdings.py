@@ -64,6 +64,7 @@ def scratch(index: NodeIndex) -> NodeIndex:
             node.memory_free_mib,
             node.labels,
             node.lends_remote_vgpu,
+            node.runtimes,
         )
         for node in index.nodes.values()
     )

@@ -61,6 +61,8 @@ class NodeView:
     memory_free_mib: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     lends_remote_vgpu: bool = False
+    #: Container runtimes the node's agent found (`NodeSpec.runtimes`).
+    runtimes: tuple[str, ...] = ()
     #: Memo of `fragmentation.node_state`; every change goes through `take`,
     #: `take_host` or `give_back`, which clear it.
     cached_state: tuple[object, ...] | None = field(default=None, compare=False)
@@ -84,6 +86,7 @@ class NodeView:
             ),
             tuple(sorted(self.labels.items())),
             self.lends_remote_vgpu,
+            self.runtimes,
         )
 
     @property
@@ -109,6 +112,8 @@ class Request:
     locality: Locality = "local-only"
     node_selector: tuple[tuple[str, str], ...] = ()
     replicas: int = 1
+    #: The job names an image: its host must have a container runtime.
+    container: bool = False
 
     @property
     def fractional(self) -> bool:
@@ -139,6 +144,7 @@ class Request:
             self.pool,
             self.locality,
             self.node_selector,
+            self.container,
         )
 
 
@@ -193,7 +199,10 @@ def gpu_serves(request: Request, gpu: GpuView) -> bool:
 
 
 def host_fits(request: Request, node: NodeView) -> bool:
-    """CPU, memory and node selector: what a replica's host must have, GPUs aside."""
+    """CPU, memory, node selector and a container runtime for an image: what a replica's
+    host must have, GPUs aside."""
+    if request.container and not node.runtimes:
+        return False
     if node.cpu_free_milli is not None and node.cpu_free_milli < request.cpu_milli:
         return False
     if node.memory_free_mib is not None and node.memory_free_mib < request.memory_mib:

@@ -132,6 +132,8 @@ class NodeRow(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger)
     lends_remote_vgpu: Mapped[bool] = mapped_column(Boolean, default=False)
     isolation: Mapped[str] = mapped_column(String(20), default="advisory")
+    #: Container runtimes its agent found (["podman"]); None in rows from before them.
+    runtimes: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     #: Why an admin cordoned the node (NodeCordoned); None: it takes new work.
     cordoned: Mapped[str | None] = mapped_column(String(500), nullable=True, default=None)
 

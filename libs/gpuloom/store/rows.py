@@ -48,6 +48,7 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
             "locality": spec.locality,
             "node_selector": dict(sorted(spec.node_selector.items())),
             "replicas": spec.replicas,
+            "image": spec.image,
         },
         "placement": [replica_view(job, number) for number in range(len(job.replicas))],
     }
@@ -95,5 +96,6 @@ def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
         "last_seq": state.seq,
         "lends_remote_vgpu": node.spec.lends_remote_vgpu,
         "isolation": node.spec.isolation,
+        "runtimes": list(node.spec.runtimes),
         "cordoned": (node.cordon_reason or "cordoned") if node.cordoned else None,
     }

@@ -7,9 +7,12 @@ import pytest
 
 from gpuloom.decide.admission import rejection_reason, resources_problem
 from gpuloom.decide.explain import reason_text
-from gpuloom.events import JobSpec
+from gpuloom.events import JobSpec, NodeRegistered
+from gpuloom.placement.cycle import node_views, request_of
+from gpuloom.placement.filters import refusal
+from gpuloom.placement.resources import host_fits
 from gpuloom.state import ClusterState
-from gpuloom.testing.builders import LogBuilder, make_job_spec
+from gpuloom.testing.builders import LogBuilder, make_job_spec, make_node_spec
 
 
 def cluster() -> LogBuilder:
@@ -57,3 +60,47 @@ def test_a_reason_says_its_code_once() -> None:
         "Resources: no node has room for it now"
     )
     assert reason_text(None, "ended") == "ended" and reason_text("Held", None) == "Held"
+
+
+def with_podman(log: LogBuilder, name: str) -> LogBuilder:
+    """Register `name` (2 x A100-80GB) as a node whose agent found podman."""
+    spec = make_node_spec(name, 2, "A100-80GB").model_copy(update={"runtimes": ["podman"]})
+    log.append(NodeRegistered(node=name, spec=spec))
+    return log
+
+
+def test_an_image_needs_a_node_with_a_container_runtime() -> None:
+    spec = make_job_spec(1, image="localhost/train:v1")
+    state = cluster().state()
+    assert resources_problem(state, spec) == (
+        "image",
+        "no node has a container runtime (podman) to run an image",
+    )
+    assert rejection_reason(state, spec) == resources_problem(state, spec)[1]  # type: ignore[index]
+    assert resources_problem(with_podman(cluster(), "n3").state(), spec) is None
+    # a runtime on a node too small for the job: the GPUs are at fault, not the image
+    assert (
+        resources_problem(
+            with_podman(cluster(), "n3").state(), make_job_spec(3, image="localhost/train:v1")
+        )
+        is not None
+    )
+
+
+def test_placement_and_the_fold_keep_an_image_off_nodes_without_a_runtime() -> None:
+    log = with_podman(cluster(), "n3")
+    log.submit("j1", make_job_spec(1, image="localhost/train:v1"))
+    state = log.state()
+    request = request_of(state.jobs["j1"].spec)
+    views = {view.name: view for view in node_views(state)}
+    assert not host_fits(request, views["n1"]) and host_fits(request, views["n3"])
+    assert refusal(request, views["n1"]) == (
+        "runtime: the node has no container runtime to run the job's image"
+    )
+    assert refusal(request_of(make_job_spec(1)), views["n1"]) is None  # a plain process
+    log.admit("j1")
+    log.queue("j1")
+    log.place("j1", "n1", [0])  # a writer that ignored the rule: the fold voids it
+    assert log.state().jobs["j1"].phase == "queued"
+    log.place("j1", "n3", [0])
+    assert log.state().jobs["j1"].phase == "placed"

@@ -69,6 +69,7 @@ def snapshot(nodes: Iterable[NodeView]) -> Snapshot:
                 (g.index, g.uuid, g.model, g.pool, g.memory_mib, g.milli_free, g.memory_free_mib)
                 for g in sorted(n.gpus, key=lambda g: g.index)
             ),
+            n.runtimes,
         )
         for n in nodes
     }

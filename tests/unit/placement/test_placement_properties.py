@@ -73,6 +73,7 @@ template = st.fixed_dictionaries(
         "memory": st.sampled_from([None, 4000, 64000]),
         "labels": st.sampled_from([(), (), (("zone", "a"),), (("zone", "b"),)]),
         "lends": st.booleans(),
+        "runtimes": st.sampled_from([(), ("podman",)]),
     }
 )
 
@@ -101,6 +102,7 @@ def clusters(
                 spec["memory"],
                 dict(spec["labels"]),
                 spec["lends"],
+                tuple(spec.get("runtimes", ())),
             )
         )
     return nodes
@@ -123,6 +125,7 @@ def requests(draw: st.DrawFn) -> Request:
         locality=locality,  # type: ignore[arg-type]
         node_selector=draw(st.sampled_from([(), (), (), (("zone", "a"),)])),
         replicas=draw(st.sampled_from([1, 1, 1, 2, 3])),
+        container=draw(st.sampled_from([False, False, True])),
     )
 
 
@@ -201,6 +204,7 @@ def check_placement(
     for replica in placement.replicas:
         host_labels = dict(before[replica.host][3])
         assert all(host_labels.get(k) == v for k, v in request.node_selector)
+        assert before[replica.host][6] or not request.container  # an image needs a runtime
         assert (replica.cpu_milli, replica.memory_mib) == (request.cpu_milli, request.memory_mib)
         cpu[replica.host] += replica.cpu_milli
         memory[replica.host] += replica.memory_mib

@@ -126,6 +126,8 @@ def assignment_problem(
             host.spec.labels.get(k) != v for k, v in spec.node_selector.items()
         ):
             return f"replica {number}: host {host.name} does not match the node selector"
+        if spec.image is not None and not host.spec.runtimes:
+            return f"replica {number}: host {host.name} has no container runtime for the image"
         cpu_taken[host.name] = cpu_taken.get(host.name, 0) + replica.cpu_milli
         memory_taken[host.name] = memory_taken.get(host.name, 0) + replica.memory_mib
         if host.spec.cpu_milli and host.cpu_used + cpu_taken[host.name] > host.spec.cpu_milli:
