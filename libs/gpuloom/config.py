@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     agent_allow_no_gpu: bool = False
     #: Ports a gang's replica 0 may be given for its rendezvous (MASTER_PORT), FIRST-LAST.
     agent_rendezvous_ports: str = Field(default="29500-29999", pattern=r"^\d{1,5}-\d{1,5}$")
+    #: Jobs that name an image (docs/containers.md): `auto` runs them with podman where
+    #: it is installed, `podman` requires it (the agent refuses to start without it),
+    #: `off` serves no image job.
+    agent_containers: Literal["auto", "podman", "off"] = "auto"
+    #: podman's `--pull` for a job's image: `missing` (pull what the node lacks),
+    #: `never` (only images already on the node), `always` or `newer`.
+    agent_image_pull: Literal["missing", "never", "always", "newer"] = "missing"
 
     heartbeat_interval_s: float = 1.0
     node_lost_timeout_s: float = 30.0

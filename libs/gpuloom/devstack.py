@@ -131,13 +131,15 @@ class Stack:
         module: str | None = None,
         args: Sequence[str] = (),
         nodes: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Start service `name` (`python -m services.<module>`), logging to log_dir/name.log.
-        `nodes`: of an agent, the nodes it serves (the rights of its identity)."""
+        `nodes`: of an agent, the nodes it serves (the rights of its identity); `env`:
+        variables of this process only."""
         module = module or name
         command = [sys.executable, "-m", f"services.{module}", *args]
         self.commands[name] = command
-        self.envs[name] = self.identity_env(name, module, nodes)
+        self.envs[name] = {**(env or {}), **self.identity_env(name, module, nodes)}
         self.provision({name: nodes} if module == "agent" and nodes else {})
         self._spawn(name)
 

@@ -34,6 +34,7 @@ from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.service import run_service, snapshotter
 from services.agent import fence, logs
 from services.agent.agent import Agent
+from services.agent.containers import ContainerError, Podman, find_podman
 from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
 from services.agent.identity import AccountError, Accounts, job_accounts
@@ -125,6 +126,7 @@ async def serve(
     stop: asyncio.Event,
     nodes: Sequence[ServedNode],
     accounts: Accounts | None = None,
+    podman: Podman | None = None,
 ) -> None:
     """The agent's whole life for `nodes`, until `stop`."""
     names = [n.name for n in nodes]
@@ -147,6 +149,7 @@ async def serve(
         fence=guard,
         accounts=accounts,
         rendezvous=rendezvous,
+        podman=podman,
     )
     runner = agent.runner
     orphans = runner.scan(names)
@@ -158,6 +161,8 @@ async def serve(
             " (simulated)" if node.spec.simulated else "",
         )
     log.info("run folders in %s; %d running job(s) found", runner.root, orphans)
+    if podman is not None:
+        log.info("jobs that name an image run with %s (pull %s)", podman.path, podman.pull)
     log.info(
         "gangs whose replica 0 runs here meet at %s, ports %d-%d",
         rendezvous.address,
@@ -185,6 +190,13 @@ async def serve(
         for sub in subscriptions:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+def with_runtimes(nodes: Sequence[ServedNode], runtimes: list[str]) -> list[ServedNode]:
+    """`nodes` as they advertise the container runtimes this agent found."""
+    return [
+        ServedNode(n.name, NodeSpec(**{**n.spec.model_dump(), "runtimes": runtimes})) for n in nodes
+    ]
 
 
 def entrypoint(argv: list[str] | None = None) -> None:
@@ -229,9 +241,19 @@ def entrypoint(argv: list[str] | None = None) -> None:
     except AccountError as exc:
         print(f"agent: GPULOOM_AGENT_JOB_USER: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    try:
+        podman = find_podman(
+            configured.agent_containers,
+            configured.agent_image_pull,
+            real_gpus=any(not n.spec.simulated and n.spec.gpus for n in nodes),
+        )
+    except ContainerError as exc:
+        print(f"agent: GPULOOM_AGENT_CONTAINERS=podman: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    nodes = with_runtimes(nodes, ["podman"] if podman is not None else [])
 
     async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
-        await serve(settings, bus, stop, nodes, accounts)
+        await serve(settings, bus, stop, nodes, accounts, podman)
 
     run_service("agent", main)
 

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from gpuloom.events import Decision
 from gpuloom.state import ClusterState
+from services.agent.containers import Podman
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
 from services.agent.identity import Accounts
@@ -82,6 +83,7 @@ class Agent:
         fence: Fence | None = None,
         accounts: Accounts | None = None,
         rendezvous: Rendezvous | None = None,
+        podman: Podman | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
         self.runner = Runner(
@@ -93,6 +95,7 @@ class Agent:
             probe=probe,
             accounts=accounts,
             rendezvous=rendezvous,
+            podman=podman,
         )
         self.outbox: dict[JobKey, Exited] = {}
         self.fence = fence

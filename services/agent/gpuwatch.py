@@ -38,25 +38,37 @@ class Limit:
 
     group: int
     per_gpu: Mapping[str, int]
+    #: An image job's container id: its processes are the container's, not the group's.
+    container: str | None = None
+
+    @property
+    def owner(self) -> int | str:
+        return self.container if self.container is not None else self.group
 
 
 def over_limit(
     usage: Mapping[int, Mapping[str, int]],
     limits: Mapping[tuple[str, int, int], Limit],
     group_of: Mapping[int, int],
+    container_of: Mapping[int, str] | None = None,
 ) -> dict[tuple[str, int, int], str]:
-    """Jobs using more than their slice on some GPU -> a reason naming GPU and amounts."""
-    used: dict[tuple[int, str], int] = {}
+    """Jobs using more than their slice on some GPU -> a reason naming GPU and amounts.
+
+    A process counts for the container it runs in (`container_of`), else for its
+    process group (`group_of`)."""
+    used: dict[tuple[int | str, str], int] = {}
     for pid, gpus in usage.items():
-        group = group_of.get(pid)
-        if group is None:
+        owner: int | str | None = (container_of or {}).get(pid)
+        if owner is None:
+            owner = group_of.get(pid)
+        if owner is None:
             continue
         for uuid, mib in gpus.items():
-            used[(group, uuid)] = used.get((group, uuid), 0) + mib
+            used[(owner, uuid)] = used.get((owner, uuid), 0) + mib
     found: dict[tuple[str, int, int], str] = {}
     for key, limit in sorted(limits.items()):
         for uuid, allowed in sorted(limit.per_gpu.items()):
-            mib = used.get((limit.group, uuid), 0)
+            mib = used.get((limit.owner, uuid), 0)
             if mib > allowed:
                 found[key] = (
                     f"{REASON}: {mib} MiB used on GPU {uuid}, the slice allows {allowed} MiB"

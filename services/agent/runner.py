@@ -26,6 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuloom.events import Outcome
+from services.agent.containers import (
+    Podman,
+    Removals,
+    container_environment,
+    container_launcher,
+    container_of,
+    env_file_problem,
+    podman_failure,
+    read_container_file,
+    read_container_id,
+    read_name,
+    visible_devices,
+)
 from services.agent.gpuwatch import (
     GpuMemoryProbe,
     Limit,
@@ -43,7 +56,15 @@ from services.agent.jobenv import (
 )
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
-from services.agent.shim import Ended, RunDir, ended, parse_run_leaf, spawn_shim
+from services.agent.shim import (
+    SHIM_ENV,
+    Ended,
+    RunDir,
+    ended,
+    parse_run_leaf,
+    process_launcher,
+    spawn_shim,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +134,21 @@ class _Proc:
     grace_s: float | None = None
     #: Replica 0 of a gang: the rendezvous reserved for it (`services.agent.rendezvous`).
     master: Master | None = None
+    #: The container of a job that names an image (`services.agent.containers`).
+    container: str | None = None
 
 
 def _read_end(run: RunDir) -> Ended:
-    """How the run ended, with when, from its run folder."""
-    return ended(run.read_exit(), run.read_reason(), run.exit_time())
+    """How the run ended, with when, from its run folder (podman's own error, for a
+    container that podman could not run)."""
+    status, reason = run.read_exit(), run.read_reason()
+    end = ended(status, reason, run.exit_time())
+    name, program = read_container_file(run)
+    if reason is None and end.outcome == "failed" and name is not None:
+        failure = podman_failure(status, run.file("stderr"), program)
+        if failure is not None:
+            return Ended("failed", failure[0], failure[1], end.at)
+    return end
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -140,8 +171,12 @@ class Runner:
         probe: GpuMemoryProbe | None = None,
         accounts: Accounts | None = None,
         rendezvous: Rendezvous | None = None,
+        podman: Podman | None = None,
     ) -> None:
         self.root = root.resolve()
+        #: How jobs that name an image run here; None: they cannot.
+        self.podman = podman
+        self._removals = Removals(podman) if podman is not None else None
         #: Where gangs whose replica 0 runs here meet (the node's address, its ports).
         self.rendezvous = rendezvous or Rendezvous("127.0.0.1")
         #: Who jobs run as (default: "nobody" when the agent is root, else itself).
@@ -213,9 +248,21 @@ class Runner:
         unfit = spawn_problem(command, env)
         if unfit is not None:
             return NotStarted(Ended("failed", None, unfit))
-        problem = command_problem(command[0], env.get("PATH"), run.work)
-        if problem is not None:
-            return NotStarted(Ended("failed", problem[0], problem[1]))
+        image = action.spec.image
+        if image is None:
+            problem = command_problem(command[0], env.get("PATH"), run.work)
+            if problem is not None:
+                return NotStarted(Ended("failed", problem[0], problem[1]))
+        else:
+            if self.podman is None:
+                reason = f"could not start: this node has no container runtime for {image}"
+                return NotStarted(Ended("failed", None, reason))
+            env = container_environment(env, self.base_env.get("PATH"))
+            if self.podman.gpu_devices:
+                visible_devices(env, len(action.gpu_uuids))
+            unfit = env_file_problem(env)
+            if unfit is not None:
+                return NotStarted(Ended("failed", None, unfit))
         run.create()
         if master is not None and action.replica == 0:
             run.file("master").write_text(format_master(master))
@@ -224,7 +271,11 @@ class Runner:
             return self._not_started(run, too_big)
         prepare_workdir(run.work, account)
         try:
-            pid = spawn_shim(run, command, env, account)
+            if self.podman is not None and image is not None:
+                launcher = container_launcher(self.podman, run, action, account, env)
+                pid = spawn_shim(run, launcher, self.podman.environ)
+            else:
+                pid = spawn_shim(run, process_launcher(run, command, env, account), SHIM_ENV)
         except OSError as exc:
             if exc.errno not in LASTING_SPAWN_ERRORS:
                 raise  # e.g. no memory, too many processes: the next round tries again
@@ -242,6 +293,7 @@ class Runner:
             deadline=None if limit is None else time.monotonic() + limit,
             memory_limits=memory_limits(action),
             master=master if action.replica == 0 else None,
+            container=read_name(run),
         )
         return Started(pid, master if action.replica == 0 else None)
 
@@ -266,8 +318,12 @@ class Runner:
             self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
             self._procs[key].memory_limits = memory_limits(action)
             self._procs[key].master = read_master(run.file("master"))
+            self._procs[key].container = read_name(run)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
+        name = read_name(run)
+        if name is not None and self._removals is not None:
+            self._removals.remove(name)
         self._end(key, action.node, run, pid, _read_end(run))
         return Resumed(None)
 
@@ -325,7 +381,11 @@ class Runner:
             return
         self._memory_checked = now
         limits = {
-            key: Limit(proc.pid, proc.memory_limits)
+            key: Limit(
+                proc.pid,
+                proc.memory_limits,
+                read_container_id(proc.run) if proc.container is not None else None,
+            )
             for key, proc in self._procs.items()
             if proc.status is Status.RUNNING and proc.memory_limits
         }
@@ -336,7 +396,12 @@ class Runner:
         except Exception as exc:  # NVML hiccup: try again next time
             log.warning("GPU memory watch could not read usage: %s", exc)
             return
-        for key, reason in over_limit(usage, limits, process_groups(list(usage))).items():
+        pids = list(usage)
+        containers: dict[int, str] = {}
+        if any(limit.container is not None for limit in limits.values()):
+            containers = {pid: found for pid in pids if (found := container_of(pid)) is not None}
+        found_over = over_limit(usage, limits, process_groups(pids), containers)
+        for key, reason in found_over.items():
             log.info("job %s attempt %d replica %d: %s", *key, reason)
             self.stop(key, "failed", reason)
 
@@ -344,10 +409,13 @@ class Runner:
         """Notice ended processes, enforce time limits and GPU memory, escalate stops."""
         now = time.monotonic()
         self.watch_memory(now)
+        if self._removals is not None:
+            self._removals.reap()
         for key, proc in list(self._procs.items()):
             if proc.status is Status.EXITED:
                 continue
             if self._has_ended(proc):
+                self._remove_container(proc)  # whatever podman's client left running
                 self._end(key, proc.node, proc.run, proc.pid, _read_end(proc.run))
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
@@ -385,10 +453,16 @@ class Runner:
             self._terminate(proc)
         elif proc.stage == 1:
             proc.stage, proc.deadline = 2, time.monotonic() + (proc.grace_s or self.grace_s)
+            self._remove_container(proc)  # outside the group: podman kills it
             _signal(proc.pid, signal.SIGUSR1)  # the shim SIGKILLs the command
         elif proc.stage == 2:
             proc.stage, proc.deadline = 3, None
             _signal(proc.pid, signal.SIGKILL, group=True)
+            self._remove_container(proc)
+
+    def _remove_container(self, proc: _Proc) -> None:
+        if proc.container is not None and self._removals is not None:
+            self._removals.remove(proc.container)
 
     def _end(self, key: JobKey, node: str, run: RunDir, pid: int | None, end: Ended) -> None:
         held = self._procs.get(key)

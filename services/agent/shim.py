@@ -43,6 +43,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -256,14 +257,12 @@ def ended(status: int | None, reason: tuple[str, str] | None, at: datetime | Non
     return Ended("failed", status, describe_status(status), at)
 
 
-def spawn_shim(run: RunDir, command: list[str], env: dict[str, str], account: Account) -> int:
-    """Start the shim for `command` in `run` (created beforehand, with its `work`
-    folder); return the shim's pid. The command runs as `account` with `env`.
-
-    The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
-    folder's files, default signal dispositions and an empty signal mask.
-    Raises OSError if the shim cannot be spawned.
-    """
+def process_launcher(
+    run: RunDir, command: list[str], env: dict[str, str], account: Account
+) -> list[str]:
+    """What the shim runs for a plain process job: `launch.py`, which switches to
+    `account` and executes `command` with `env` (written to the run folder's
+    `launch` file, mode 0600, which `launch.py` deletes once read)."""
     launch = {
         "argv": command,
         "env": env,
@@ -275,18 +274,28 @@ def spawn_shim(run: RunDir, command: list[str], env: dict[str, str], account: Ac
     fd = os.open(run.file("launch"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(json.dumps(launch).encode())
+    return [sys.executable, "-I", "-S", LAUNCHER, "launch"]
+
+
+def spawn_shim(run: RunDir, launcher: Sequence[str], shim_env: Mapping[str, str] = SHIM_ENV) -> int:
+    """Start the shim in `run` (created beforehand, with its `work` folder) running
+    `launcher` (`process_launcher`, or a container's `podman run`); return its pid.
+
+    The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
+    folder's files, `shim_env` (never the job's own), default signal dispositions
+    and an empty signal mask. Raises OSError if the shim cannot be spawned.
+    """
     append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o600),
         (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o600),
     ]
-    launcher = [sys.executable, "-I", "-S", LAUNCHER, "launch"]
     argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), *launcher]
     return os.posix_spawn(
         "/bin/sh",
         argv,
-        SHIM_ENV,
+        dict(shim_env),
         file_actions=actions,
         setsid=True,
         setsigdef=_DEFAULT_SIGNALS,

@@ -80,6 +80,8 @@ class Cluster:
     data_dir: Path
     agents: Mapping[str, Sequence[SimNode]]
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Variables of one agent's process only, by agent name.
+    agent_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     stack: Stack | None = None
     gateway_url: str = ""
     client: httpx.Client | None = None
@@ -103,7 +105,13 @@ class Cluster:
         for agent, nodes in self.agents.items():
             inventory = write_inventory(self.data_dir / f"{agent}.yaml", nodes)
             names = [node.name for node in nodes]
-            self.stack.start(agent, "agent", ["--inventory", str(inventory)], nodes=names)
+            self.stack.start(
+                agent,
+                "agent",
+                ["--inventory", str(inventory)],
+                nodes=names,
+                env=self.agent_env.get(agent),
+            )
         wait_http(f"{self.gateway_url}/healthz", timeout=60)
         self.client = self.client_for(OPERATOR_NAME, roles=[OPERATOR])
         return self
@@ -213,14 +221,25 @@ class LogCheck:
 
 
 @contextlib.contextmanager
-def simulated_cluster(base: Path, agents: Mapping[str, Sequence[SimNode]]) -> Iterator[Cluster]:
+def simulated_cluster(
+    base: Path,
+    agents: Mapping[str, Sequence[SimNode]],
+    agent_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Iterator[Cluster]:
     """A running cluster of `agents` (agent name -> its simulated nodes), each agent a
-    process of its own, on its own JetStream NATS and SQLite under `base`; it yields
-    once every node is ready and stops everything after."""
+    process of its own (with `agent_env[agent]` added to its environment), on its own
+    JetStream NATS and SQLite under `base`; it yields once every node is ready and
+    stops everything after."""
     from gpuloom.testing.servers import nats_jetstream
 
     with nats_jetstream(base / "nats") as url:
-        cluster = Cluster(url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", agents)
+        cluster = Cluster(
+            url,
+            f"sqlite+aiosqlite:///{base}/gpuloom.db",
+            base / "data",
+            agents,
+            agent_env=agent_env or {},
+        )
         try:
             cluster.start()
             cluster.wait_nodes_ready(sum(len(nodes) for nodes in agents.values()))
