@@ -32,6 +32,7 @@ from services.agent.containers import Podman
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
 from services.agent.identity import Accounts
+from services.agent.outcomes import Exited, NotStarted, Started
 from services.agent.reconcile import (
     Action,
     Drop,
@@ -47,7 +48,7 @@ from services.agent.reconcile import (
     started,
 )
 from services.agent.rendezvous import Rendezvous
-from services.agent.runner import Exited, NotStarted, Runner, Started
+from services.agent.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -29,15 +29,9 @@ from gpuloom.events import Outcome
 from services.agent.containers import (
     Podman,
     Removals,
-    container_environment,
-    container_launcher,
     container_of,
-    env_file_problem,
-    podman_failure,
-    read_container_file,
     read_container_id,
     read_name,
-    visible_devices,
 )
 from services.agent.gpuwatch import (
     GpuMemoryProbe,
@@ -49,21 +43,24 @@ from services.agent.gpuwatch import (
 from services.agent.identity import Accounts, job_accounts, prepare_workdir
 from services.agent.jobenv import (
     base_environment,
-    command_problem,
     ensure_environment,
     exec_size_problem,
-    spawn_problem,
+)
+from services.agent.launching import spawn, start_problem
+from services.agent.outcomes import (
+    EnsureResult,
+    Exited,
+    NotStarted,
+    Resumed,
+    Started,
+    read_end,
 )
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
 from services.agent.shim import (
-    SHIM_ENV,
     Ended,
     RunDir,
-    ended,
     parse_run_leaf,
-    process_launcher,
-    spawn_shim,
 )
 
 log = logging.getLogger(__name__)
@@ -73,44 +70,6 @@ LIVENESS_EVERY_S = 1.0
 #: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
 #: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
 LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
-
-
-@dataclass(frozen=True, slots=True)
-class Exited:
-    """A local process ended and its end must be reported."""
-
-    key: JobKey
-    node: str
-    pid: int | None
-    ended: Ended
-    #: A gang's replica 0: its rendezvous (for a JobStarted not reported before).
-    master: Master | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """`ensure` started a new shim."""
-
-    pid: int
-    #: A gang's replica 0: the rendezvous reserved for it.
-    master: Master | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NotStarted:
-    """`ensure` could not start the command; nothing runs, report `ended`."""
-
-    ended: Ended
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """`ensure` found the attempt in its run folder: adopted (pid) or already ended."""
-
-    pid: int | None
-
-
-EnsureResult = Started | NotStarted | Resumed
 
 
 @dataclass
@@ -136,19 +95,6 @@ class _Proc:
     master: Master | None = None
     #: The container of a job that names an image (`services.agent.containers`).
     container: str | None = None
-
-
-def _read_end(run: RunDir) -> Ended:
-    """How the run ended, with when, from its run folder (podman's own error, for a
-    container that podman could not run)."""
-    status, reason = run.read_exit(), run.read_reason()
-    end = ended(status, reason, run.exit_time())
-    name, program = read_container_file(run)
-    if reason is None and end.outcome == "failed" and name is not None:
-        failure = podman_failure(status, run.file("stderr"), program)
-        if failure is not None:
-            return Ended("failed", failure[0], failure[1], end.at)
-    return end
 
 
 def _signal(pid: int, sig: int, *, group: bool = False) -> None:
@@ -244,38 +190,18 @@ class Runner:
             held = [p.master[1] for p in self._procs.values() if p.master is not None]
             master = self.rendezvous.reserve(action.job_id, held)  # OSError: next round
         env = ensure_environment(self.base_env, action, account.name, run.work, master)
-        command = list(action.spec.command)
-        unfit = spawn_problem(command, env)
-        if unfit is not None:
-            return NotStarted(Ended("failed", None, unfit))
-        image = action.spec.image
-        if image is None:
-            problem = command_problem(command[0], env.get("PATH"), run.work)
-            if problem is not None:
-                return NotStarted(Ended("failed", problem[0], problem[1]))
-        else:
-            if self.podman is None:
-                reason = f"could not start: this node has no container runtime for {image}"
-                return NotStarted(Ended("failed", None, reason))
-            env = container_environment(env, self.base_env.get("PATH"))
-            if self.podman.gpu_devices:
-                visible_devices(env, len(action.gpu_uuids))
-            unfit = env_file_problem(env)
-            if unfit is not None:
-                return NotStarted(Ended("failed", None, unfit))
+        env, never = start_problem(action, env, self.podman, self.base_env.get("PATH"), run)
+        if never is not None:
+            return NotStarted(never)
         run.create()
         if master is not None and action.replica == 0:
             run.file("master").write_text(format_master(master))
-        too_big = exec_size_problem(command, env)
+        too_big = exec_size_problem(action.spec.command, env)
         if too_big is not None:
             return self._not_started(run, too_big)
         prepare_workdir(run.work, account)
         try:
-            if self.podman is not None and image is not None:
-                launcher = container_launcher(self.podman, run, action, account, env)
-                pid = spawn_shim(run, launcher, self.podman.environ)
-            else:
-                pid = spawn_shim(run, process_launcher(run, command, env, account), SHIM_ENV)
+            pid = spawn(action, run, account, env, self.podman)
         except OSError as exc:
             if exc.errno not in LASTING_SPAWN_ERRORS:
                 raise  # e.g. no memory, too many processes: the next round tries again
@@ -324,7 +250,7 @@ class Runner:
         name = read_name(run)
         if name is not None and self._removals is not None:
             self._removals.remove(name)
-        self._end(key, action.node, run, pid, _read_end(run))
+        self._end(key, action.node, run, pid, read_end(run))
         return Resumed(None)
 
     def stop(self, key: JobKey, outcome: Outcome, text: str, grace_s: float | None = None) -> None:
@@ -416,7 +342,7 @@ class Runner:
                 continue
             if self._has_ended(proc):
                 self._remove_container(proc)  # whatever podman's client left running
-                self._end(key, proc.node, proc.run, proc.pid, _read_end(proc.run))
+                self._end(key, proc.node, proc.run, proc.pid, read_end(proc.run))
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
 

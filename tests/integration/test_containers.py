@@ -214,3 +214,14 @@ def test_a_time_limit_kills_a_container_that_ignores_sigterm(
     assert job["state"] == "timed_out", job
     assert time.monotonic() - begun < 40
     wait_gone(job_id, podman_env)
+
+
+def test_a_container_job_outlives_a_kill_9_of_its_agent(containers: Cluster) -> None:
+    job_id = containers.submit(image=IMAGE, command=["sh", "-c", "sleep 4; echo survived"])
+    containers.wait_state([job_id], "running", timeout=30)
+    assert containers.stack is not None
+    containers.stack.kill("agent-c")  # SIGKILL: the shim and podman's client run on
+    containers.stack.restart("agent-c")
+    job = containers.wait_final([job_id], timeout=60)[job_id]
+    assert job["state"] == "succeeded", job
+    assert containers.http.get(f"/v1/jobs/{job_id}/logs").json()["stdout"] == "survived\n"

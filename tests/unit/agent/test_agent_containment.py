@@ -18,8 +18,9 @@ from test_agent_flow import agent_running, drive, finishes, phase
 from gpuloom.events import JobAdmitted, JobQueued, JobSpec, JobSubmitted
 from gpuloom.state.retention import final_phase
 from services.agent.jobenv import spawn_problem
+from services.agent.outcomes import NotStarted
 from services.agent.reconcile import Ensure
-from services.agent.runner import NotStarted, Runner
+from services.agent.runner import Runner
 from services.agent.shim import RunDir
 
 #: A word `execve` refuses (with its `NAME=`, one environment string over the kernel's
@@ -115,9 +116,9 @@ def test_a_spawn_refused_for_good_is_not_started_and_the_folder_says_why(
 async def test_a_transient_spawn_error_is_retried_not_reported(
     fake_log: FakeLog, run_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import services.agent.runner as runner_module
+    import services.agent.launching as launching
 
-    real_spawn = runner_module.spawn_shim
+    real_spawn = launching.spawn_shim
     calls: list[int] = []
 
     def disk_full_once(*args: object, **kwargs: object) -> int:
@@ -126,7 +127,7 @@ async def test_a_transient_spawn_error_is_retried_not_reported(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_spawn(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "spawn_shim", disk_full_once)
+    monkeypatch.setattr(launching, "spawn_shim", disk_full_once)
     fake_log.run("j1", ["true"])
 
     async with agent_running(fake_log, run_root) as agent:

@@ -15,7 +15,7 @@ from gpuloom.events import JobFinished, JobStarted
 from gpuloom.state import FINAL_PHASES, ClusterState
 from gpuloom.state.retention import final_phase
 from services.agent.agent import Agent
-from services.agent.runner import Exited
+from services.agent.outcomes import Exited
 from services.agent.shim import Ended, RunDir
 
 ENVIRON = {"PATH": "/usr/local/bin:/usr/bin:/bin"}

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from gpuloom.events import JobSpec, SliceRef
 from services.agent.gpuwatch import REASON, Limit, memory_limits, over_limit
+from services.agent.outcomes import Exited, Started
 from services.agent.reconcile import Ensure
-from services.agent.runner import Exited, Runner, Started
+from services.agent.runner import Runner
 from services.agent.shim import RunDir
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpuloom.events import JobSpec
+from services.agent.outcomes import Exited, NotStarted, Resumed, Started
 from services.agent.reconcile import Ensure, Status
-from services.agent.runner import Exited, NotStarted, Resumed, Runner, Started
+from services.agent.runner import Runner
 from services.agent.shim import Ended, RunDir
 
 GRACE_S = 1.0

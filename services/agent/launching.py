@@ -1,0 +1,51 @@
+"""What the shim starts for one attempt: `launch.py` for a process, `podman run` for a
+job that names an image (`services.agent.containers`), and what can be known to fail
+before anything starts."""
+
+from __future__ import annotations
+
+from services.agent.containers import (
+    Podman,
+    container_environment,
+    container_launcher,
+    env_file_problem,
+    visible_devices,
+)
+from services.agent.identity import Account
+from services.agent.jobenv import command_problem, spawn_problem
+from services.agent.reconcile import Ensure
+from services.agent.shim import SHIM_ENV, Ended, RunDir, process_launcher, spawn_shim
+
+
+def start_problem(
+    action: Ensure, env: dict[str, str], podman: Podman | None, host_path: str | None, run: RunDir
+) -> tuple[dict[str, str], Ended | None]:
+    """The environment `action`'s command gets (as a container sees it, for an image),
+    and how the attempt ends if it can never start (None: it can)."""
+    command = action.spec.command
+    unfit = spawn_problem(command, env)
+    if unfit is not None:
+        return env, Ended("failed", None, unfit)
+    image = action.spec.image
+    if image is None:
+        problem = command_problem(command[0], env.get("PATH"), run.work)
+        return env, (Ended("failed", problem[0], problem[1]) if problem is not None else None)
+    if podman is None:  # placement sends images to nodes with a runtime; it was removed
+        return env, Ended(
+            "failed", None, f"could not start: this node has no container runtime for {image}"
+        )
+    inside = container_environment(env, host_path)
+    if podman.gpu_devices:
+        visible_devices(inside, len(action.gpu_uuids))
+    unfit = env_file_problem(inside)
+    return inside, (Ended("failed", None, unfit) if unfit is not None else None)
+
+
+def spawn(
+    action: Ensure, run: RunDir, account: Account, env: dict[str, str], podman: Podman | None
+) -> int:
+    """Start the shim of `action` in `run` (see `shim.spawn_shim`); its pid."""
+    if podman is not None and action.spec.image is not None:
+        launcher = container_launcher(podman, run, action, account, env)
+        return spawn_shim(run, launcher, podman.environ)
+    return spawn_shim(run, process_launcher(run, list(action.spec.command), env, account), SHIM_ENV)
