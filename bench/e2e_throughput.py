@@ -17,6 +17,9 @@ and prints where the time went.
   python bench/e2e_throughput.py [--scenario placed|started] [--jobs N] [--profile DIR]
                                  [--env GPULOOM_SETTING=VALUE ...]
 
+`--array` submits the jobs as one job array of N tasks (one request, one
+JobArraySubmitted event), as Slurm's `sbatch --array=1-N`, its fastest path.
+
 `--sse-clients N` keeps N clients reading the event stream (`GET /v1/events`, from
 the log's end) during the run and prints each event's delivery latency to them
 (bench/sse_clients.py); compare the throughput with and without them.
@@ -43,7 +46,7 @@ from sse_clients import ReaderProcess
 from webhook_receiver import Receiver
 
 from gpuloom.devstack import NatsServer
-from gpuloom.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
+from gpuloom.events import JobArraySubmitted, JobFinished, JobPlaced, JobStarted, JobSubmitted
 from gpuloom.testing.cluster import Cluster, SimNode, read_log
 
 
@@ -87,6 +90,22 @@ async def submit_all(
     return time.perf_counter() - started
 
 
+async def submit_array(url: str, count: int, command: list[str], token: str) -> float:
+    """POST one job array of `count` tasks; return the seconds it took."""
+    import aiohttp
+
+    body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
+    started = time.perf_counter()
+    auth = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(url, headers=auth) as session:
+        async with session.post(
+            "/v1/jobs", json={**body, "name": "array", "array": count}
+        ) as answer:
+            if answer.status != 202:
+                raise RuntimeError(f"array submission failed: {await answer.text()}")
+    return time.perf_counter() - started
+
+
 def times_by_type(records: list) -> dict[str, dict[str, float]]:
     by_type: dict[str, dict[str, float]] = {
         "submitted": {},
@@ -101,6 +120,10 @@ def times_by_type(records: list) -> dict[str, dict[str, float]]:
         JobFinished: "finished",
     }
     for record in records:
+        if isinstance(record.event, JobArraySubmitted):  # each task submitted with it
+            for task in record.event.task_ids():
+                by_type["submitted"].setdefault(task, record.envelope.at.timestamp())
+            continue
         name = names.get(type(record.event))
         if name:
             by_type[name].setdefault(record.event.aggregate_id(), record.envelope.at.timestamp())
@@ -250,9 +273,12 @@ def run(args: argparse.Namespace) -> None:
                 answer.raise_for_status()
             print(f"{args.webhooks} webhooks get every event", flush=True)
         cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
-        submit_s = asyncio.run(
-            submit_all(cluster.gateway_url, jobs, command, args.concurrency, token)
-        )
+        if args.array:
+            submit_s = asyncio.run(submit_array(cluster.gateway_url, jobs, command, token))
+        else:
+            submit_s = asyncio.run(
+                submit_all(cluster.gateway_url, jobs, command, args.concurrency, token)
+            )
         print(
             f"submitted {jobs} jobs in {submit_s:.2f} s ({jobs / submit_s:.0f} submissions/s)",
             flush=True,
@@ -286,9 +312,16 @@ def run(args: argparse.Namespace) -> None:
         )
     else:
         burst = [
-            r.event.aggregate_id()
+            task
             for r in records
-            if isinstance(r.event, JobSubmitted) and r.seq > base_seq
+            if r.seq > base_seq
+            for task in (
+                r.event.task_ids()
+                if isinstance(r.event, JobArraySubmitted)
+                else [r.event.aggregate_id()]
+                if isinstance(r.event, JobSubmitted)
+                else []
+            )
         ]
         starts = sorted(t["started"][j] for j in burst)
         first_submit = min(t["submitted"][j] for j in burst)
@@ -311,6 +344,7 @@ def main() -> None:
     parser.add_argument("--scenario", choices=["placed", "started"], default="placed")
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--array", action="store_true", help="one job array of N tasks")
     parser.add_argument("--profile", default="")
     parser.add_argument("--sse-clients", type=int, default=0, help="event stream readers")
     parser.add_argument(

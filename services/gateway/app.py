@@ -21,6 +21,7 @@ from gpuloom.runtime.service import connect_bus, snapshotter
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway import (
     routes_accounts,
+    routes_batch,
     routes_cluster,
     routes_events,
     routes_jobs,
@@ -109,6 +110,7 @@ def create_app(settings: Settings) -> FastAPI:
     authenticated = [Depends(authenticate)]
     for router in (
         routes_submit.router,
+        routes_batch.router,
         routes_jobs.router,
         routes_cluster.router,
         routes_usage.router,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from fastapi import HTTPException
@@ -45,6 +46,45 @@ async def publish(
         log.warning("publish of %s failed: %s", event.TYPE, exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
     gateway.last_written_seq = max(gateway.last_written_seq, seq)
+    return recorded
+
+
+async def publish_batch(
+    gateway: Gateway, events: Sequence[tuple[Event, str | None]], *, principal: Principal
+) -> list[Recorded]:
+    """Publish `events` (each with its msg id, or None) pipelined, in order, and wait
+    for every ack; return what the log holds under each (the original of a duplicate).
+
+    Not atomic: when the log fails part-way, the first events may be in it. Msg ids
+    derived from an idempotency key make a retry write only the rest.
+    """
+    bus = gateway.live_bus()
+    now = datetime.now(UTC)
+    outgoing, envelopes = [], []
+    for event, msg_id in events:
+        envelope = make_envelope(
+            event, at=now, by="gateway", correlation_id=event.aggregate_id()
+        ).model_copy(update={"principal": principal.name})
+        message = Outgoing(
+            subject_for(event), encode(envelope), inject({"Nats-Msg-Id": msg_id or envelope.id})
+        )
+        _check_size(bus, message)
+        outgoing.append(message)
+        envelopes.append(envelope)
+    timeout = gateway.settings.publish_timeout_s * max(1, len(outgoing) // 100)
+    try:
+        acks = await bus.publish_acked(outgoing, timeout=timeout)
+        recorded = []
+        for (seq, duplicate), envelope, (event, _) in zip(acks, envelopes, events, strict=True):
+            if duplicate:
+                stored = await bus.get(seq)
+                recorded.append(decode(seq, stored.body, subject=stored.subject))
+            else:
+                recorded.append(Recorded(seq, envelope, event))
+    except (TimeoutError, NatsError, OSError) as exc:
+        log.warning("publish of a batch of %d events failed: %s", len(outgoing), exc)
+        raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
+    gateway.last_written_seq = max([gateway.last_written_seq, *(r.seq for r in recorded)])
     return recorded
 
 

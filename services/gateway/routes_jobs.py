@@ -91,7 +91,7 @@ async def list_jobs(
     user: str | None = None,
     account: str | None = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="rows to skip")] = 0,
 ) -> JobList:
     await gateway.catch_up()
     query = select(JobRow)

@@ -120,25 +120,35 @@ async def submit_job(
     created, never a second one. An array is one JobArraySubmitted event: it is
     accepted whole or not at all, and its id shows and cancels every task.
     """
+    spec = checked_spec(request, gateway, principal)
+    if idempotency_key is not None:
+        existing = await submitted_with(gateway, idempotency_key, principal, spec.user)
+        if existing is not None:
+            return existing
+    await check_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
+    event = submission_event(spec, idempotency_key)
+    msg_id = f"submit:{idempotency_key}" if idempotency_key else None
+    recorded = await publish(gateway, event, msg_id, principal=principal)
+    return accepted(recorded.event, "submitted")
+
+
+def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec:
+    """The spec to publish for `request`, once the caller may submit it and some node
+    could ever run it: 403 or 422 otherwise (what both submission routes check)."""
     user = request.user or principal.name
     forbidden(submit_problem(principal, user, request.account, accounts_of(gateway)))
     spec = submission_spec(request, user, principal, gateway)
     _check_time_limit(spec, gateway.settings.max_time_limit_s)
     _check_env(spec)
     _check_feasible(gateway, spec)
-    if idempotency_key is not None:
-        existing = await _submitted_with(gateway, idempotency_key, principal, user)
-        if existing is not None:
-            return existing
-    await check_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
-    event: JobSubmitted | JobArraySubmitted
+    return spec
+
+
+def submission_event(spec: JobSpec, key: str | None) -> JobSubmitted | JobArraySubmitted:
+    """The event that submits `spec`: a job, or a whole job array."""
     if spec.array is not None:
-        event = JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
-    else:
-        event = JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=idempotency_key)
-    msg_id = f"submit:{idempotency_key}" if idempotency_key else None
-    recorded = await publish(gateway, event, msg_id, principal=principal)
-    return _accepted(recorded.event, "submitted")
+        return JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=key)
+    return JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=key)
 
 
 def _check_time_limit(spec: JobSpec, maximum: int) -> None:
@@ -184,7 +194,7 @@ def _check_env(spec: JobSpec) -> None:
         raise RequestValidationError(errors)
 
 
-async def _submitted_with(
+async def submitted_with(
     gateway: Gateway, key: str, principal: Principal, user: str
 ) -> Submitted | None:
     """What an earlier request with this idempotency key created, if the log has it.
@@ -213,7 +223,7 @@ async def _submitted_with(
     return Submitted(id=job_id, state=final_phase(state, job_id) or "submitted")
 
 
-def _accepted(event: Event, state: str) -> Submitted:
+def accepted(event: Event, state: str) -> Submitted:
     if isinstance(event, JobArraySubmitted):
         return Submitted(id=event.job_id, state=state, tasks=event.task_ids())
     assert isinstance(event, JobSubmitted)

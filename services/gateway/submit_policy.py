@@ -13,6 +13,7 @@ submission order, and is what holds when two submissions race past a stale check
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
@@ -86,3 +87,25 @@ async def check_submit_limits(gateway: Gateway, spec: JobSpec) -> None:
     counts = active_counts(state, with_submitted=True)
     adding = spec.array or 1
     forbidden(submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts))
+
+
+async def check_batch_limits(gateway: Gateway, specs: Sequence[JobSpec]) -> None:
+    """`check_submit_limits` of a batch: each job counts the batch's jobs before it.
+    403 names the first job (`jobs[i]`) that would pass a limit."""
+    identities = {(kind, name) for spec in specs for kind, name in _identities(spec)}
+    if not identities & set(_state(gateway).limits):
+        return
+    await gateway.catch_up()
+    state = _state(gateway)
+    counts = active_counts(state, with_submitted=True)
+    for number, spec in enumerate(specs):
+        adding = spec.array or 1
+        problem = submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts)
+        if problem is not None:
+            forbidden(f"jobs[{number}]: {problem}")
+        for identity in _identities(spec):
+            counts[identity] += adding
+
+
+def _identities(spec: JobSpec) -> tuple[tuple[str, str], tuple[str, str]]:
+    return (("user", spec.user), ("account", spec.account))

@@ -49,6 +49,10 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
         ANYONE,
         {"name": "m", "account": "team-b", "command": ["true"], "gpus": 0},
     ),
+    ("POST", "/v1/job-batches"): (
+        ANYONE,
+        {"jobs": [{"name": "m", "account": "team-b", "command": ["true"], "gpus": 0}]},
+    ),
     ("GET", "/v1/jobs"): (ANYONE, None),
     ("GET", "/v1/jobs/{job_id}"): (ANYONE, None),
     ("GET", "/v1/jobs/{job_id}/explain"): (ANYONE, None),

@@ -202,6 +202,18 @@ class EventBus:
         acks = await asyncio.wait_for(asyncio.gather(*futures), timeout)
         return [int(ack.seq) for ack in acks]
 
+    async def publish_acked(
+        self, messages: Sequence[Outgoing], timeout: float = 10.0
+    ) -> list[tuple[int, bool]]:
+        """`publish_many`, telling for each message whether the log already had it (a
+        duplicate of its `Nats-Msg-Id` within the window): (sequence, duplicate)."""
+        futures = [
+            await self.js.publish_async(m.subject, m.body, stream=self.stream, headers=m.headers)
+            for m in messages
+        ]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        return [(int(ack.seq), bool(ack.duplicate)) for ack in acks]
+
     async def get(self, seq: int) -> Incoming:
         msg = await self.js.get_msg(self.stream, seq=seq, direct=True)
         return Incoming(

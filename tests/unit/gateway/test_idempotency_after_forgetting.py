@@ -11,7 +11,7 @@ from fastapi import HTTPException
 
 from gpuloom.auth import Principal
 from gpuloom.testing.builders import LogBuilder
-from services.gateway.routes_submit import _submitted_with
+from services.gateway.routes_submit import submitted_with
 
 
 async def no_wait() -> None:
@@ -33,12 +33,12 @@ def finished_with_key() -> LogBuilder:
 async def test_a_retry_of_a_forgotten_job_answers_with_the_job_and_its_end() -> None:
     gateway = gateway_after(finished_with_key())
     assert "j1" in gateway.projector.state.tombstones
-    answer = await _submitted_with(gateway, "once", Principal("alice"), "alice")
+    answer = await submitted_with(gateway, "once", Principal("alice"), "alice")
     assert answer is not None and (answer.id, answer.state) == ("j1", "rejected")
 
 
 async def test_another_users_key_is_refused_after_the_job_was_forgotten() -> None:
     gateway = gateway_after(finished_with_key())
     with pytest.raises(HTTPException) as refused:
-        await _submitted_with(gateway, "once", Principal("mallory"), "mallory")
+        await submitted_with(gateway, "once", Principal("mallory"), "mallory")
     assert refused.value.status_code == 409
