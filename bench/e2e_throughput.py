@@ -97,9 +97,10 @@ async def submit_array(url: str, count: int, command: list[str], token: str) -> 
     body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
     started = time.perf_counter()
     auth = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession(url, headers=auth) as session, session.post(
-        "/v1/jobs", json={**body, "name": "array", "array": count}
-    ) as answer:
+    async with (
+        aiohttp.ClientSession(url, headers=auth) as session,
+        session.post("/v1/jobs", json={**body, "name": "array", "array": count}) as answer,
+    ):
         if answer.status != 202:
             raise RuntimeError(f"array submission failed: {await answer.text()}")
     return time.perf_counter() - started
