@@ -39,7 +39,6 @@ only for the moment `launch.py` takes to switch the account and exec the command
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -50,6 +49,7 @@ from pathlib import Path
 
 from gpuloom.events import Outcome
 from services.agent.identity import Account
+from services.agent.launch import Launch, encode
 
 SHIM = r"""cd "$1" || exit 125
 shift
@@ -263,17 +263,17 @@ def process_launcher(
     """What the shim runs for a plain process job: `launch.py`, which switches to
     `account` and executes `command` with `env` (written to the run folder's
     `launch` file, mode 0600, which `launch.py` deletes once read)."""
-    launch = {
-        "argv": command,
-        "env": env,
-        "uid": account.uid,
-        "gid": account.gid,
-        "groups": list(account.groups),
-        "cwd": str(run.work),
-    }
+    launch = Launch(
+        [os.fsencode(word) for word in command],
+        {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
+        account.uid,
+        account.gid,
+        list(account.groups),
+        os.fsencode(run.work),
+    )
     fd = os.open(run.file("launch"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
-        handle.write(json.dumps(launch).encode())
+        handle.write(encode(launch))
     return [sys.executable, "-I", "-S", LAUNCHER, "launch"]
 
 
