@@ -14,7 +14,8 @@ from services.agent.containers import (
 from services.agent.identity import Account
 from services.agent.jobenv import command_problem, spawn_problem
 from services.agent.reconcile import Ensure
-from services.agent.shim import SHIM_ENV, Ended, RunDir, process_launcher, spawn_shim
+from services.agent.shim import SHIM_ENV, Ended, RunDir, spawn_shim
+from services.agent.starting import process_start, unspawned
 
 
 def start_problem(
@@ -48,4 +49,9 @@ def spawn(
     if podman is not None and action.spec.image is not None:
         launcher = container_launcher(podman, run, action, account, env)
         return spawn_shim(run, launcher, podman.environ)
-    return spawn_shim(run, process_launcher(run, list(action.spec.command), env, account), SHIM_ENV)
+    start = process_start(run, list(action.spec.command), env, account)
+    try:
+        return spawn_shim(run, start.argv, SHIM_ENV, start.stdin)
+    except OSError:  # no shim: nothing may say it was spawned (`RunDir.was_spawned`)
+        unspawned(run)
+        raise

@@ -62,6 +62,7 @@ from services.agent.shim import (
     RunDir,
     parse_run_leaf,
 )
+from services.agent.starting import forget_launch
 
 log = logging.getLogger(__name__)
 
@@ -391,6 +392,7 @@ class Runner:
             self._removals.remove(proc.container)
 
     def _end(self, key: JobKey, node: str, run: RunDir, pid: int | None, end: Ended) -> None:
+        forget_launch(run)
         held = self._procs.get(key)
         if held is not None and held.status is Status.DROPPING:
             del self._procs[key]

@@ -41,15 +41,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuloom.events import Outcome
-from services.agent.identity import Account
-from services.agent.launch import Launch, encode
 
 SHIM = r"""cd "$1" || exit 125
 shift
@@ -57,8 +54,9 @@ t=
 i=
 trap 'i=1; if [ -z "$t" ]; then t=1; kill -TERM 0 2>/dev/null; fi' TERM
 trap 'i=1; kill -KILL "$c" 2>/dev/null' USR1
-"$@" </dev/null &
+(cd work 2>/dev/null; exec "$@") <&3 3<&- &
 c=$!
+exec 3<&-
 echo $$ >pid
 while :; do
   i=
@@ -257,29 +255,15 @@ def ended(status: int | None, reason: tuple[str, str] | None, at: datetime | Non
     return Ended("failed", status, describe_status(status), at)
 
 
-def process_launcher(
-    run: RunDir, command: list[str], env: dict[str, str], account: Account
-) -> list[str]:
-    """What the shim runs for a plain process job: `launch.py`, which switches to
-    `account` and executes `command` with `env` (written to the run folder's
-    `launch` file, mode 0600, which `launch.py` deletes once read)."""
-    launch = Launch(
-        [os.fsencode(word) for word in command],
-        {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
-        account.uid,
-        account.gid,
-        list(account.groups),
-        os.fsencode(run.work),
-    )
-    fd = os.open(run.file("launch"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(encode(launch))
-    return [sys.executable, "-I", "-S", LAUNCHER, "launch"]
-
-
-def spawn_shim(run: RunDir, launcher: Sequence[str], shim_env: Mapping[str, str] = SHIM_ENV) -> int:
+def spawn_shim(
+    run: RunDir,
+    launcher: Sequence[str],
+    shim_env: Mapping[str, str] = SHIM_ENV,
+    stdin: str = os.devnull,
+) -> int:
     """Start the shim in `run` (created beforehand, with its `work` folder) running
-    `launcher` (`process_launcher`, or a container's `podman run`); return its pid.
+    `launcher` (`services.agent.starting`, or a container's `podman run`) with its
+    standard input from `stdin` (a file the agent's user opens); return its pid.
 
     The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
     folder's files, `shim_env` (never the job's own), default signal dispositions
@@ -288,6 +272,7 @@ def spawn_shim(run: RunDir, launcher: Sequence[str], shim_env: Mapping[str, str]
     append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 3, stdin, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o600),
         (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o600),
     ]
