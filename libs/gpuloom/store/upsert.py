@@ -42,23 +42,36 @@ async def _upsert(
     *,
     newer_only: bool,
 ) -> None:
+    if not rows:
+        return
     table: Table = model.__table__  # type: ignore[assignment]
-    for start in range(0, len(rows), CHUNK):
-        stmt = _insert(session, table).values(list(rows[start : start + CHUNK]))
-        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in key}
-        where = table.c.last_seq < stmt.excluded.last_seq if newer_only else None
-        stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=updates, where=where)
-        await session.execute(stmt)
+    stmt = _insert(session, table)
+    updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in key}
+    where = table.c.last_seq < stmt.excluded.last_seq if newer_only else None
+    stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=updates, where=where)
+    await _execute_many(session, stmt, rows)
 
 
 async def insert_ignore(
     session: AsyncSession, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]
 ) -> None:
     """Insert `rows`, keeping any row already stored under the same key (ledger semantics)."""
+    if not rows:
+        return
     table: Table = model.__table__  # type: ignore[assignment]
+    stmt = _insert(session, table).on_conflict_do_nothing(index_elements=list(key))
+    await _execute_many(session, stmt, rows)
+
+
+async def _execute_many(session: AsyncSession, stmt: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """One statement, its rows as parameters (executemany), `CHUNK` rows at a time.
+
+    Not `.values(rows)`: a statement with the rows in it is a new statement to
+    compile for every batch (a third of the gateway's CPU in issue #15's profile);
+    one with parameters is compiled once and cached.
+    """
     for start in range(0, len(rows), CHUNK):
-        stmt = _insert(session, table).values(list(rows[start : start + CHUNK]))
-        await session.execute(stmt.on_conflict_do_nothing(index_elements=list(key)))
+        await session.execute(stmt, [dict(row) for row in rows[start : start + CHUNK]])
 
 
 async def save_checkpoint(session: AsyncSession, name: str, seq: int) -> None:
