@@ -4,8 +4,8 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 
 | file     | written by | content                                                   |
 | -------- | ---------- | --------------------------------------------------------- |
-| `stdout` | the job    | the job's standard output (opened by the agent at spawn,  |
-|          |            | mode 0600, then given to the job's account by `launch.py`)|
+| `stdout` | the job    | the job's standard output (made by the agent, mode 0600,  |
+|          |            | the job's account's: see `starting.give_logs`)            |
 | `stderr` | the job    | the job's standard error (and the shim's own messages)    |
 | `pid`    | the shim   | the shim's pid, which is also the job's process group id  |
 | `exit`   | the shim   | the command's exit status as the shell reports it (`$?`), |
@@ -13,8 +13,11 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 |          |            | its mtime is when the command ended (see `exit_time`)     |
 | `reason` | the agent  | why the agent stopped the job, written before signalling: |
 |          |            | line 1 the outcome (`timed_out`, `cancelled`), line 2 text|
-| `launch` | the agent  | what `launch.py` starts (argv, env, account), mode 0600;  |
-|          |            | deleted by `launch.py` once read                          |
+| `launch` | the agent  | what starts the job as its account (`starting`): a shell |
+|          |            | script fed to `/bin/sh -s`, or `launch.py`'s file; mode   |
+|          |            | 0600; removed once the run ended                          |
+| `container`, `cid`, `env` | the agent, podman | an image job's container: its |
+|          |            | name, its id, its env file (`containers`)                 |
 | `work/`  | the job    | the job's own working directory and HOME: owned by the    |
 |          |            | job's account, mode 0700                                  |
 
@@ -24,17 +27,17 @@ another job's. Only `work/` and the two logs are the job's account's.
 
 The shim is started by the agent in a new session (so a new process group whose
 id is the shim's pid), as the agent's user with a clean environment, and
-outlives the agent. It runs `launch.py` as its child in the same group, which
-becomes the command (as the job's account, with the job's environment), and
-waits for it. Its traps give the agent two levers that never hit the shim itself:
+outlives the agent. It enters `work/` and runs what `starting` chose as its child
+in the same group (setpriv and a script on its fd 3, or `launch.py`; for an image,
+`podman run`), which becomes the command (as the job's account, with the job's
+environment), and waits for it. Its traps give the agent two levers that never hit the shim itself:
 
 * SIGTERM to the shim: the shim sends SIGTERM once to its whole process group
   (the job and everything the job started); its own copy is ignored.
 * SIGUSR1 to the shim: the shim SIGKILLs the command, then records its status.
 
 So a cancelled or timed-out job still gets an `exit` file; the agent sweeps what
-is left of the group with SIGKILL after the shim is gone. Python runs per job
-only for the moment `launch.py` takes to switch the account and exec the command.
+is left of the group with SIGKILL after the shim is gone.
 """
 
 from __future__ import annotations
