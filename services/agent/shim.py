@@ -57,7 +57,7 @@ t=
 i=
 trap 'i=1; if [ -z "$t" ]; then t=1; kill -TERM 0 2>/dev/null; fi' TERM
 trap 'i=1; kill -KILL "$c" 2>/dev/null' USR1
-(cd work 2>/dev/null; exec "$@") <&3 3<&- &
+(cd work && exec "$@") <&3 3<&- &
 c=$!
 exec 3<&-
 echo $$ >pid
