@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 OUTBOX_BATCH = 500
 #: Actions carried out between two yields to the event loop.
 YIELD_EVERY = 32
+#: Spawns in flight at once: under load each waits for its child to be scheduled.
+SPAWN_THREADS = 4
 
 
 class LogPort(Protocol):
@@ -99,37 +102,57 @@ class Agent:
             podman=podman,
         )
         self.outbox: dict[JobKey, Exited] = {}
+        self._spawner = ThreadPoolExecutor(SPAWN_THREADS, thread_name_prefix="spawn")
         self.fence = fence
         self._wake = asyncio.Event()
 
     # --- the decision step ---------------------------------------------------------
 
     async def decide(self, state: ClusterState) -> list[Decision]:
-        """Reconcile, act, and return the events to publish (Reactor contract)."""
+        """Reconcile, act, and return the events to publish (Reactor contract).
+
+        The jobs to start are started together, their spawns overlapping in the
+        agent's spawn threads (`SPAWN_THREADS`); the state cannot change meanwhile:
+        only the Reactor folds, and it is waiting for this round.
+        """
         decisions: list[Decision] = []
         fenced = self.fenced(state)
+        starts: list[Ensure] = []
         for done, action in enumerate(reconcile(state, self.nodes, self.runner.views()), 1):
             if fenced and isinstance(action, Ensure | Report):
                 continue  # cut off, or not caught up since: the log may say otherwise
-            try:
-                decisions.extend(self._act(state, action))
-            except OSError as exc:  # e.g. disk full: the next round tries again
-                log.error("job %s: could not carry out %s: %s", _job_of(action), action, exc)
-            except Exception:  # containment: one job's bad action never costs the round
-                log.exception("job %s: %s failed; tried again next round", _job_of(action), action)
+            if isinstance(action, Ensure) and not _reserves_a_port(action):
+                starts.append(action)
+                continue
+            decisions.extend(await self._contained(state, action))
             if done % YIELD_EVERY == 0:
                 # Let heartbeats, log requests and the watcher run during a big round.
-                # The state cannot change meanwhile: only the Reactor folds, and it
-                # is waiting for this round.
                 await asyncio.sleep(0)
+        for found in await asyncio.gather(*(self._contained(state, a) for a in starts)):
+            decisions.extend(found)
         return decisions
 
-    def _act(self, state: ClusterState, action: Action) -> list[Decision]:
+    async def _contained(self, state: ClusterState, action: Action) -> list[Decision]:
+        """`_act`, where one job's failure never costs the round (containment)."""
+        try:
+            return await self._act(state, action)
+        except OSError as exc:  # e.g. disk full: the next round tries again
+            log.error("job %s: could not carry out %s: %s", _job_of(action), action, exc)
+        except Exception:
+            log.exception("job %s: %s failed; tried again next round", _job_of(action), action)
+        return []
+
+    async def _spawn(self, call: Callable[[], int]) -> int:
+        """Run a spawn in one of the agent's spawn threads (the GIL is released while
+        the child is created and scheduled)."""
+        return await asyncio.get_running_loop().run_in_executor(self._spawner, call)
+
+    async def _act(self, state: ClusterState, action: Action) -> list[Decision]:
         if isinstance(action, Report):
             return [action.decision]
         if isinstance(action, Ensure):
             job = state.jobs[action.job_id]
-            result = self.runner.ensure(action)
+            result = await self.runner.ensure_async(action, self._spawn)
             if isinstance(result, Started):
                 return [started(job, action.node, result.pid, action.replica, result.master)]
             if isinstance(result, NotStarted):
@@ -259,3 +282,9 @@ def _job_of(action: Action) -> str:
     if isinstance(action, Ensure):
         return action.job_id
     return action.key[0]
+
+
+def _reserves_a_port(action: Ensure) -> bool:
+    """A gang's replica 0 reserves its rendezvous port from the ports its agent's
+    other masters hold: such starts go one at a time, never two reservations at once."""
+    return len(action.hosts) > 1 and action.replica == 0

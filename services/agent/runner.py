@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +71,16 @@ LIVENESS_EVERY_S = 1.0
 #: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
 #: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
 LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """A shim to spawn for `action` in `run` (`call` spawns it and gives its pid)."""
+
+    action: Ensure
+    run: RunDir
+    master: Master | None
+    call: Callable[[], int]
 
 
 @dataclass
@@ -175,6 +185,32 @@ class Runner:
         Raises OSError if a new shim cannot be spawned for a reason that may pass
         (disk full, no memory): the caller tries again next round.
         """
+        step = self._prepare(action)
+        if not isinstance(step, Spawn):
+            return step
+        try:
+            pid: int | Exception = step.call()
+        except Exception as exc:
+            pid = exc
+        return self._spawned(step, pid)
+
+    async def ensure_async(
+        self, action: Ensure, run: Callable[[Callable[[], int]], Awaitable[int]]
+    ) -> EnsureResult:
+        """`ensure`, with the spawn itself carried out by `run` (in a thread: under load
+        a spawn waits 3 to 12 ms for its child to be scheduled, which would hold the
+        agent's loop, and spawns of several jobs may then overlap)."""
+        step = self._prepare(action)
+        if not isinstance(step, Spawn):
+            return step
+        try:
+            pid: int | Exception = await run(step.call)
+        except Exception as exc:
+            pid = exc
+        return self._spawned(step, pid)
+
+    def _prepare(self, action: Ensure) -> EnsureResult | Spawn:
+        """Everything `ensure` does before the spawn, and the spawn to make."""
         key = action.key
         run = RunDir(self.root, action.node, *key)
         proc = self._procs.get(key)
@@ -201,14 +237,21 @@ class Runner:
         if too_big is not None:
             return self._not_started(run, too_big)
         prepare_workdir(run.work, account)
-        try:
-            pid = spawn(action, run, account, env, self.podman)
-        except OSError as exc:
-            if exc.errno not in LASTING_SPAWN_ERRORS:
-                raise  # e.g. no memory, too many processes: the next round tries again
-            return self._not_started(run, f"could not start: {exc.strerror}")
-        except (ValueError, TypeError) as exc:  # what spawn_problem did not foresee
-            return self._not_started(run, f"could not start: {exc}")
+        podman = self.podman
+        return Spawn(action, run, master, lambda: spawn(action, run, account, env, podman))
+
+    def _spawned(self, step: Spawn, pid: int | Exception) -> EnsureResult:
+        """Take on the shim `step` spawned (its pid), or say why it did not start."""
+        action, run, master = step.action, step.run, step.master
+        if isinstance(pid, OSError):
+            if pid.errno not in LASTING_SPAWN_ERRORS:
+                raise pid  # e.g. no memory, too many processes: the next round tries again
+            return self._not_started(run, f"could not start: {pid.strerror}")
+        if isinstance(pid, ValueError | TypeError):  # what spawn_problem did not foresee
+            return self._not_started(run, f"could not start: {pid}")
+        if isinstance(pid, Exception):
+            raise pid
+        key = action.key
         limit = action.spec.time_limit_s
         self._procs[key] = _Proc(
             action.node,
