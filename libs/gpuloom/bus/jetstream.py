@@ -195,12 +195,7 @@ class EventBus:
         rejection (nats.py#985), so every future is awaited with a timeout.
         None of gpuloom's pipelined publishes carries an expected-sequence header.
         """
-        futures = [
-            await self.js.publish_async(m.subject, m.body, stream=self.stream, headers=m.headers)
-            for m in messages
-        ]
-        acks = await asyncio.wait_for(asyncio.gather(*futures), timeout)
-        return [int(ack.seq) for ack in acks]
+        return [seq for seq, _ in await self.publish_acked(messages, timeout)]
 
     async def publish_acked(
         self, messages: Sequence[Outgoing], timeout: float = 10.0
