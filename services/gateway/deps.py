@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -11,8 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gpuloom.auth import TokenVerifier
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
+from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.placement.cycle import request_of
 from gpuloom.runtime.projector import Projector
+from gpuloom.state import ClusterState
 from services.gateway.stream import Streams
 
 
@@ -31,6 +35,8 @@ class Gateway:
     start_seq: int = 0
     #: What the streams of `GET /v1/events` share: each event decoded once, the hub.
     streams: Streams = field(default_factory=Streams)
+    #: `resources_problem`'s answers by request shape, while the nodes stay the same.
+    feasibility: Feasibility = field(default_factory=lambda: Feasibility())
     extra: dict[str, Any] = field(default_factory=dict)
 
     def live_bus(self) -> EventBus:
@@ -83,3 +89,33 @@ JobId = Annotated[
 ]
 NodeName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="a node name")]
 AccountName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="an account")]
+
+
+Refusal = tuple[str | None, str] | None
+
+
+class Feasibility:
+    """`resources_problem`'s answers, remembered by request shape (`request_of`) for as
+    long as the nodes are the same: their names, specs and GPU pools are all it reads
+    of the state, so the same shape on the same nodes gets the same answer. Building
+    views of every node and placing on them cost a third of a submission's CPU."""
+
+    MOST = 1024  #: shapes remembered at once (a burst of distinct shapes starts over)
+
+    def __init__(self) -> None:
+        self._nodes: object = None
+        self._answers: dict[object, Refusal] = {}
+
+    def answer(
+        self, state: ClusterState, spec: JobSpec, judge: Callable[[ClusterState, JobSpec], Refusal]
+    ) -> Refusal:
+        nodes = tuple(
+            (name, node.spec.fingerprint, tuple(gpu.pool for _, gpu in sorted(node.gpus.items())))
+            for name, node in sorted(state.nodes.items())
+        )
+        if nodes != self._nodes or len(self._answers) >= self.MOST:
+            self._nodes, self._answers = nodes, {}
+        shape = request_of(spec)
+        if shape not in self._answers:
+            self._answers[shape] = judge(state, spec)
+        return self._answers[shape]

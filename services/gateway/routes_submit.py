@@ -170,7 +170,7 @@ def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
     projector = gateway.projector
     if projector is None or projector.state.seq < gateway.start_seq or not projector.state.nodes:
         return
-    found = resources_problem(projector.state, spec)
+    found = gateway.feasibility.answer(projector.state, spec, resources_problem)
     if found is None:
         return
     field, why = found
