@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sse_clients import ReaderProcess
 from webhook_receiver import Receiver
@@ -58,51 +59,65 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def submit_all(
-    url: str, count: int, command: list[str], concurrency: int, token: str
-) -> float:
-    """POST `count` jobs with `concurrency` keep-alive clients; return the seconds it took.
+#: What one request of the bench sends: path, JSON body, headers.
+Post = tuple[str, dict[str, Any], dict[str, str]]
+
+
+def job_body(command: list[str], name: str) -> dict[str, Any]:
+    return {"user": "bench", "account": "bench", "gpus": 1, "command": command, "name": name}
+
+
+async def post_all(url: str, posts: list[Post], concurrency: int, token: str) -> float:
+    """Send `posts` from `concurrency` keep-alive clients, each retried until it is
+    accepted (202); return the seconds it took.
 
     aiohttp rather than httpx: the client shares the machine's two cores with the
     whole stack, so a lighter client leaves more of them to what is measured.
     """
     import aiohttp
 
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(count):
-        queue.put_nowait(i)
-    body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
+    queue: asyncio.Queue[Post] = asyncio.Queue()
+    for post in posts:
+        queue.put_nowait(post)
 
     async def worker(session: aiohttp.ClientSession) -> None:
         while not queue.empty():
-            i = queue.get_nowait()
+            path, body, headers = queue.get_nowait()
             for _ in range(50):
-                async with session.post("/v1/jobs", json={**body, "name": f"b{i}"}) as response:
+                async with session.post(path, json=body, headers=headers) as response:
                     text = await response.text()
                     if response.status == 202:
                         break
                 await asyncio.sleep(0.2)
             else:
-                raise RuntimeError(f"submission {i} failed: {text}")
+                raise RuntimeError(f"POST {path} failed: {text}")
 
     started = time.perf_counter()
     connector = aiohttp.TCPConnector(limit=concurrency)
     auth = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession(url, connector=connector, headers=auth) as session:
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(session) for _ in range(min(concurrency, len(posts)))))
     return time.perf_counter() - started
+
+
+async def submit_all(
+    url: str, count: int, command: list[str], concurrency: int, token: str
+) -> float:
+    """POST `count` jobs, one request each, from `concurrency` clients."""
+    posts = [("/v1/jobs", job_body(command, f"b{i}"), {}) for i in range(count)]
+    return await post_all(url, posts, concurrency, token)
 
 
 async def submit_array(url: str, count: int, command: list[str], token: str) -> float:
     """POST one job array of `count` tasks; return the seconds it took."""
     import aiohttp
 
-    body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
+    body = {**job_body(command, "array"), "array": count}
     started = time.perf_counter()
     auth = {"Authorization": f"Bearer {token}"}
     async with (
         aiohttp.ClientSession(url, headers=auth) as session,
-        session.post("/v1/jobs", json={**body, "name": "array", "array": count}) as answer,
+        session.post("/v1/jobs", json=body) as answer,
     ):
         if answer.status != 202:
             raise RuntimeError(f"array submission failed: {await answer.text()}")
@@ -113,35 +128,16 @@ async def submit_batches(
     url: str, count: int, command: list[str], size: int, concurrency: int, token: str
 ) -> float:
     """POST `count` jobs `size` per request (`/v1/job-batches`) from `concurrency`
-    clients; return the seconds it took."""
-    import aiohttp
-
-    body = {"user": "bench", "account": "bench", "gpus": 1, "command": command}
-    batches = [list(range(start, min(count, start + size))) for start in range(0, count, size)]
-    queue: asyncio.Queue[list[int]] = asyncio.Queue()
-    for batch in batches:
-        queue.put_nowait(batch)
-
-    async def worker(session: aiohttp.ClientSession) -> None:
-        while not queue.empty():
-            batch = queue.get_nowait()
-            jobs = {"jobs": [{**body, "name": f"b{i}"} for i in batch]}
-            headers = {"Idempotency-Key": f"bench-{batch[0]}"}  # a retry adds nothing twice
-            for _ in range(50):
-                async with session.post("/v1/job-batches", json=jobs, headers=headers) as answer:
-                    text = await answer.text()
-                    if answer.status == 202:
-                        break
-                await asyncio.sleep(0.2)
-            else:
-                raise RuntimeError(f"batch {batch[0]} failed: {text}")
-
-    started = time.perf_counter()
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    auth = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession(url, connector=connector, headers=auth) as session:
-        await asyncio.gather(*(worker(session) for _ in range(min(concurrency, len(batches)))))
-    return time.perf_counter() - started
+    clients; each batch's Idempotency-Key makes a retry add nothing twice."""
+    posts: list[Post] = [
+        (
+            "/v1/job-batches",
+            {"jobs": [job_body(command, f"b{i}") for i in range(start, min(count, start + size))]},
+            {"Idempotency-Key": f"bench-{start}"},
+        )
+        for start in range(0, count, size)
+    ]
+    return await post_all(url, posts, concurrency, token)
 
 
 def times_by_type(records: list) -> dict[str, dict[str, float]]:
