@@ -34,7 +34,7 @@ from gpuloom.events import (
     Recorded,
     make_envelope,
 )
-from gpuloom.placement import default_registry, placement_cycle
+from gpuloom.placement import IndexCache, default_registry, placement_cycle
 from gpuloom.sim.trace import load_nodes, load_tasks
 from gpuloom.state import ClusterState, apply
 from gpuloom.testing.builders import make_job_spec
@@ -108,12 +108,13 @@ def main() -> None:
         cycle_state = ClusterState()
         for record in log.records:
             apply(cycle_state, record)
+        kept = IndexCache()
         placed = cycles = 0
         cycle_seconds = 0.0
         first: tuple[float, int] | None = None
         while True:
             started = time.perf_counter()
-            decisions = placement_cycle(cycle_state, policy)
+            decisions = placement_cycle(cycle_state, policy, kept=kept)
             spent = time.perf_counter() - started
             cycle_seconds += spent
             if first is None:

@@ -8,7 +8,7 @@ import sys
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings, load_settings
-from gpuloom.placement import default_registry, placement_cycle
+from gpuloom.placement import IndexCache, default_registry, placement_cycle
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     policy = default_registry().get(settings.placement_policy)
     log.info("placement policy %s v%d", policy.name, policy.version)
+    kept = IndexCache()
 
     def decide(state: ClusterState):  # type: ignore[no-untyped-def]
-        return placement_cycle(state, policy)
+        return placement_cycle(state, policy, kept=kept)
 
     await Reactor(
         bus, "placement", pure(decide), snapshots=snapshotter(settings, bus, "placement")

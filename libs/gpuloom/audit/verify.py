@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
 from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
+from gpuloom.placement.index_cache import IndexCache
 from gpuloom.placement.registry import PolicyRegistry, default_registry
 from gpuloom.state import ClusterState, apply
 
@@ -123,6 +124,7 @@ def audit(
         else:
             claims[claim.seq].append(claim)
     position = 0
+    kept: dict[tuple[str, int], IndexCache] = {}  # each policy's node index, cycle to cycle
     for point in sorted(set(by_basis) | set(claims)):
         while position < len(records) and records[position].seq <= point:
             apply(state, records[position])
@@ -130,7 +132,7 @@ def audit(
         # entries the reactors skipped as malformed still advanced their state's seq
         state.seq = max(state.seq, point)
         if point in by_basis:
-            _verify_cycle(state, by_basis[point], registry, report)
+            _verify_cycle(state, by_basis[point], registry, report, kept)
         for claim in sorted(claims.get(point, ()), key=lambda c: c.bucket):
             check = check_claim(state, claim)
             report.snapshots.append(check)
@@ -141,7 +143,11 @@ def audit(
 
 
 def _verify_cycle(
-    state: ClusterState, decisions: list[Recorded], registry: PolicyRegistry, report: AuditReport
+    state: ClusterState,
+    decisions: list[Recorded],
+    registry: PolicyRegistry,
+    report: AuditReport,
+    kept: dict[tuple[str, int], IndexCache],
 ) -> None:
     remade_by_policy: dict[tuple[str, int], list[CycleEvent]] = {}
     for record in decisions:
@@ -162,7 +168,9 @@ def _verify_cycle(
         key = (policy.name, policy.version)
         if key not in remade_by_policy:
             remade_by_policy[key] = [
-                d.event for d in placement_cycle(state, policy) if isinstance(d.event, CYCLE_EVENTS)
+                d.event
+                for d in placement_cycle(state, policy, kept=kept.setdefault(key, IndexCache()))
+                if isinstance(d.event, CYCLE_EVENTS)
             ]
         remade = remade_by_policy[key]
         position = event.cycle_position

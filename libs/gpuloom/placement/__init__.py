@@ -6,6 +6,7 @@ simulator (`gpuloom sim`).
 
 from gpuloom.placement.cycle import node_views, placement_cycle, request_of
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.index_cache import IndexCache
 from gpuloom.placement.policies import (
     FGD,
     BestFit,
@@ -25,6 +26,7 @@ __all__ = [
     "Context",
     "DotProd",
     "GpuView",
+    "IndexCache",
     "Loom",
     "NodeIndex",
     "NodeView",

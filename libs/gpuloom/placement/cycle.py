@@ -28,6 +28,7 @@ from gpuloom.events import (
 from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.holdings import Holding
+from gpuloom.placement.index_cache import IndexCache
 from gpuloom.placement.resources import (
     GpuView,
     NodeView,
@@ -281,16 +282,29 @@ def current_reservation(state: ClusterState) -> Reservation | None:
     )
 
 
-def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) -> list[Decision]:
+def placement_cycle(
+    state: ClusterState,
+    policy: Policy,
+    limit: int = 10_000,
+    *,
+    kept: IndexCache | None = None,
+) -> list[Decision]:
     """One scheduling pass (`gpuloom.placement.scheduling.schedule`) as events to write.
 
     Jobs held by quota or dependencies are skipped; the rest are placed,
     preempt, get the reservation or backfill as the log's QueuePolicySet says.
+    `kept` carries the node index from one cycle to the next (same decisions,
+    fewer scores: `gpuloom.placement.index_cache`).
     """
     views = node_views(state)
     if not views:
         return []
-    index = NodeIndex(views)
+    context = context_for(state, policy, 0)
+    if kept is None:
+        index = NodeIndex(views)
+    else:
+        index, workload = kept.index_for(views, policy, context.workload)
+        context = Context(context.seed, 0, workload)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
     queue_policy = state.queue_policy or QueuePolicySet()
     awaiting = frozenset(
@@ -307,7 +321,7 @@ def placement_cycle(state: ClusterState, policy: Policy, limit: int = 10_000) ->
         lambda: holdings_of(state),  # built only if a job is blocked
         now=to_ms(state.clock) if state.clock is not None else 0,
         policy=policy,
-        context=context_for(state, policy, 0),
+        context=context,
         backfill=queue_policy.backfill,
         preemption=queue_policy.preemption,
         quotas=quota_book(state),

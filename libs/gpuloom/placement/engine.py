@@ -88,13 +88,20 @@ class NodeIndex:
     does not grow with the number of nodes.
     """
 
-    def __init__(self, nodes: Iterable[NodeView], heap_shapes_limit: int = 512) -> None:
+    def __init__(
+        self, nodes: Iterable[NodeView], heap_shapes_limit: int = 512, groups_limit: int = 200_000
+    ) -> None:
         self.nodes: dict[str, NodeView] = {}
         self._version: dict[str, int] = {}
         self._heaps: dict[tuple[object, ...], _ShapeHeap] = {}
         self._heap_shapes_limit = heap_shapes_limit
         #: Names of nodes in the order they changed; each heap catches up from its mark.
         self._changed: list[str] = []
+        #: Each node's group (its `state_key`, interned as a small int) until it changes:
+        #: a heap scores a group once, however many nodes are in it.
+        self._group: dict[str, int] = {}
+        self._group_ids: dict[tuple[object, ...], int] = {}
+        self._groups_limit = groups_limit
         for node in nodes:
             self.nodes[node.name] = node
             self._version[node.name] = 0
@@ -103,6 +110,34 @@ class NodeIndex:
         """Re-file `node` after its view changed (heaps re-score it when next asked)."""
         self._version[node.name] += 1
         self._changed.append(node.name)
+        self._group.pop(node.name, None)
+
+    def replace(self, node: NodeView) -> None:
+        """Put `node` (a fresh view of a node the index has) in place of the old view."""
+        self.nodes[node.name] = node
+        self.update(node)
+
+    @property
+    def backlog(self) -> int:
+        """Changes recorded since the index was built (what its heaps may still re-score)."""
+        return len(self._changed)
+
+    def group_of(self, node: NodeView) -> int:
+        """The node's group: nodes with equal `state_key`s share it (and every score)."""
+        group = self._group.get(node.name)
+        if group is None:
+            key = node.state_key()
+            group = self._group_ids.get(key)
+            if group is None:
+                if len(self._group_ids) >= self._groups_limit:
+                    self._group_ids.clear()
+                    self._group.clear()
+                    for heap in self._heaps.values():
+                        heap.scores.clear()
+                group = len(self._group_ids)
+                self._group_ids[key] = group
+            self._group[node.name] = group
+        return group
 
     def best_local(self, request: Request, policy: Policy, context: Context) -> NodeView | None:
         """The node that hosts one replica entirely and scores best (ties: lowest rank)."""
@@ -116,12 +151,13 @@ class NodeIndex:
                 self._heaps.clear()
             heap = _ShapeHeap(request, policy, context)
             for node in self.nodes.values():
-                heap.offer(node, self._version[node.name])
+                heap.offer(node, self._version[node.name], self.group_of(node))
             heap.mark = len(self._changed)
             self._heaps[key] = heap
         elif heap.mark < len(self._changed):
             for name in dict.fromkeys(self._changed[heap.mark :]):  # each changed node once
-                heap.offer(self.nodes[name], self._version[name])
+                node = self.nodes[name]
+                heap.offer(node, self._version[name], self.group_of(node))
             heap.mark = len(self._changed)
         return heap.top(self)
 
@@ -138,10 +174,18 @@ class _ShapeHeap:
         self.context = context
         self.entries: list[tuple[int, int, int, str]] = []  # (-score, rank, version, name)
         self.mark = 0  # how much of the index's change list this heap has seen
+        #: Score of each node group (`NodeIndex.group_of`); None: it does not fit there.
+        self.scores: dict[int, int | None] = {}
 
-    def offer(self, node: NodeView, version: int) -> None:
-        if fits_locally(self.request, node):
-            score = self.policy.score(node, self.request, self.context)
+    def offer(self, node: NodeView, version: int, group: int) -> None:
+        scores = self.scores
+        if group in scores:
+            score = scores[group]
+        else:
+            fits = fits_locally(self.request, node)
+            score = self.policy.score(node, self.request, self.context) if fits else None
+            scores[group] = score
+        if score is not None:
             heapq.heappush(self.entries, (-score, node.rank, version, node.name))
 
     def top(self, index: NodeIndex) -> NodeView | None:

@@ -29,7 +29,7 @@ from gpuloom.events import (
     decode,
     encode,
 )
-from gpuloom.placement import BestFit, placement_cycle
+from gpuloom.placement import FGD, BestFit, IndexCache, placement_cycle
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -54,6 +54,8 @@ class World:
     def __init__(self, models: list[str], gpus: int) -> None:
         self.log = LogBuilder()
         self.state = ClusterState()
+        #: Policies that keep their node index between this world's cycles.
+        self.kept = [(BestFit(), IndexCache()), (FGD(), IndexCache())]
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
 
@@ -129,6 +131,11 @@ class World:
             assert isinstance(decision.event, (JobPlaced, JobReserved))
             assert (decision.event.basis_seq, decision.event.cycle_position) == (basis, position)
         assert placement_cycle(self.state, BestFit()) == decisions, "the audit property"
+        for policy, kept in self.kept:  # an index kept from cycle to cycle decides the same
+            fresh = type(policy)()
+            assert placement_cycle(self.state, policy, kept=kept) == placement_cycle(
+                self.state, fresh
+            ), policy.name
         self.record_valid(decisions)
 
     def agent_turn(self, action: AgentTurn) -> None:

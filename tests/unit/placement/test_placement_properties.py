@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gpuloom.placement.engine import Context, NodeIndex, place
@@ -358,3 +358,106 @@ def test_remote_vgpu_sequences_keep_every_rule(
     sequence = sequence
     decisions = run_checked(name, cluster, sequence, seed)
     assert run_plain(name, cluster, sequence, seed) == decisions
+
+
+# --- FGD's choice of GPUs: the fast path equals the definition -----------------------------
+
+
+def reference_after(
+    node: NodeView, request: Request, chosen: list[GpuView]
+) -> tuple[int | None, tuple[tuple[str, str, int], ...]]:
+    """The node's state once `chosen` gave a slice each: every GPU re-sorted from scratch."""
+    taken = {g.index for g in chosen}
+    cpu = node.cpu_free_milli - request.cpu_milli if node.cpu_free_milli is not None else None
+    gpus = sorted(
+        (g.model, g.pool, g.milli_free - (request.gpu_milli if g.index in taken else 0))
+        for g in node.gpus
+    )
+    return (cpu, tuple(gpus))
+
+
+def reference_best_choice(
+    policy: FGD, node: NodeView, request: Request, context: Context
+) -> tuple[int, list[int]]:
+    """Every serving GPU tried in index order, the first least Δ kept (no shortcut)."""
+    from gpuloom.placement.fragmentation import node_state
+    from gpuloom.placement.resources import best_fit_gpus, serving_gpus
+
+    meter = policy.meter(context)
+    before = meter.of_state(node_state(node))
+    if request.gpus == 0 or not request.fractional:
+        chosen = best_fit_gpus(request, node)
+        delta = meter.of_state(reference_after(node, request, chosen)) - before
+        return delta, [g.index for g in chosen]
+    best: tuple[int, list[int]] | None = None
+    for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
+        rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
+        chosen = [gpu, *rest[: request.gpus - 1]]
+        delta = meter.of_state(reference_after(node, request, chosen)) - before
+        if best is None or delta < best[0]:
+            best = (delta, [g.index for g in chosen])
+    assert best is not None
+    return best
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), sequence=st.lists(requests(), min_size=1, max_size=8))
+def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: list[Request]) -> None:
+    """`after` edits the sorted state and `best_choice` tries one of each alike GPU; both
+    must give what re-sorting every GPU and trying every GPU gives (old logs re-made)."""
+    policy = FGD()
+    context = Context(workload=workload_of(sequence))
+    index = NodeIndex(cluster)
+    for request in sequence:
+        for node in cluster:
+            if not fits_locally(request, node):
+                continue
+            delta, chosen = policy.best_choice(node, request, context)
+            assert policy.after(node, request, chosen) == reference_after(node, request, chosen)
+            assert (delta, [g.index for g in chosen]) == reference_best_choice(
+                policy, node, request, context
+            )
+        place(request, index, policy, context)  # the next request sees a fuller cluster
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frees=st.lists(
+        st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250])),
+        min_size=1,
+        max_size=6,
+    ),
+    count=st.integers(1, 3),
+    milli=st.sampled_from([500, 250, 100]),
+    shapes=st.lists(
+        st.tuples(
+            st.integers(1, 3), st.sampled_from([WHOLE, 500, 250]), st.sampled_from(["", *MODELS])
+        ),
+        max_size=4,
+    ),
+)
+@example(  # the second A GPU, with B's as the other slice, leaves B's 500 whole for B's tasks
+    frees=[("A", 500), ("B", 500), ("A", 500)], count=2, milli=250, shapes=[(1, 500, "B")]
+)
+def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
+    frees: list[tuple[str, int]], count: int, milli: int, shapes: list[tuple[int, int, str]]
+) -> None:
+    """Fractions of several GPUs on a node of mixed models: the case where alike GPUs do
+    not stand for each other (the best-fitting others differ), so none is skipped."""
+    gpu_views = [
+        GpuView(i, f"g{i}", model, "vgpu", 1000, free, free)
+        for i, (model, free) in enumerate(frees)
+    ]
+    node = NodeView("n0", 0, gpu_views, None, None)
+    request = Request(gpus=count, gpu_milli=milli)
+    workload = Workload(
+        tuple((Shape(0, share, k, frozenset(model)), 1) for k, share, model in shapes)
+        or ((Shape(0, 500, 1), 1),)
+    )
+    if not fits_locally(request, node):
+        return
+    policy, context = FGD(), Context(workload=workload)
+    delta, chosen = policy.best_choice(node, request, context)
+    assert (delta, [g.index for g in chosen]) == reference_best_choice(
+        policy, node, request, context
+    )

@@ -3,6 +3,7 @@ choice causes, against the cluster's typical workload."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from gpuloom.placement.engine import Context
@@ -37,17 +38,19 @@ class FragmentationAware(PolicyBase):
         return meter
 
     def after(self, node: NodeView, request: Request, chosen: list[GpuView]) -> NodeState:
-        taken = {g.index for g in chosen}
-        cpu = node.cpu_free_milli
+        """The node's state (`node_state`) once `chosen` gave one slice each to `request`.
+
+        Edits the node's sorted GPU states in place of re-sorting them all: each chosen
+        GPU's (model, pool, free) gives way to the same with the share taken.
+        """
+        cpu, gpus = node_state(node)
         if cpu is not None:
             cpu -= request.cpu_milli
-        gpus = tuple(
-            sorted(
-                (g.model, g.pool, g.milli_free - (request.gpu_milli if g.index in taken else 0))
-                for g in node.gpus
-            )
-        )
-        return (cpu, gpus)
+        states = list(gpus)
+        for gpu in chosen:
+            states.remove((gpu.model, gpu.pool, gpu.milli_free))
+            bisect.insort(states, (gpu.model, gpu.pool, gpu.milli_free - request.gpu_milli))
+        return (cpu, tuple(states))
 
     def best_choice(
         self, node: NodeView, request: Request, context: Context
@@ -60,8 +63,15 @@ class FragmentationAware(PolicyBase):
             chosen = best_fit_gpus(request, node)
             return meter.of_state(self.after(node, request, chosen)) - before, chosen
         best: tuple[int, list[GpuView]] | None = None
+        tried: set[tuple[str, str, int]] = set()
         for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
             if request.gpus == 1:
+                # Two GPUs of the same model, pool and free share leave the same state
+                # behind: the first (lowest index) stands for both, as it wins their tie.
+                alike = (gpu.model, gpu.pool, gpu.milli_free)
+                if alike in tried:
+                    continue
+                tried.add(alike)
                 chosen = [gpu]
             else:  # k slices: this GPU plus the best-fitting others
                 rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
