@@ -35,6 +35,7 @@ from gpuloom.events import (
     make_envelope,
 )
 from gpuloom.placement import IndexCache, default_registry, placement_cycle
+from gpuloom.runtime.collector import tune_collector
 from gpuloom.sim.trace import load_nodes, load_tasks
 from gpuloom.state import ClusterState, apply
 from gpuloom.testing.builders import make_job_spec
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--policies", default="bestfit,fgd")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
+    tune_collector()  # as the placement service and `gpuloom audit` do
     started = time.perf_counter()
     log = build(args.nodes, args.jobs, args.seed)
     state = ClusterState()

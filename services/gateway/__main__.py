@@ -5,6 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from gpuloom.config import load_settings
+from gpuloom.runtime.collector import tune_collector
 from gpuloom.runtime.service import profiled
 from gpuloom.telemetry import setup_tracing
 from gpuloom.telemetry.logging import setup_logging
@@ -12,6 +13,7 @@ from services.gateway.app import create_app
 
 
 def entrypoint(argv: list[str] | None = None) -> None:
+    tune_collector()
     settings = load_settings()
     setup_logging("gateway", settings.log_level)
     setup_tracing("gateway")

@@ -33,6 +33,7 @@ from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError
 from gpuloom.client.tokencmds import token_app
 from gpuloom.client.waiting import wait_for_final
 from gpuloom.client.watch import watch_command
+from gpuloom.runtime.collector import tune_collector
 from gpuloom.sim.cli import sim as sim_command
 
 app = typer.Typer(
@@ -358,6 +359,7 @@ app.command("replay")(replay_command)
 
 def main() -> None:
     """Console-script entry point (`gpuloom`)."""
+    tune_collector()  # audit, replay and sim fold whole logs
     try:
         app()
     except Exception as exc:  # last resort: a bug in the CLI itself, shown as one line

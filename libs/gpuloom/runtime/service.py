@@ -16,6 +16,7 @@ from gpuloom.bus.identities import BASE_BUCKET
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
 from gpuloom.natsserver import strip_credentials
+from gpuloom.runtime.collector import tune_collector
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.telemetry import setup_tracing, shutdown_tracing
 from gpuloom.telemetry.logging import setup_logging
@@ -94,6 +95,7 @@ async def until_stopped(
 
 def run_service(name: str, main: Main) -> None:
     """Run `main(settings, bus, stop)` as the process's whole life."""
+    tune_collector()
     settings = load_settings()
     setup_logging(name, settings.log_level)
     setup_tracing(name)
