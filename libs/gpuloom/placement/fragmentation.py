@@ -155,17 +155,19 @@ class FragmentationMeter:
             self._tables[gpus] = table
         return table
 
+    def cpu_class(self, cpu_free: int | None) -> int:
+        """How many GPU shapes (by CPU request) `cpu_free` can host: all F_n depends on."""
+        if cpu_free is None:
+            return len(self._gpu_shapes)
+        return bisect.bisect_right(self._cpu_thresholds, cpu_free)
+
     def of_state(self, state: NodeState) -> int:
         cached = self._cache.get(state)
         if cached is not None:
             return cached
         cpu_free, gpus = state
         table = self._table(gpus)
-        fits = (
-            len(self._gpu_shapes)
-            if cpu_free is None
-            else bisect.bisect_right(self._cpu_thresholds, cpu_free)
-        )
+        fits = self.cpu_class(cpu_free)
         short_weight = self._gpu_weight - table.prefix_weight[fits] + self._cpu_only_weight
         value = table.prefix_fit[fits] + short_weight * table.idle
         if len(self._cache) >= self._limit:

@@ -66,8 +66,10 @@ class NodeView:
     #: Memo of `fragmentation.node_state`; every change goes through `take`,
     #: `take_host` or `give_back`, which clear it.
     cached_state: tuple[object, ...] | None = field(default=None, compare=False)
-    #: Memo of the GPUs' free memory (by index), cleared with `cached_state`.
-    cached_memory: tuple[int, ...] | None = field(default=None, compare=False)
+    #: Memo of `gpu_signature`, cleared with `cached_state`.
+    cached_gpus: tuple[tuple[str, str, int, int, int], ...] | None = field(
+        default=None, compare=False
+    )
 
     def state_key(self) -> tuple[object, ...]:
         """Everything a policy's node score may depend on, GPU order aside.
@@ -244,7 +246,7 @@ def take(node: NodeView, gpu: GpuView, request: Request) -> Slice:
     """Give one slice of `gpu` to `request` (mutates the view)."""
     memory = request.memory_for(gpu)
     node.cached_state = None
-    node.cached_memory = None
+    node.cached_gpus = None
     gpu.milli_free -= request.gpu_milli
     gpu.memory_free_mib -= memory
     return Slice(node.name, gpu.index, gpu.uuid, request.gpu_milli, memory)
@@ -252,7 +254,7 @@ def take(node: NodeView, gpu: GpuView, request: Request) -> Slice:
 
 def take_host(node: NodeView, request: Request) -> None:
     node.cached_state = None
-    node.cached_memory = None
+    node.cached_gpus = None
     if node.cpu_free_milli is not None:
         node.cpu_free_milli -= request.cpu_milli
     if node.memory_free_mib is not None:
@@ -262,7 +264,7 @@ def take_host(node: NodeView, request: Request) -> None:
 def give_back(node: NodeView, index: int, milli: int, memory_mib: int) -> None:
     """Return a slice of GPU `index` to `node` (the inverse of `take`)."""
     node.cached_state = None
-    node.cached_memory = None
+    node.cached_gpus = None
     gpu = next(g for g in node.gpus if g.index == index)
     gpu.milli_free += milli
     gpu.memory_free_mib += memory_mib
@@ -270,17 +272,30 @@ def give_back(node: NodeView, index: int, milli: int, memory_mib: int) -> None:
 
 def give_back_host(node: NodeView, cpu_milli: int, memory_mib: int) -> None:
     node.cached_state = None
-    node.cached_memory = None
+    node.cached_gpus = None
     if node.cpu_free_milli is not None:
         node.cpu_free_milli += cpu_milli
     if node.memory_free_mib is not None:
         node.memory_free_mib += memory_mib
 
 
-def memory_signature(node: NodeView) -> tuple[int, ...]:
-    """Free memory of each GPU, by index (memoised until the node changes)."""
-    cached = node.cached_memory
+def gpu_signature(node: NodeView) -> tuple[tuple[str, str, int, int, int], ...]:
+    """Each GPU's (model, pool, free share, free memory, memory): all that a choice of GPUs
+    on the node reads (memoised until the node changes).
+
+    Sorted when the GPUs are all of one model and pool: then which index holds which
+    state never changes what a choice leaves behind, so nodes alike but for the order
+    of their GPUs share one signature. Otherwise in index order (the best-fitting
+    others of a fraction on several GPUs are taken by index among equal shares).
+    """
+    cached = node.cached_gpus
     if cached is None:
-        cached = tuple(g.memory_free_mib for g in node.gpus)
-        node.cached_memory = cached
+        gpus = [
+            (g.model, g.pool, g.milli_free, g.memory_free_mib, g.memory_mib)
+            for g in sorted(node.gpus, key=lambda g: g.index)
+        ]
+        if len({(model, pool) for model, pool, *_ in gpus}) <= 1:
+            gpus.sort()
+        cached = tuple(gpus)
+        node.cached_gpus = cached
     return cached

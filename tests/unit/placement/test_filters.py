@@ -24,7 +24,7 @@ from .test_placement_properties import clusters, requests
 def idle_of(node: NodeView) -> NodeView:
     """The node with its GPUs free (its host's CPU and memory as they are)."""
     gpus = [replace(g, milli_free=WHOLE, memory_free_mib=g.memory_mib) for g in node.gpus]
-    return replace(node, gpus=gpus, cached_state=None, cached_memory=None)
+    return replace(node, gpus=gpus, cached_state=None, cached_gpus=None)
 
 
 def placed_alone(request: Request, node: NodeView) -> bool:

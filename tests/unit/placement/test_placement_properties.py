@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace as replace_request
 from typing import Any
 
 import pytest
@@ -404,7 +405,8 @@ def reference_best_choice(
 @given(cluster=clusters(), sequence=st.lists(requests(), min_size=1, max_size=8))
 def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: list[Request]) -> None:
     """`after` edits the sorted state and `best_choice` tries one of each alike GPU; both
-    must give what re-sorting every GPU and trying every GPU gives (old logs re-made)."""
+    must give what re-sorting every GPU and trying every GPU gives (old logs re-made);
+    and the memoised Δ is the node's own, whichever node filled the memo."""
     policy = FGD()
     context = Context(workload=workload_of(sequence))
     index = NodeIndex(cluster)
@@ -417,6 +419,8 @@ def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: lis
             assert (delta, [g.index for g in chosen]) == reference_best_choice(
                 policy, node, request, context
             )
+            # the memo, filled by every node before this one, gives this node's own Δ
+            assert policy.delta(node, request, context) == delta
         place(request, index, policy, context)  # the next request sees a fuller cluster
 
 
@@ -461,3 +465,51 @@ def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
     assert (delta, [g.index for g in chosen]) == reference_best_choice(
         policy, node, request, context
     )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gpu_lists=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250, 0])),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    cpus=st.lists(st.sampled_from([None, 0, 1000, 2500, 4000, 9000]), min_size=1, max_size=4),
+    sequence=st.lists(requests(), min_size=1, max_size=6),
+)
+@example(  # equal CPU class before, not after: 4000 and 9000 free, 4000 asked
+    gpu_lists=[[("A", WHOLE)]],
+    cpus=[4000, 9000],
+    sequence=[Request(gpus=1, gpu_milli=500, cpu_milli=4000), Request(cpu_milli=16000)],
+)
+@example(  # the same GPUs in another order leave other states behind (mixed models)
+    gpu_lists=[[("A", 500), ("A", 500), ("B", 500)]],
+    cpus=[None],
+    sequence=[Request(gpus=2, gpu_milli=250), Request(gpus=1, gpu_milli=500, models=("B",))],
+)
+def test_memoised_delta_is_each_nodes_own(
+    gpu_lists: list[list[tuple[str, int]]], cpus: list[int | None], sequence: list[Request]
+) -> None:
+    """Nodes that share GPU states (in two orders) but not free CPU, scored by one policy:
+    each node's memoised Δ is the Δ a fresh policy computes for that node."""
+    nodes = []
+    for number, (gpu_list, cpu, order) in enumerate(
+        (g, c, o) for g in gpu_lists for c in cpus for o in (1, -1)
+    ):
+        views = [
+            GpuView(i, f"n{number}-g{i}", model, "vgpu", 1000, free, free)
+            for i, (model, free) in enumerate(gpu_list[::order])
+        ]
+        nodes.append(NodeView(f"n{number}", number, views, cpu, None))
+    context = Context(workload=workload_of(sequence))
+    policy = FGD()
+    for request in sequence:
+        plain = replace_request(request, replicas=1, locality="local-only")
+        for node in nodes:
+            if fits_locally(plain, node):
+                own = FGD().best_choice(node, plain, context)[0]
+                assert policy.delta(node, plain, context) == own, node

@@ -14,7 +14,7 @@ from gpuloom.placement.resources import (
     NodeView,
     Request,
     best_fit_gpus,
-    memory_signature,
+    gpu_signature,
     serving_gpus,
 )
 
@@ -88,7 +88,16 @@ class FragmentationAware(PolicyBase):
 
 class MemoisedDelta(FragmentationAware):
     """Δ depends only on the node's state and the request's shape, and both recur
-    (many nodes share states, many tasks share shapes): memoise it."""
+    (many nodes share states, many tasks share shapes): memoise it.
+
+    The key is what Δ reads, no more: the GPUs (`gpu_signature`), the request's GPU
+    fields, and the node's free CPU only as the meter's CPU class before and after
+    (`FragmentationMeter.cpu_class`); host memory, locality, selector and image only
+    decide whether the node is scored at all. Nodes whose free CPU differs but not
+    across a shape's CPU request then share one Δ. The key determines Δ, so what the
+    memo holds never depends on which node filled it (the audit, with a memo of its
+    own, remakes the same decisions).
+    """
 
     def __init__(self, cache_limit: int = 500_000) -> None:
         super().__init__()
@@ -100,7 +109,18 @@ class MemoisedDelta(FragmentationAware):
         if context.workload is not self._workload:
             self._deltas.clear()
             self._workload = context.workload
-        key = (node_state(node), memory_signature(node), request.shape())
+        meter = self.meter(context)
+        cpu = node.cpu_free_milli
+        key = (
+            gpu_signature(node),
+            meter.cpu_class(cpu),
+            meter.cpu_class(cpu - request.cpu_milli if cpu is not None else None),
+            request.gpus,
+            request.gpu_milli,
+            request.gpu_memory_mib,
+            request.models,
+            request.pool,
+        )
         cached = self._deltas.get(key)
         if cached is None:
             cached = self.best_choice(node, request, context)[0]
