@@ -119,8 +119,31 @@ class NodeIndex:
 
     @property
     def backlog(self) -> int:
-        """Changes recorded since the index was built (what its heaps may still re-score)."""
+        """Changes recorded since the last `compact` (what its heaps may still re-score)."""
         return len(self._changed)
+
+    def compact(self) -> None:
+        """Forget the change list and the heaps' stale entries, for an index kept long.
+
+        A heap that would re-score more than half the nodes to catch up is dropped (it is
+        rebuilt, for about the same cost, if its shape is asked again); every other heap
+        catches up now and keeps only its current entries. Decisions are unchanged: each
+        heap still holds exactly the feasible nodes at their current version.
+        """
+        pending = self._changed
+        for key, heap in list(self._heaps.items()):
+            changed = dict.fromkeys(pending[heap.mark :])
+            if 2 * len(changed) > len(self.nodes):
+                del self._heaps[key]
+                continue
+            for name in changed:
+                node = self.nodes[name]
+                heap.offer(node, self._version[name], self.group_of(node))
+            version = self._version
+            heap.entries = [entry for entry in heap.entries if version[entry[3]] == entry[2]]
+            heapq.heapify(heap.entries)
+            heap.mark = 0
+        self._changed = []
 
     def group_of(self, node: NodeView) -> int:
         """The node's group: nodes with equal `state_key`s share it (and every score)."""

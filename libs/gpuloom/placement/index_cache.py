@@ -12,7 +12,8 @@ The result is exactly that of a fresh index: a node's score is a function of its
 view, every view that differs is replaced (and re-filed), and the heaps are
 dropped whenever what scores depend on besides the view changes: the policy
 object, or the typical workload (compared by value; an equal one is replaced by
-the kept object, so the heaps keyed on it stay valid). Tests hold
+the kept object, so the heaps keyed on it stay valid). A long-kept index is
+compacted (`NodeIndex.compact`) so that what it remembers stays bounded. Tests hold
 `placement_cycle` with a kept index to the same decisions as without one.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from gpuloom.placement.engine import NodeIndex, Policy
 from gpuloom.placement.resources import NodeView
 
-#: Rebuild once the kept index has recorded this many changes per node: bounds the
+#: Compact the kept index once it has recorded this many changes per node: bounds the
 #: heaps' stale entries and the change list of a service that runs for months.
 CHANGES_PER_NODE = 8
 
@@ -44,7 +45,6 @@ class IndexCache:
             index is None
             or policy is not self._policy
             or workload != self._workload
-            or index.backlog > CHANGES_PER_NODE * max(len(views), 1)
             or len(views) != len(index.nodes)
             or any(view.name not in index.nodes for view in views)
         ):
@@ -55,4 +55,6 @@ class IndexCache:
         for view in views:
             if index.nodes[view.name] != view:
                 index.replace(view)
+        if index.backlog > CHANGES_PER_NODE * len(views):
+            index.compact()
         return index, self._workload

@@ -513,3 +513,28 @@ def test_memoised_delta_is_each_nodes_own(
             if fits_locally(plain, node):
                 own = FGD().best_choice(node, plain, context)[0]
                 assert policy.delta(node, plain, context) == own, node
+
+
+@pytest.mark.parametrize("name", ["bestfit", "fgd"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=clusters(),
+    shapes=st.lists(requests(), min_size=1, max_size=3),
+    picks=st.lists(st.integers(0, 2), min_size=1, max_size=12),
+)
+def test_a_compacted_index_decides_as_one_never_compacted(
+    name: str, cluster: list[NodeView], shapes: list[Request], picks: list[int]
+) -> None:
+    """`NodeIndex.compact` (what a kept index does now and then) drops stale heap entries
+    and heaps far behind; the placements stay those of an index that never compacts.
+    A few request shapes recur, so kept heaps are asked again after compacting."""
+    sequence = [shapes[pick % len(shapes)] for pick in picks]
+    context = Context(workload=workload_of(sequence))
+    compacted, plain = NodeIndex(copy_nodes(cluster)), NodeIndex(copy_nodes(cluster))
+    policy_a, policy_b = POLICIES[name](), POLICIES[name]()
+    for request in sequence:
+        assert place(request, compacted, policy_a, context) == place(
+            request, plain, policy_b, context
+        )
+        compacted.compact()
+        assert compacted.backlog == 0
