@@ -4,7 +4,7 @@ Each variant is FGD's fragmentation gradient Δ with one change in how nodes are
 compared; U(100) (unallocated GPU % when 100% of capacity has arrived) is the
 mean over the seeds. docs/benchmarks.md records the output.
 
-  python bench/loom_variants.py [--seeds 42-44] [--trace default]
+  python bench/loom_variants.py [--seeds 42-44] [--trace default] [--only loom]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpuloom.placement.policies import FGD, Loom, MemoisedDelta
 from gpuloom.placement.resources import NodeView, Request
 from gpuloom.sim.metrics import curves
 from gpuloom.sim.replay import replay
-from gpuloom.sim.trace import load_nodes, load_tasks, typical_workload
+from gpuloom.sim.trace import TraceNode, load_nodes, load_tasks, typical_workload
 
 TRACE_DIR = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
 
@@ -66,6 +66,60 @@ VARIANTS: dict[str, Score] = {
 }
 
 
+def used(node: NodeView) -> bool:
+    return any(not g.idle for g in node.gpus)
+
+
+def loom_then(node: NodeView, milli: float, steps: int, second: int) -> int:
+    """loom's order (bucket, then a used node), then `second` (0 <= second < steps)."""
+    return (bucket(milli) * 2 + used(node)) * steps + second
+
+
+def informed_variants(nodes: list[TraceNode], workload: Workload) -> dict[str, Score]:
+    """Third keys after loom's two, tried on 2026-12-05 (issue #15, item 4). They read the
+    nodes' sizes (static) or the workload's CPU per GPU, so they are built per trace."""
+    size = {node.name: node for node in nodes}
+    gpu_weight = sum(w * s.gpus * s.gpu_milli for s, w in workload.shapes)
+    cpu_per_gpu = sum(w * s.cpu_milli for s, w in workload.shapes) / max(gpu_weight, 1)
+
+    def balance(node: NodeView, request: Request) -> int:
+        """Leftover CPU against the workload's CPU per GPU times leftover GPU (closer: more)."""
+        cpu = (node.cpu_free_milli or 0) - request.cpu_milli
+        return 10**6 - min(int(abs(cpu - cpu_per_gpu * left(node, request))), 10**6)
+
+    def ratio_match(node: NodeView, request: Request) -> int:
+        """How close the node's CPU per GPU (its size) is to the task's, in octaves."""
+        spec = size[node.name]
+        mine = spec.cpu_milli / max(spec.gpus * 1000, 1)
+        theirs = request.cpu_milli / max(request.gpu_demand_milli, 100)
+        return 8 - min(int(abs(math.log2(max(theirs, 1e-3) / max(mine, 1e-3)))), 8)
+
+    def idle_gpus(node: NodeView) -> int:
+        return sum(1 for g in node.gpus if g.idle)
+
+    def partly_used(node: NodeView) -> bool:
+        return any(0 < g.milli_free < 1000 for g in node.gpus)
+
+    return {
+        "loom, then fewest idle GPUs": lambda d, m, n, r: loom_then(n, m, 9, 8 - idle_gpus(n)),
+        "loom, a fraction to a partly used GPU's node": lambda d, m, n, r: (
+            bucket(m) * 2 + (partly_used(n) if r.fractional else used(n))
+        ),
+        "loom, then CPU:GPU left as the workload's": lambda d, m, n, r: loom_then(
+            n, m, 10**6 + 1, balance(n, r)
+        ),
+        "loom, then node CPU per GPU as the task's": lambda d, m, n, r: loom_then(
+            n, m, 9, ratio_match(n, r)
+        ),
+        "loom, then smaller nodes for small tasks": lambda d, m, n, r: loom_then(
+            n, m, 17, 8 - size[n.name].gpus if r.gpu_demand_milli < 8000 else size[n.name].gpus
+        ),
+        "loom, then nodes with more CPU": lambda d, m, n, r: loom_then(
+            n, m, 64, min(size[n.name].cpu_milli // 16_000, 63)
+        ),
+    }
+
+
 def reweighted(workload: Workload, how: str) -> Workload:
     shapes = []
     for shape, weight in workload.shapes:
@@ -81,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", default="42-44")
     parser.add_argument("--trace", default="default")
+    parser.add_argument("--only", default="", help="run the variants whose name contains this")
     args = parser.parse_args()
     low, high = (int(x) for x in args.seeds.split("-"))
     seeds = range(low, high + 1)
@@ -91,15 +146,18 @@ def main() -> None:
         ("fgd (published scoring)", FGD(), workload),
         ("loom (bucket, then used node)", Loom(), workload),
     ]
-    runs += [(name, Variant(name, rule), workload) for name, rule in VARIANTS.items()]
+    rules = {**VARIANTS, **informed_variants(nodes, workload)}
+    runs += [(name, Variant(name, rule), workload) for name, rule in rules.items()]
     runs += [
         ("fgd, workload weighted by GPU demand", FGD(), reweighted(workload, "demand")),
         ("fgd, workload without CPU-only shapes", FGD(), reweighted(workload, "no-cpu-only")),
     ]
     print(f"trace {args.trace}, seeds {low}-{high}: U(100) mean (per seed)")
-    for name, policy, used in runs:
+    for name, policy, used_workload in runs:
+        if args.only not in name:
+            continue
         values = [
-            curves(replay(nodes, tasks, policy, seed, used)).unallocated[100]  # type: ignore[arg-type]
+            curves(replay(nodes, tasks, policy, seed, used_workload)).unallocated[100]  # type: ignore[arg-type]
             for seed in seeds
         ]
         print(f"  {name:40s} {statistics.fmean(values):5.2f}  {values}", flush=True)
