@@ -24,7 +24,7 @@ from gpuloom.placement.resources import NodeView
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the
 #: heaps' stale entries and the change list of a service that runs for months.
-CHANGES_PER_NODE = 8
+CHANGES_PER_NODE = 2
 
 
 class IndexCache:
