@@ -1,0 +1,207 @@
+"""The shortcuts that make placement fast decide exactly as the plain definitions.
+
+- FGD's `after` edits the node's sorted state, and `best_choice` tries one of each
+  alike GPU: both equal re-sorting every GPU and trying every GPU.
+- FGD's Δ memo (keyed on what Δ reads) gives every node its own Δ, whichever node
+  filled it.
+- A node index that compacts (as a kept index does) places as one that never does.
+
+The random clusters and requests are those of test_placement_properties.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace as replace_request
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.fragmentation import Shape, Workload, node_state
+from gpuloom.placement.policies import FGD
+from gpuloom.placement.resources import (
+    WHOLE,
+    GpuView,
+    NodeView,
+    Request,
+    best_fit_gpus,
+    fits_locally,
+    serving_gpus,
+)
+
+from .cluster import copy_nodes
+from .test_placement_properties import MODELS, POLICIES, clusters, requests, workload_of
+
+
+def reference_after(
+    node: NodeView, request: Request, chosen: list[GpuView]
+) -> tuple[int | None, tuple[tuple[str, str, int], ...]]:
+    """The node's state once `chosen` gave a slice each: every GPU re-sorted from scratch."""
+    taken = {g.index for g in chosen}
+    cpu = node.cpu_free_milli - request.cpu_milli if node.cpu_free_milli is not None else None
+    gpus = sorted(
+        (g.model, g.pool, g.milli_free - (request.gpu_milli if g.index in taken else 0))
+        for g in node.gpus
+    )
+    return (cpu, tuple(gpus))
+
+
+def reference_best_choice(
+    policy: FGD, node: NodeView, request: Request, context: Context
+) -> tuple[int, list[int]]:
+    """Every serving GPU tried in index order, the first least Δ kept (no shortcut)."""
+    meter = policy.meter(context)
+    before = meter.of_state(node_state(node))
+    if request.gpus == 0 or not request.fractional:
+        chosen = best_fit_gpus(request, node)
+        delta = meter.of_state(reference_after(node, request, chosen)) - before
+        return delta, [g.index for g in chosen]
+    best: tuple[int, list[int]] | None = None
+    for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
+        rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
+        chosen = [gpu, *rest[: request.gpus - 1]]
+        delta = meter.of_state(reference_after(node, request, chosen)) - before
+        if best is None or delta < best[0]:
+            best = (delta, [g.index for g in chosen])
+    assert best is not None
+    return best
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), sequence=st.lists(requests(), min_size=1, max_size=8))
+def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: list[Request]) -> None:
+    """`after` edits the sorted state and `best_choice` tries one of each alike GPU; both
+    must give what re-sorting every GPU and trying every GPU gives (old logs re-made);
+    and the memoised Δ is the node's own, whichever node filled the memo."""
+    policy = FGD()
+    context = Context(workload=workload_of(sequence))
+    index = NodeIndex(cluster)
+    for request in sequence:
+        for node in cluster:
+            if not fits_locally(request, node):
+                continue
+            delta, chosen = policy.best_choice(node, request, context)
+            assert policy.after(node, request, chosen) == reference_after(node, request, chosen)
+            assert (delta, [g.index for g in chosen]) == reference_best_choice(
+                policy, node, request, context
+            )
+            # the memo, filled by every node before this one, gives this node's own Δ
+            assert policy.delta(node, request, context) == delta
+        place(request, index, policy, context)  # the next request sees a fuller cluster
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frees=st.lists(
+        st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250])),
+        min_size=1,
+        max_size=6,
+    ),
+    count=st.integers(1, 3),
+    milli=st.sampled_from([500, 250, 100]),
+    shapes=st.lists(
+        st.tuples(
+            st.integers(1, 3), st.sampled_from([WHOLE, 500, 250]), st.sampled_from(["", *MODELS])
+        ),
+        max_size=4,
+    ),
+)
+@example(  # the second A GPU, with B's as the other slice, leaves B's 500 whole for B's tasks
+    frees=[("A", 500), ("B", 500), ("A", 500)], count=2, milli=250, shapes=[(1, 500, "B")]
+)
+def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
+    frees: list[tuple[str, int]], count: int, milli: int, shapes: list[tuple[int, int, str]]
+) -> None:
+    """Fractions of several GPUs on a node of mixed models: the case where alike GPUs do
+    not stand for each other (the best-fitting others differ), so none is skipped."""
+    gpu_views = [
+        GpuView(i, f"g{i}", model, "vgpu", 1000, free, free)
+        for i, (model, free) in enumerate(frees)
+    ]
+    node = NodeView("n0", 0, gpu_views, None, None)
+    request = Request(gpus=count, gpu_milli=milli)
+    workload = Workload(
+        tuple((Shape(0, share, k, frozenset(model)), 1) for k, share, model in shapes)
+        or ((Shape(0, 500, 1), 1),)
+    )
+    if not fits_locally(request, node):
+        return
+    policy, context = FGD(), Context(workload=workload)
+    delta, chosen = policy.best_choice(node, request, context)
+    assert (delta, [g.index for g in chosen]) == reference_best_choice(
+        policy, node, request, context
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gpu_lists=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250, 0])),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    cpus=st.lists(st.sampled_from([None, 0, 1000, 2500, 4000, 9000]), min_size=1, max_size=4),
+    sequence=st.lists(requests(), min_size=1, max_size=6),
+)
+@example(  # equal CPU class before, not after: 4000 and 9000 free, 4000 asked
+    gpu_lists=[[("A", WHOLE)]],
+    cpus=[4000, 9000],
+    sequence=[Request(gpus=1, gpu_milli=500, cpu_milli=4000), Request(cpu_milli=16000)],
+)
+@example(  # the same GPUs in another order leave other states behind (mixed models)
+    gpu_lists=[[("A", 500), ("A", 500), ("B", 500)]],
+    cpus=[None],
+    sequence=[Request(gpus=2, gpu_milli=250), Request(gpus=1, gpu_milli=500, models=("B",))],
+)
+def test_memoised_delta_is_each_nodes_own(
+    gpu_lists: list[list[tuple[str, int]]], cpus: list[int | None], sequence: list[Request]
+) -> None:
+    """Nodes that share GPU states (in two orders) but not free CPU, scored by one policy:
+    each node's memoised Δ is the Δ a fresh policy computes for that node."""
+    nodes = []
+    for number, (gpu_list, cpu, order) in enumerate(
+        (g, c, o) for g in gpu_lists for c in cpus for o in (1, -1)
+    ):
+        views = [
+            GpuView(i, f"n{number}-g{i}", model, "vgpu", 1000, free, free)
+            for i, (model, free) in enumerate(gpu_list[::order])
+        ]
+        nodes.append(NodeView(f"n{number}", number, views, cpu, None))
+    context = Context(workload=workload_of(sequence))
+    policy = FGD()
+    for request in sequence:
+        plain = replace_request(request, replicas=1, locality="local-only")
+        for node in nodes:
+            if fits_locally(plain, node):
+                own = FGD().best_choice(node, plain, context)[0]
+                assert policy.delta(node, plain, context) == own, node
+
+
+@pytest.mark.parametrize("name", ["bestfit", "fgd"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=clusters(),
+    shapes=st.lists(requests(), min_size=1, max_size=3),
+    picks=st.lists(st.integers(0, 2), min_size=1, max_size=12),
+)
+def test_a_compacted_index_decides_as_one_never_compacted(
+    name: str, cluster: list[NodeView], shapes: list[Request], picks: list[int]
+) -> None:
+    """`NodeIndex.compact` (what a kept index does now and then) drops stale heap entries
+    and heaps far behind; the placements stay those of an index that never compacts.
+    A few request shapes recur, so kept heaps are asked again after compacting."""
+    sequence = [shapes[pick % len(shapes)] for pick in picks]
+    context = Context(workload=workload_of(sequence))
+    compacted, plain = NodeIndex(copy_nodes(cluster)), NodeIndex(copy_nodes(cluster))
+    policy_a, policy_b = POLICIES[name](), POLICIES[name]()
+    for request in sequence:
+        assert place(request, compacted, policy_a, context) == place(
+            request, plain, policy_b, context
+        )
+        compacted.compact()
+        assert compacted.backlog == 0
