@@ -89,7 +89,10 @@ class NodeIndex:
     """
 
     def __init__(
-        self, nodes: Iterable[NodeView], heap_shapes_limit: int = 512, groups_limit: int = 200_000
+        self,
+        nodes: Iterable[NodeView],
+        heap_shapes_limit: int = 512,
+        groups_limit: int | None = None,
     ) -> None:
         self.nodes: dict[str, NodeView] = {}
         self._version: dict[str, int] = {}
@@ -101,10 +104,12 @@ class NodeIndex:
         #: a heap scores a group once, however many nodes are in it.
         self._group: dict[str, int] = {}
         self._group_ids: dict[tuple[object, ...], int] = {}
-        self._groups_limit = groups_limit
         for node in nodes:
             self.nodes[node.name] = node
             self._version[node.name] = 0
+        #: Node states remembered at most (then forgotten, with the heaps' group scores):
+        #: a kept index sees a new state at nearly every change, for months.
+        self._groups_limit = groups_limit or max(10_000, 4 * len(self.nodes))
 
     def update(self, node: NodeView) -> None:
         """Re-file `node` after its view changed (heaps re-score it when next asked)."""
@@ -173,10 +178,10 @@ class NodeIndex:
             if len(self._heaps) >= self._heap_shapes_limit:
                 self._heaps.clear()
             heap = _ShapeHeap(request, policy, context)
+            self._heaps[key] = heap  # filed first: forgetting the node states clears its scores
             for node in self.nodes.values():
                 heap.offer(node, self._version[node.name], self.group_of(node))
             heap.mark = len(self._changed)
-            self._heaps[key] = heap
         elif heap.mark < len(self._changed):
             for name in dict.fromkeys(self._changed[heap.mark :]):  # each changed node once
                 node = self.nodes[name]

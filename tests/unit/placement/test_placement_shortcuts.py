@@ -193,11 +193,14 @@ def test_a_compacted_index_decides_as_one_never_compacted(
     name: str, cluster: list[NodeView], shapes: list[Request], picks: list[int]
 ) -> None:
     """`NodeIndex.compact` (what a kept index does now and then) drops stale heap entries
-    and heaps far behind; the placements stay those of an index that never compacts.
+    and heaps far behind, and a full table of node states is forgotten; the placements
+    stay those of an index that does neither.
     A few request shapes recur, so kept heaps are asked again after compacting."""
     sequence = [shapes[pick % len(shapes)] for pick in picks]
     context = Context(workload=workload_of(sequence))
-    compacted, plain = NodeIndex(copy_nodes(cluster)), NodeIndex(copy_nodes(cluster))
+    # it also forgets its node states at every second new one (`groups_limit`)
+    compacted = NodeIndex(copy_nodes(cluster), groups_limit=2)
+    plain = NodeIndex(copy_nodes(cluster))
     policy_a, policy_b = POLICIES[name](), POLICIES[name]()
     for request in sequence:
         assert place(request, compacted, policy_a, context) == place(
