@@ -78,14 +78,14 @@ def hold(index: NodeIndex, replica: ReplicaPlacement) -> None:
         gpu = next(g for g in node.gpus if g.index == piece.index)
         gpu.milli_free -= piece.milli
         gpu.memory_free_mib -= piece.memory_mib
-        node.cached_state = node.cached_gpus = None
+        node.forget()
         touched.add(node.name)
     host = index.nodes[replica.host]
     if host.cpu_free_milli is not None:
         host.cpu_free_milli -= replica.cpu_milli
     if host.memory_free_mib is not None:
         host.memory_free_mib -= replica.memory_mib
-    host.cached_state = host.cached_gpus = None
+    host.forget()
     touched.add(host.name)
     for name in sorted(touched):
         index.update(index.nodes[name])

@@ -96,7 +96,7 @@ class Protection:
         names = {name for name, _ in self.gpu_slack} | set(self.host_slack)
         for name in sorted(names):
             node = index.nodes[name]
-            node.cached_state = node.cached_gpus = None
+            node.forget()
             index.update(node)
 
 

@@ -63,13 +63,18 @@ class NodeView:
     lends_remote_vgpu: bool = False
     #: Container runtimes the node's agent found (`NodeSpec.runtimes`).
     runtimes: tuple[str, ...] = ()
-    #: Memo of `fragmentation.node_state`; every change goes through `take`,
-    #: `take_host` or `give_back`, which clear it.
+    #: Memo of `fragmentation.node_state`; whatever changes the view calls `forget`.
     cached_state: tuple[object, ...] | None = field(default=None, compare=False)
     #: Memo of `gpu_signature`, cleared with `cached_state`.
     cached_gpus: tuple[tuple[str, str, int, int, int], ...] | None = field(
         default=None, compare=False
     )
+
+    def forget(self) -> None:
+        """Drop the memos of the view's state: every change of its free resources calls this
+        (`take`, `give_back`, and what backfill and preemption do to the views)."""
+        self.cached_state = None
+        self.cached_gpus = None
 
     def state_key(self) -> tuple[object, ...]:
         """Everything a policy's node score may depend on, GPU order aside.
@@ -245,16 +250,14 @@ def best_fit_gpus(request: Request, node: NodeView) -> list[GpuView]:
 def take(node: NodeView, gpu: GpuView, request: Request) -> Slice:
     """Give one slice of `gpu` to `request` (mutates the view)."""
     memory = request.memory_for(gpu)
-    node.cached_state = None
-    node.cached_gpus = None
+    node.forget()
     gpu.milli_free -= request.gpu_milli
     gpu.memory_free_mib -= memory
     return Slice(node.name, gpu.index, gpu.uuid, request.gpu_milli, memory)
 
 
 def take_host(node: NodeView, request: Request) -> None:
-    node.cached_state = None
-    node.cached_gpus = None
+    node.forget()
     if node.cpu_free_milli is not None:
         node.cpu_free_milli -= request.cpu_milli
     if node.memory_free_mib is not None:
@@ -263,16 +266,14 @@ def take_host(node: NodeView, request: Request) -> None:
 
 def give_back(node: NodeView, index: int, milli: int, memory_mib: int) -> None:
     """Return a slice of GPU `index` to `node` (the inverse of `take`)."""
-    node.cached_state = None
-    node.cached_gpus = None
+    node.forget()
     gpu = next(g for g in node.gpus if g.index == index)
     gpu.milli_free += milli
     gpu.memory_free_mib += memory_mib
 
 
 def give_back_host(node: NodeView, cpu_milli: int, memory_mib: int) -> None:
-    node.cached_state = None
-    node.cached_gpus = None
+    node.forget()
     if node.cpu_free_milli is not None:
         node.cpu_free_milli += cpu_milli
     if node.memory_free_mib is not None:
