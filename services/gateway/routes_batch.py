@@ -27,14 +27,14 @@ from services.gateway.auth import PrincipalDep
 from services.gateway.deps import GatewayDep
 from services.gateway.publish import publish_batch
 from services.gateway.routes_submit import (
-    UNAVAILABLE,
+    SUBMIT_RESPONSES,
     JobRequest,
     accepted,
     checked_spec,
     submission_event,
     submitted_with,
 )
-from services.gateway.schemas import Problem, Submitted
+from services.gateway.schemas import Submitted
 from services.gateway.submit_policy import check_batch_limits
 
 router = APIRouter(prefix="/v1/job-batches", tags=["jobs"])
@@ -71,12 +71,7 @@ def _at(number: int, check: Callable[[], T]) -> T:
     "",
     status_code=202,
     response_model=BatchSubmitted,
-    responses={
-        **UNAVAILABLE,
-        403: {"model": Problem},
-        409: {"model": Problem},
-        413: {"model": Problem},
-    },
+    responses=SUBMIT_RESPONSES,
 )
 async def submit_batch(
     batch: JobBatch,

@@ -41,6 +41,13 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {
     503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}
 }
+#: What a submission may answer besides 202 and 422 (one job, an array, or a batch).
+SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **UNAVAILABLE,
+    403: {"model": Problem},
+    409: {"model": Problem},
+    413: {"model": Problem},
+}
 
 
 def _what_jobspec_checks(schema: dict[str, Any]) -> None:
@@ -101,12 +108,7 @@ class JobRequest(JobSpec):
     "",
     status_code=202,
     response_model=Submitted,
-    responses={
-        **UNAVAILABLE,
-        403: {"model": Problem},
-        409: {"model": Problem},
-        413: {"model": Problem},
-    },
+    responses=SUBMIT_RESPONSES,
 )
 async def submit_job(
     request: JobRequest,
