@@ -32,6 +32,7 @@ from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.service import run_service, snapshotter
+from gpuloom.tasks import cancel_and_wait
 from services.agent import fence, logs
 from services.agent.agent import Agent
 from services.agent.containers import ContainerError, Podman, find_podman
@@ -184,9 +185,7 @@ async def serve(
         await reactor.run(stop)
     finally:
         stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         for sub in subscriptions:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -34,6 +34,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.nuid import NUID
 
+from gpuloom.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 #: Events one pull request asks for: what a follower may hold besides its own inbox.
@@ -69,9 +71,7 @@ async def follow_pull(
     task = asyncio.create_task(follower.run(), name=f"follow {stream} from {from_seq}")
 
     async def stop() -> None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)  # one cancel can be dropped: `gpuloom.tasks`
 
     return stop
 

@@ -29,6 +29,7 @@ from gpuloom.config import Settings
 from gpuloom.state import ClusterState
 from gpuloom.state.model import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
+from gpuloom.tasks import cancel_and_wait
 from services.gateway.webhooks.outbox import Disable
 from services.gateway.webhooks.policy import next_delay, outcome, retry_after_s
 from services.gateway.webhooks.sealing import Sealer, SealError
@@ -92,9 +93,7 @@ class Sender:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), IDLE_S)
         finally:
-            for task in self._workers.values():
-                task.cancel()
-            await asyncio.gather(*self._workers.values(), return_exceptions=True)
+            await cancel_and_wait(*self._workers.values())
             await self.client.aclose()
 
     async def _sync_workers(self) -> None:

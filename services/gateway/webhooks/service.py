@@ -10,6 +10,7 @@ from gpuloom.auth import Principal
 from gpuloom.bus import EventBus
 from gpuloom.events.webhooks import WebhookDisabled
 from gpuloom.runtime.projector import Projector
+from gpuloom.tasks import cancel_and_wait
 from services.gateway.auth import accounts_of
 from services.gateway.deps import Gateway
 from services.gateway.publish import publish
@@ -67,6 +68,4 @@ async def run_webhooks(
     try:
         await stop.wait()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
