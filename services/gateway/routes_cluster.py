@@ -194,6 +194,7 @@ async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
         return Queue(weights={}, jobs=[])
     state = gateway.projector.state
     weights = priority_weights(state)
+    yields = state.queue_policy is not None and state.queue_policy.victims_yield
     jobs = []
     for position, (job, factors) in enumerate(pending_in_order(state)[:limit], 1):
         reason = None
@@ -201,6 +202,8 @@ async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
             reason = "Held: a cancel request is being carried out"
         elif job.spec.depends_on:
             reason = dependency_status(state, job)[1]
+        elif yields and job.yields_to in state.queued:
+            reason = f"Yields to {job.yields_to}: preempted for it, it goes first"
         jobs.append(
             QueuedJob(
                 position=position,

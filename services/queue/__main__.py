@@ -22,6 +22,7 @@ def configured_policy(settings: Settings) -> QueuePolicySet:
         fair_share_half_life_s=settings.fair_share_half_life_s,
         backfill=settings.backfill,
         preemption=settings.preemption,
+        victims_yield=True,  # not a choice: without it a victim can be preempted again and again
     )
 
 

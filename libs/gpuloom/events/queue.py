@@ -46,6 +46,12 @@ class QueuePolicySet(Event):
     backfill: Literal["easy", "off"] = "easy"
     #: Whether blocked jobs may preempt (lower preemptible classes, quota reclaim).
     preemption: bool = True
+    #: A job preempted and requeued ranks right behind the job it was stopped for,
+    #: while that job waits: else, ranked before it (fair share, age, an earlier
+    #: submission), it is placed again on what it was stopped to free, and preempted
+    #: again, until its usage ranks it lower (`JobState.yields_to`). False in logs
+    #: written before it: their decisions are re-made as they were made.
+    victims_yield: bool = False
 
     def aggregate_id(self) -> str:
         return "policy"

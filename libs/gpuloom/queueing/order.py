@@ -8,7 +8,8 @@ decision and the read model all ask these; none of them decides anything.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 from gpuloom.events import JobSpec, QueuePolicySet
 from gpuloom.events.accounts import GPU_MILLI
@@ -23,6 +24,7 @@ from gpuloom.state import FINAL_PHASES, ClusterState, JobState
 from gpuloom.state.retention import dependency_unknown, final_phase
 
 DependencyStatus = Literal["met", "waiting", "never"]
+_Ranked = TypeVar("_Ranked")
 
 
 def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencyStatus, str | None]:
@@ -104,7 +106,61 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
             )
         )
     ranked.sort(key=lambda pair: (-pair[1].total, pair[0].order))
-    return ranked
+    return behind_their_preemptors(state, ranked, lambda pair: pair[0])
+
+
+def behind_their_preemptors(
+    state: ClusterState, ranked: list[_Ranked], job_of: Callable[[_Ranked], JobState]
+) -> list[_Ranked]:
+    """`ranked` with each requeued victim that ranks before the job it was preempted
+    for moved right behind that job, when the log's queue policy says so
+    (`QueuePolicySet.victims_yield`); the rest keep their ranks.
+
+    What was freed for a job goes to it: the victim placed first would be preempted
+    again, and again (a cycle of jobs yielding to each other keeps its ranks)."""
+    policy = state.queue_policy
+    if policy is None or not policy.victims_yield:
+        return ranked
+    preemptor_of = {job_of(item).job_id: job_of(item).yields_to for item in ranked}
+    yielding = {
+        job_id: preemptor
+        for job_id, preemptor in preemptor_of.items()
+        if preemptor in preemptor_of and not _yields_to_itself(job_id, preemptor_of)
+    }
+    if not yielding:
+        return ranked
+    ordered: list[_Ranked] = []
+    emitted: set[str] = set()
+    behind: dict[str, list[_Ranked]] = {}  # preemptor -> victims seen before it, by rank
+
+    def emit(item: _Ranked) -> None:
+        stack = [item]
+        while stack:
+            current = stack.pop()
+            ordered.append(current)
+            emitted.add(job_of(current).job_id)
+            stack.extend(reversed(behind.pop(job_of(current).job_id, [])))
+
+    for item in ranked:
+        preemptor = yielding.get(job_of(item).job_id)
+        if preemptor is not None and preemptor not in emitted:
+            behind.setdefault(preemptor, []).append(item)
+        else:
+            emit(item)
+    return ordered
+
+
+def _yields_to_itself(job_id: str, preemptor_of: dict[str, str | None]) -> bool:
+    """Following who yields to whom from `job_id` comes back to it: jobs that yield
+    to each other (quota reclaims both ways) keep their ranks."""
+    seen = {job_id}
+    current = preemptor_of.get(job_id)
+    while current is not None and current in preemptor_of:
+        if current in seen:
+            return current == job_id
+        seen.add(current)
+        current = preemptor_of[current]
+    return False
 
 
 def gpu_demand(job: JobState) -> int:
@@ -159,7 +215,8 @@ def quota_book(state: ClusterState) -> QuotaBook:
 def queue_order(state: ClusterState) -> list[JobState]:
     """Queued jobs that placement may place (dependencies met), in queue order."""
     if priority_weights(state).plain:
-        ordered = sorted((state.jobs[j] for j in state.queued), key=queue_key)
+        by_key = sorted((state.jobs[j] for j in state.queued), key=queue_key)
+        ordered = behind_their_preemptors(state, by_key, lambda job: job)
     else:
         ordered = [job for job, _ in pending_in_order(state)]
     return [

@@ -176,6 +176,9 @@ class JobState:
     #: The job a JobPreempted stops the current attempt for, and when it was told.
     preempted_by: str | None = None
     preempted_at: datetime | None = None
+    #: Requeued after it was preempted: the job it was stopped for, until it is placed
+    #: again (it ranks behind that job: `QueuePolicySet.victims_yield`).
+    yields_to: str | None = None
     runs: list[Run] = field(default_factory=list)
     charged_attempts: list[int] = field(default_factory=list)
     #: Envelope id of the latest event applied to this job (causation of the next).

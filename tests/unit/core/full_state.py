@@ -45,6 +45,7 @@ def full_state() -> ClusterState:
     job.reason, job.idempotency_key, job.cancel_requested = "Priority", "k-b", True
     job.array_id, job.array_index = "arr", 1
     job.preempted_by, job.preempted_at, job.charged_attempts = "a", at, [1, 2]
+    job.yields_to = "a"
     job.master = ("10.0.0.7", 29501)
     run = job.runs[0]
     run.charges, run.charged_until, run.charged_milli_seconds = 2, at, 1234
@@ -94,7 +95,7 @@ def full_state() -> ClusterState:
     )  # fmt: skip
     state.queue_policy = QueuePolicySet(
         weight_age=1, weight_fair_share=2, weight_size=3, max_age_s=60.5,
-        fair_share_half_life_s=3600.0, backfill="off", preemption=False,
+        fair_share_half_life_s=3600.0, backfill="off", preemption=False, victims_yield=True,
     )  # fmt: skip
     piece = SliceRef(node="n2", index=0, uuid="GPU-n2-0", milli=250, memory_mib=4096)
     state.reservation = JobReserved(

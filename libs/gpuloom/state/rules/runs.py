@@ -68,6 +68,7 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job.reason = None
     job.placed_at = recorded.envelope.at
     job.placed_seq = recorded.seq
+    job.yields_to = None
     if state.reservation is not None and state.reservation.job_id == job.job_id:
         state.reservation = None
     set_phase(state, job, "placed")
@@ -260,6 +261,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
         set_phase(state, job, "queued")
         forget_placement(state, job)
         job.reason = f"requeued: preempted by {by}"
+        job.yields_to = by
         return
     if outcome == "preempted":
         outcome, first_bad = "cancelled", ("cancelled", first_bad[1], "cancelled while preempted")
