@@ -54,6 +54,18 @@ def test_compose_runs_the_whole_stack() -> None:
     assert "-js" in nats_command or "--jetstream" in nats_command
 
 
+def test_the_gateways_keys_outlive_its_container() -> None:
+    """The gateway makes its token and webhook keys in its data directory on first
+    start: in the container's own layer, a recreated container (`up --build`) would
+    make new ones, and every token and every webhook's sealed secret would be void."""
+    compose = load_compose()
+    data_dir = "/var/lib/gpuloom"
+    assert f"GPULOOM_DATA_DIR={data_dir}" in (ROOT / "Dockerfile").read_text().replace(" ", "")
+    mounts = [str(v).split(":") for v in compose["services"]["gateway"].get("volumes", [])]
+    named = [source for source, target, *_ in mounts if target == data_dir]
+    assert named and named[0] in compose["volumes"], mounts
+
+
 def test_compose_refers_only_to_existing_files() -> None:
     compose = load_compose()
     for name, spec in compose["services"].items():
