@@ -245,6 +245,7 @@ def entrypoint(argv: list[str] | None = None) -> None:
             configured.agent_containers,
             configured.agent_image_pull,
             real_gpus=any(not n.spec.simulated and n.spec.gpus for n in nodes),
+            run_dir=configured.run_dir().resolve(),
         )
     except ContainerError as exc:
         print(f"agent: GPULOOM_AGENT_CONTAINERS=podman: {exc}", file=sys.stderr)

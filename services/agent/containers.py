@@ -279,18 +279,25 @@ def find_podman(
     real_gpus: bool,
     environ: Mapping[str, str] = os.environ,
     cdi_dirs: Sequence[Path] = CDI_DIRS,
+    run_dir: Path | None = None,
 ) -> Podman | None:
     """This node's podman, per `GPULOOM_AGENT_CONTAINERS` (auto, podman, off).
 
     A node with real GPUs needs a CDI spec of them too, or its image jobs would not
-    see their GPUs. With `auto` a missing piece means no runtime (said in the log);
-    with `podman` it raises ContainerError.
+    see their GPUs; and the agent's `run_dir` must be a folder podman can mount (a
+    `:` in it splits `--volume`). With `auto` a missing piece means no runtime (said
+    in the log); with `podman` it raises ContainerError.
     """
     if setting == "off":
         return None
     path = shutil.which("podman", path=environ.get("PATH"))
     problem = None
-    if path is None:
+    if run_dir is not None and ":" in str(run_dir):
+        problem = (
+            f"the agent's run folder {run_dir} has a ':', which podman's --volume takes "
+            "for a separator: jobs' folders could not be mounted (GPULOOM_AGENT_RUN_DIR)"
+        )
+    elif path is None:
         problem = "podman is not installed (not on PATH)"
     else:
         try:

@@ -232,3 +232,14 @@ def test_the_env_file_is_not_readable_by_the_job(tmp_path: Path) -> None:
     container_launcher(Podman("podman"), run, image_job(0), NOBODY, {"TOKEN": "secret"})
     assert run.file("env").stat().st_uid == os.getuid()
     assert stat.S_IMODE(run.file("env").stat().st_mode) & 0o077 == 0
+
+
+def test_a_run_folder_podman_cannot_mount_is_refused_by_name(tmp_path: Path) -> None:
+    """podman's --volume is SOURCE:TARGET: a ':' in the job's folder would split it."""
+    environ = {"PATH": str(fake_podman(tmp_path / "bin"))}
+    odd = tmp_path / "runs:2026"
+    with pytest.raises(ContainerError, match=r"runs:2026.*GPULOOM_AGENT_RUN_DIR"):
+        find_podman("podman", "missing", real_gpus=False, environ=environ, run_dir=odd)
+    assert find_podman("auto", "missing", real_gpus=False, environ=environ, run_dir=odd) is None
+    plain = find_podman("auto", "missing", real_gpus=False, environ=environ, run_dir=tmp_path)
+    assert plain is not None
