@@ -99,22 +99,22 @@ def _usable(shape: Shape, model: str, pool: str) -> bool:
 
 
 def shape_fragment(shape: Shape, cpu_free: int | None, gpus: tuple[GpuState, ...]) -> int:
-    """Free milli-GPU of the node that `shape` could not use."""
-    idle = sum(free for _, _, free in gpus)
-    if shape.gpus == 0:
+    """Free milli-GPU of the node that `shape` could not use: all of it when the shape
+    cannot run there (no GPU asked, too little CPU, too few GPUs it may use with room
+    for its share), else what the GPUs it cannot use hold. One pass over the GPUs."""
+    idle = unusable = fitting = 0
+    need = shape.gpu_milli
+    for model, pool, free in gpus:
+        idle += free
+        if free >= need and _usable(shape, model, pool):
+            fitting += 1
+        else:
+            unusable += free
+    if shape.gpus == 0 or fitting < shape.gpus:
         return idle  # a CPU-only task uses no GPU: all of it is a fragment to it
     if cpu_free is not None and cpu_free < shape.cpu_milli:
         return idle
-    fitting = sum(
-        1 for model, pool, free in gpus if free >= shape.gpu_milli and _usable(shape, model, pool)
-    )
-    if fitting < shape.gpus:
-        return idle
-    return sum(
-        free
-        for model, pool, free in gpus
-        if free < shape.gpu_milli or not _usable(shape, model, pool)
-    )
+    return unusable
 
 
 class FragmentationMeter:
@@ -138,6 +138,9 @@ class FragmentationMeter:
             key=lambda item: item[0].cpu_milli,
         )
         self._gpu_shapes = gpu_shapes
+        #: What of each shape `shape_fragment` reads without CPU: shapes that differ
+        #: only in CPU (most of a workload's) share one fragment per GPU state.
+        self._gpu_parts = [(s.gpus, s.gpu_milli, s.models) for s, _ in gpu_shapes]
         self._cpu_thresholds = [shape.cpu_milli for shape, _ in gpu_shapes]
         self._gpu_weight = sum(w for _, w in gpu_shapes)
 
@@ -146,8 +149,12 @@ class FragmentationMeter:
         if table is None:
             prefix_fit = [0]
             prefix_weight = [0]
-            for shape, weight in self._gpu_shapes:
-                prefix_fit.append(prefix_fit[-1] + weight * shape_fragment(shape, None, gpus))
+            fragments: dict[tuple[int, int, frozenset[str]], int] = {}
+            for (shape, weight), part in zip(self._gpu_shapes, self._gpu_parts, strict=True):
+                fragment = fragments.get(part)
+                if fragment is None:
+                    fragment = fragments[part] = shape_fragment(shape, None, gpus)
+                prefix_fit.append(prefix_fit[-1] + weight * fragment)
                 prefix_weight.append(prefix_weight[-1] + weight)
             table = _GpuTable(sum(free for _, _, free in gpus), prefix_fit, prefix_weight)
             if len(self._tables) >= self._limit:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuloom.placement.fragmentation import (
     FragmentationMeter,
     Shape,
@@ -137,3 +140,50 @@ def test_typical_orders_ties_by_fields_not_by_arrival() -> None:
     tasks.reverse()
     assert Workload.typical(tasks) == first
     assert [s for s, _ in first.shapes] == [gpu_a, gpu_b, A, C]  # (cpu, milli, k, models)
+
+
+def plain_fragment(
+    shape: Shape, cpu_free: int | None, gpus: tuple[tuple[str, str, int], ...]
+) -> int:
+    """EVALUATION.md §4 as written: the reference the meter's shortcuts must equal."""
+    idle = sum(free for _, _, free in gpus)
+    if shape.gpus == 0 or (cpu_free is not None and cpu_free < shape.cpu_milli):
+        return idle
+
+    def usable(model: str, pool: str) -> bool:
+        return (not shape.models or model in shape.models) and (
+            pool == "vgpu" or shape.gpu_milli >= 1000
+        )
+
+    room = [free >= shape.gpu_milli and usable(model, pool) for model, pool, free in gpus]
+    if sum(room) < shape.gpus:
+        return idle
+    return sum(free for (_, _, free), fits in zip(gpus, room, strict=True) if not fits)
+
+
+SHAPES = st.builds(
+    Shape,
+    st.sampled_from([0, 2000, 4000, 8000]),
+    st.sampled_from([0, 250, 500, 1000]),
+    st.integers(0, 3),
+    st.sampled_from([frozenset(), frozenset({"A"}), frozenset({"B"}), frozenset({"A", "B"})]),
+)
+GPU_STATES = st.lists(
+    st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["vgpu", "physical"]),
+              st.sampled_from([0, 100, 250, 500, 750, 1000])),
+    max_size=6,
+).map(lambda gpus: tuple(sorted(gpus)))  # fmt: skip
+
+
+@given(st.lists(st.tuples(SHAPES, st.integers(1, 5)), max_size=8), GPU_STATES,
+       st.none() | st.sampled_from([0, 1000, 2000, 3000, 4000, 8000, 9000]))  # fmt: skip
+def test_the_meter_is_the_weighted_sum_of_each_shapes_fragment(
+    shapes: list[tuple[Shape, int]], gpus: tuple[tuple[str, str, int], ...], cpu: int | None
+) -> None:
+    """Shared tables per GPU state, one fragment per shape's GPU part, a binary search
+    on CPU: the sum as written, for shapes that differ only in CPU too."""
+    meter = FragmentationMeter(Workload(tuple(shapes)))
+    expected = sum(weight * plain_fragment(shape, cpu, gpus) for shape, weight in shapes)
+    assert meter.of_state((cpu, gpus)) == expected
+    for shape, _ in shapes:
+        assert shape_fragment(shape, cpu, gpus) == plain_fragment(shape, cpu, gpus)
