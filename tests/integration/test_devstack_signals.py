@@ -28,16 +28,9 @@ from urllib.parse import urlsplit
 import nats
 import pytest
 
-from gpuloom.devstack import (
-    REPO_ROOT,
-    NatsServer,
-    Restarts,
-    free_port,
-    operator_token,
-    supervise_nats,
-    wait_http,
-)
+from gpuloom.devstack import REPO_ROOT, NatsServer, free_port, operator_token, wait_http
 from gpuloom.natsserver import PortTakenError
+from gpuloom.supervision import Restarts, supervise_nats
 
 pytestmark = [
     pytest.mark.integration,

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from gpuloom.client.errors import ApiError, GatewayUnreachableError, error_from_response
 from gpuloom.client.schema import (
     AccountList,
     CancelAnswer,
@@ -54,32 +55,6 @@ DEFAULT_TIMEOUT_S = 10.0
 STREAM_SILENCE_S = 60.0
 
 
-class ClientError(Exception):
-    """Base of every error the client raises; `str()` is a one-line message for people."""
-
-
-class GatewayUnreachableError(ClientError):
-    """No HTTP answer came back from the gateway."""
-
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"cannot reach the gateway at {url}: {reason}")
-        self.url = url
-        self.reason = reason
-
-
-class ApiError(ClientError):
-    """The gateway answered with a 4xx or 5xx status."""
-
-    def __init__(self, status: int, detail: str, retry_after_s: float | None = None) -> None:
-        message = f"{detail} (HTTP {status})"
-        if retry_after_s is not None:
-            message += f"; retry after {retry_after_s:g} s"
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-        self.retry_after_s = retry_after_s
-
-
 def resolve_gateway_url(url: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """The gateway URL: `url`, else `GPULOOM_GATEWAY_URL`, else `GPULOOM_GATEWAY_PORT`
     on 127.0.0.1, else `DEFAULT_GATEWAY_URL`. Raises `ValueError` on a bad port."""
@@ -93,54 +68,6 @@ def resolve_gateway_url(url: str | None = None, env: Mapping[str, str] | None = 
             raise ValueError(f"GPULOOM_GATEWAY_PORT={port!r} is not a TCP port")
         return f"http://{DEFAULT_GATEWAY_HOST}:{int(port)}"
     return DEFAULT_GATEWAY_URL
-
-
-def _format_detail(detail: Any) -> str:
-    """One line from a FastAPI `detail`: a string, or a list of validation errors."""
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, list):
-        parts = []
-        for item in detail:
-            if isinstance(item, dict) and "msg" in item:
-                loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
-                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
-            else:
-                parts.append(str(item))
-        return "; ".join(parts) or "invalid request"
-    return str(detail)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-#: What to do about a 401.
-TOKEN_HINT = (
-    "set GPULOOM_TOKEN, or save a token in ~/.config/gpuloom/token "
-    "(an operator makes one with `gpuloom token issue --user NAME`)"
-)
-
-
-def error_from_response(response: httpx.Response) -> ApiError:
-    """The `ApiError` for a 4xx/5xx answer, with the server's `detail` when it sent one."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "detail" in body:
-        detail = _format_detail(body["detail"])
-    else:
-        detail = response.text.strip()[:200] or response.reason_phrase or "error"
-    if response.status_code == 401:
-        detail = f"not authenticated: {detail}; {TOKEN_HINT}"
-    elif response.status_code == 403:
-        detail = f"not allowed: {detail}"
-    return ApiError(response.status_code, detail, _retry_after(response))
 
 
 class GpuloomClient:

@@ -21,11 +21,12 @@ import typer
 from rich.markup import escape
 
 from gpuloom.client import render
-from gpuloom.client.api import DEFAULT_TIMEOUT_S, ApiError
+from gpuloom.client.api import DEFAULT_TIMEOUT_S
 from gpuloom.client.archivecmds import app as archive_app
 from gpuloom.client.buscmds import app as bus_app
 from gpuloom.client.clustercmds import commands as cluster_commands
 from gpuloom.client.context import CliState, JsonFlag, emit, err, fail, gateway, print_json
+from gpuloom.client.errors import ApiError
 from gpuloom.client.logcmds import audit_command, replay_command
 from gpuloom.client.outputcmds import commands as output_commands
 from gpuloom.client.policycmds import limits_app, priority_class_app

@@ -15,8 +15,9 @@ import typer
 from rich.console import Console, RenderableType
 from rich.markup import escape
 
-from gpuloom.client.api import DEFAULT_TIMEOUT_S, ClientError, GpuloomClient, resolve_gateway_url
+from gpuloom.client.api import DEFAULT_TIMEOUT_S, GpuloomClient, resolve_gateway_url
 from gpuloom.client.credentials import resolve_token
+from gpuloom.client.errors import ClientError
 
 #: Width of tables written to a pipe or a file: wide enough never to cut an id.
 #: The `--json` flag of every read command.

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from gpuloom.client.api import ApiError, GpuloomClient
+from gpuloom.client.api import GpuloomClient
 from gpuloom.client.context import JsonFlag, gateway, print_json
+from gpuloom.client.errors import ApiError
 from gpuloom.client.schema import JobLogs
 
 #: The commands of this module, merged into `gpuloom` (`cli.app`).

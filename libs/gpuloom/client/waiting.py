@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 from gpuloom.client import render
-from gpuloom.client.api import ApiError, GpuloomClient
+from gpuloom.client.api import GpuloomClient
 from gpuloom.client.context import err
+from gpuloom.client.errors import ApiError
 from gpuloom.client.schema import FINAL_STATES, Job
 from gpuloom.client.watch import follow
 

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from gpuloom.client.api import ApiError, GatewayUnreachableError, GpuloomClient, error_from_response
+from gpuloom.client.api import GpuloomClient
 from gpuloom.client.context import JsonFlag, gateway
+from gpuloom.client.errors import ApiError, GatewayUnreachableError, error_from_response
 from gpuloom.client.sse import parse_sse
 
 #: How long to wait before reconnecting a dropped stream, seconds.
