@@ -49,6 +49,8 @@ class Submit:
     key: str | None
     reuse_id: bool
     pick: int
+    #: Jobs of a higher priority may stop it (and it then yields to them).
+    preemptible: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ WEIGHTED: list[tuple[int, st.SearchStrategy[object]]] = [
             st.sampled_from([None, None, None, "k1", "k2"]),
             st.integers(0, 9).map(lambda n: n == 0),
             picks,
+            st.integers(0, 2).map(lambda n: n == 0),
         ),
     ),
     (1, st.builds(RequestCancel, picks)),
@@ -167,3 +170,17 @@ WEIGHTED: list[tuple[int, st.SearchStrategy[object]]] = [
 ACTIONS: st.SearchStrategy[object] = st.sampled_from(
     [strategy for weight, strategy in WEIGHTED for _ in range(weight)]
 ).flatmap(lambda strategy: strategy)
+
+#: A busier cluster with fewer ends: jobs of mixed priorities, a half of them
+#: preemptible, queue while the nodes are full (preemption, requeued victims yielding).
+PREEMPTING: st.SearchStrategy[object] = st.sampled_from(
+    [
+        *[st.builds(Submit, st.integers(1, 2), st.just(()), st.integers(-2, 2), st.none(),
+                    st.just(False), picks, st.booleans())] * 4,
+        *[st.builds(Schedule, st.just(3))] * 4,
+        st.builds(AgentTurn, picks, st.integers(0, 3).map(bool),
+                  st.sampled_from(["succeeded", "failed"]), st.integers(0, 600)),
+        st.builds(RequestCancel, picks),
+        st.builds(Charge, st.integers(0, 60)),
+    ]
+).flatmap(lambda strategy: strategy)  # fmt: skip

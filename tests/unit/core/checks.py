@@ -60,6 +60,11 @@ def check_invariants(state: ClusterState, events_seen: int) -> None:
                 assert not job.spec.gpu_model or model in job.spec.gpu_model
         else:
             assert mine == [], f"{job.job_id} is {job.phase} and holds {mine}"
+        if job.phase in ("submitted", "admitted", "queued"):  # (a final one shows its last)
+            assert job.node is None and not job.replicas, f"{job.job_id} keeps a placement"
+            assert job.preempted_by is None, f"{job.job_id} is {job.phase}, still preempted"
+        if job.yields_to is not None:  # a requeued victim, until it is placed again
+            assert job.phase in ("queued", *FINAL_PHASES) and job.yields_to != job.job_id
         assert (job.phase == "running") == (job.current_run() is not None)
         attempts = [run.attempt for run in job.runs]
         assert attempts == sorted(set(attempts)) and all(a <= job.attempt for a in attempts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .actions import ACTIONS, MODELS
+from .actions import ACTIONS, MODELS, PREEMPTING
 from .world import World
 
 
@@ -22,11 +22,30 @@ from .world import World
     models=st.lists(st.sampled_from(MODELS), min_size=2, max_size=3),
     gpus=st.integers(1, 4),
     actions=st.lists(ACTIONS, min_size=25, max_size=60),
+    victims_yield=st.booleans(),
 )
 def test_random_logs_keep_every_invariant(
-    models: list[str], gpus: int, actions: list[object]
+    models: list[str], gpus: int, actions: list[object], victims_yield: bool
 ) -> None:
-    world = World(models, gpus)
+    world = World(models, gpus, victims_yield)
+    for action in actions:
+        world.play(action)
+    world.check_replay()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gpus=st.integers(1, 4),
+    actions=st.lists(PREEMPTING, min_size=25, max_size=60),
+    victims_yield=st.booleans(),
+)
+def test_random_preemptions_keep_every_invariant(
+    gpus: int, actions: list[object], victims_yield: bool
+) -> None:
+    """Most of these logs preempt (jobs of mixed priorities, half of them preemptible,
+    on full nodes), and victims requeue and yield: every decision stays valid, the
+    audit property and a kept index hold (`World.place`), and the log replays."""
+    world = World(["A100", "H100"], gpus, victims_yield)
     for action in actions:
         world.play(action)
     world.check_replay()

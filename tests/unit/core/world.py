@@ -17,6 +17,7 @@ from gpuloom.events import (
     JobCancelRequested,
     JobFinished,
     JobPlaced,
+    JobPreempted,
     JobQueued,
     JobRejected,
     JobReserved,
@@ -25,6 +26,7 @@ from gpuloom.events import (
     NodeLost,
     NodeRecovered,
     NodeRegistered,
+    QueuePolicySet,
     UsageCharged,
     decode,
     encode,
@@ -51,11 +53,12 @@ from .checks import check_invariants
 
 
 class World:
-    def __init__(self, models: list[str], gpus: int) -> None:
+    def __init__(self, models: list[str], gpus: int, victims_yield: bool = True) -> None:
         self.log = LogBuilder()
         self.state = ClusterState()
         #: Policies that keep their node index between this world's cycles.
         self.kept = [(BestFit(), IndexCache()), (FGD(), IndexCache())]
+        self.record(QueuePolicySet(victims_yield=victims_yield))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
 
@@ -86,7 +89,12 @@ class World:
                 self.node_change(action)
             case Submit():
                 job_id = self.pick_job(action.pick) if action.reuse_id else f"j{len(self.log)}"
-                spec = make_job_spec(action.gpus, gpu_model=action.models, priority=action.priority)
+                spec = make_job_spec(
+                    action.gpus,
+                    gpu_model=action.models,
+                    priority=action.priority,
+                    preemptible=action.preemptible,
+                )
                 self.record(JobSubmitted(job_id=job_id, spec=spec, idempotency_key=action.key))
             case RequestCancel():
                 self.record(JobCancelRequested(job_id=self.pick_job(action.pick)))
@@ -128,7 +136,7 @@ class World:
         decisions = placement_cycle(self.state, BestFit())
         basis = self.state.seq
         for position, decision in enumerate(decisions):
-            assert isinstance(decision.event, (JobPlaced, JobReserved))
+            assert isinstance(decision.event, (JobPlaced, JobReserved, JobPreempted))
             assert (decision.event.basis_seq, decision.event.cycle_position) == (basis, position)
         assert placement_cycle(self.state, BestFit()) == decisions, "the audit property"
         for policy, kept in self.kept:  # an index kept from cycle to cycle decides the same
@@ -149,12 +157,12 @@ class World:
         event: Event
         if job.phase == "placed" and action.start:
             event = JobStarted(job_id=job.job_id, attempt=job.attempt, node=job.node)
-        else:
+        else:  # a job told to stop for another ends preempted, as its agent reports it
             event = JobFinished(
                 job_id=job.job_id,
                 attempt=job.attempt,
                 node=job.node,
-                outcome=action.outcome,
+                outcome="preempted" if job.preempted_by is not None else action.outcome,
             )
         self.record_valid([Decision(event, "agent")], after=action.seconds)
 
