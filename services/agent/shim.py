@@ -8,9 +8,9 @@ Each attempt of a job runs in `<run root>/<node>/<job_id>/<attempt>/`:
 |          |            | the job's account's: see `starting.give_logs`)            |
 | `stderr` | the job    | the job's standard error (and the shim's own messages)    |
 | `pid`    | the shim   | the shim's pid, which is also the job's process group id  |
-| `exit`   | the shim   | the command's exit status as the shell reports it (`$?`), |
-|          |            | written to `exit.tmp` then renamed: present means final;  |
-|          |            | its mtime is when the command ended (see `exit_time`)     |
+| `exit`   | the shim   | the command's exit status as the shell reports it (`$?`)  |
+|          |            | and a newline, in one write: final once the newline is    |
+|          |            | there; its mtime is when the command ended (`exit_time`)  |
 | `reason` | the agent  | why the agent stopped the job, written before signalling: |
 |          |            | line 1 the outcome (`timed_out`, `cancelled`), line 2 text|
 | `launch` | the agent  | what starts the job as its account (`starting`): a shell |
@@ -72,7 +72,7 @@ while :; do
   [ "$r" -ne 127 ] && s=$r
   break
 done
-echo "$s" >exit.tmp && mv -f exit.tmp exit
+echo "$s" >exit
 """
 # `pid` is written once the child exists: the agent signals the shim only after it
 # reads `pid`, so a TERM (a cancel right after the start) always finds the child in
@@ -80,6 +80,10 @@ echo "$s" >exit.tmp && mv -f exit.tmp exit
 # The loop: a trap interrupts `wait` with a status > 128 that is not the child's.
 # After a trap, wait again while the child exists; once it is gone, `wait` gives
 # its real status, or 127 if the first `wait` had already collected it.
+# `exit` is written in place, not renamed from a temporary file: a `mv` was a process
+# of its own for every job (the builtin `echo` writes the status and its newline in
+# one write(2)). A reader takes the file as final only with its newline
+# (`RunDir.read_exit`): one read between the shell's open and its write sees nothing.
 
 #: Signals the agent process may ignore or handle that a job must see at default.
 _DEFAULT_SIGNALS = frozenset(
@@ -165,15 +169,15 @@ class RunDir:
             return None
 
     def has_exit(self) -> bool:
-        return os.path.exists(self.path / "exit")
+        return self.read_exit() is not None
 
     def exit_time(self) -> datetime | None:
         """When the command ended: the mtime of the `exit` file, None while it runs.
 
-        The shim writes `exit.tmp` right after `wait` returns and renames it (which
-        keeps the mtime), so the kernel stamps the file with the moment the shim saw
-        the command end. POSIX sh has no clock of its own, and a `date` process
-        would depend on the job's PATH; the file's own time needs neither.
+        The shim writes `exit` right after `wait` returns, so the kernel stamps the
+        file with the moment the shim saw the command end. POSIX sh has no clock of
+        its own, and a `date` process would depend on the job's PATH; the file's own
+        time needs neither.
         """
         try:
             return datetime.fromtimestamp(self.file("exit").stat().st_mtime, UTC)
@@ -181,9 +185,11 @@ class RunDir:
             return None
 
     def read_exit(self) -> int | None:
-        """The command's exit status, or None while it runs (or if the shim died)."""
+        """The command's exit status, or None while it runs (or if the shim died):
+        only a status with its newline is final (the shim writes both at once)."""
         try:
-            return int(self.file("exit").read_text().strip())
+            text = self.file("exit").read_text()
+            return int(text) if text.endswith("\n") else None
         except (OSError, ValueError):
             return None
 

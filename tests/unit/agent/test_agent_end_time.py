@@ -28,6 +28,18 @@ def test_the_exit_time_is_when_the_shim_wrote_the_exit_status(tmp_path: Path) ->
     assert ended(None, None, at).at is None, "a lost process has no known end"
 
 
+def test_an_exit_status_is_final_only_with_its_newline(tmp_path: Path) -> None:
+    """The shim writes `exit` in place (no `mv` process per job): a read between the
+    shell's open and its write finds nothing, or (never seen, but allowed) part of it."""
+    run = RunDir(tmp_path, "node-a", "j1", 1)
+    run.create()
+    for partial in ["", "14", "1"]:
+        run.file("exit").write_text(partial)
+        assert run.read_exit() is None and not run.has_exit(), partial
+    run.file("exit").write_text("143\n")
+    assert run.read_exit() == 143 and run.has_exit()
+
+
 async def test_a_job_that_ended_while_its_agent_was_down_reports_its_own_end(
     fake_log: FakeLog, run_root: Path
 ) -> None:
