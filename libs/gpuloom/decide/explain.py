@@ -16,7 +16,7 @@ has not run yet), `Held` (a cancel is pending).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuloom.events import QueuePolicySet
@@ -170,7 +170,7 @@ def explain(
     if held is not None:  # "QuotaExceeded: ..." or "AssocGrpGRES: ..." (max_gpus)
         return Explanation(job_id, job.phase, held.partition(":")[0], held)
     if brief:
-        return _brief(state, job, shared)
+        return _yielding(state, job, _brief(state, job, shared))
     order = [j.job_id for j in queue_order(state)]
     position = order.index(job_id) + 1 if job_id in order else None
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]
@@ -221,4 +221,16 @@ def explain(
         reason, detail = "Resources", "no node has room for it now"
     if reason == "Resources" and estimate is None:
         estimate = earliest_start(state, job, policy or BestFit())
-    return Explanation(job_id, job.phase, reason, detail, position, ahead, verdicts, estimate)
+    found = Explanation(job_id, job.phase, reason, detail, position, ahead, verdicts, estimate)
+    return _yielding(state, job, found)
+
+
+def _yielding(state: ClusterState, job: JobState, found: Explanation) -> Explanation:
+    """`found`, saying also that the job ranks behind the job it was preempted for
+    (`QueuePolicySet.victims_yield`), while that one waits: its points alone would
+    not explain its place."""
+    policy = state.queue_policy
+    if policy is None or not policy.victims_yield or job.yields_to not in state.queued:
+        return found
+    said = f"it yields to {job.yields_to}, which it was preempted for and which goes first"
+    return replace(found, detail=f"{found.detail}; {said}" if found.detail else said)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuloom.config import Settings
+from gpuloom.decide.explain import explain
 from gpuloom.events import JobPlaced, JobPreempted, PriorityClassSet, QueuePolicySet
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
@@ -115,3 +116,20 @@ async def test_the_queue_listing_shows_the_victim_behind_its_preemptor_and_why()
 
 def test_the_queue_service_writes_the_rule_into_its_policy() -> None:
     assert configured_policy(Settings()).victims_yield
+
+
+@pytest.mark.parametrize("brief", [False, True], ids=["gpuloom explain", "GET /v1/jobs/{id}"])
+def test_explain_says_the_victim_yields_to_its_preemptor(brief: bool) -> None:
+    log = urgent_job_for_a_full_node(victims_yield=True)
+    play(log, 1)
+    found = explain(log.state(), "old", brief=brief)
+    assert found is not None and found.detail is not None
+    assert found.detail.endswith(
+        "it yields to urgent, which it was preempted for and which goes first"
+    )
+    if not brief:
+        assert found.ahead == ["urgent"]
+    log.request_cancel("urgent")
+    log.cancel("urgent")
+    again = explain(log.state(), "old", brief=brief)
+    assert again is not None and "yields" not in (again.detail or "")
