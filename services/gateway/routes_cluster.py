@@ -19,7 +19,12 @@ from gpuloom.events import (
     json_schemas,
 )
 from gpuloom.events.text import Remark
-from gpuloom.queueing.order import dependency_status, pending_in_order, priority_weights
+from gpuloom.queueing.order import (
+    dependency_status,
+    pending_in_order,
+    priority_weights,
+    yields_to,
+)
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
 from gpuloom.store.models import NodeRow
@@ -194,7 +199,6 @@ async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
         return Queue(weights={}, jobs=[])
     state = gateway.projector.state
     weights = priority_weights(state)
-    yields = state.queue_policy is not None and state.queue_policy.victims_yield
     jobs = []
     for position, (job, factors) in enumerate(pending_in_order(state)[:limit], 1):
         reason = None
@@ -202,8 +206,8 @@ async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
             reason = "Held: a cancel request is being carried out"
         elif job.spec.depends_on:
             reason = dependency_status(state, job)[1]
-        elif yields and job.yields_to in state.queued:
-            reason = f"Yields to {job.yields_to}: preempted for it, it goes first"
+        elif (preemptor := yields_to(state, job)) is not None:
+            reason = f"Yields to {preemptor}: preempted for it, it goes first"
         jobs.append(
             QueuedJob(
                 position=position,

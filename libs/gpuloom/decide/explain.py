@@ -37,6 +37,7 @@ from gpuloom.queueing.order import (
     queue_order,
     quota_book,
     upfront_demand,
+    yields_to,
 )
 from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state import ClusterState, JobState
@@ -229,8 +230,8 @@ def _yielding(state: ClusterState, job: JobState, found: Explanation) -> Explana
     """`found`, saying also that the job ranks behind the job it was preempted for
     (`QueuePolicySet.victims_yield`), while that one waits: its points alone would
     not explain its place."""
-    policy = state.queue_policy
-    if policy is None or not policy.victims_yield or job.yields_to not in state.queued:
+    preemptor = yields_to(state, job)
+    if preemptor is None:
         return found
-    said = f"it yields to {job.yields_to}, which it was preempted for and which goes first"
+    said = f"it yields to {preemptor}, which it was preempted for and which goes first"
     return replace(found, detail=f"{found.detail}; {said}" if found.detail else said)

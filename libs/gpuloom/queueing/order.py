@@ -150,6 +150,15 @@ def behind_their_preemptors(
     return ordered
 
 
+def yields_to(state: ClusterState, job: JobState) -> str | None:
+    """The job `job` waits behind because it was preempted for it, while that job
+    waits too (`behind_their_preemptors`; what the queue listing and explain say)."""
+    policy = state.queue_policy
+    if policy is None or not policy.victims_yield or job.yields_to not in state.queued:
+        return None
+    return job.yields_to
+
+
 def _yields_to_itself(job_id: str, preemptor_of: dict[str, str | None]) -> bool:
     """Following who yields to whom from `job_id` comes back to it: jobs that yield
     to each other (quota reclaims both ways) keep their ranks."""
