@@ -48,17 +48,37 @@ async def _config(url: str, name: str = "GPULOOM") -> dict[str, Any]:
 
 
 async def _create(url: str, config: StreamConfig, attempts: int = 40) -> None:
-    """Create a stream as an operator would (retrying while a cluster elects its leader)."""
+    """Create a stream as an operator would (retrying while a cluster elects its leader),
+    and wait, as the operator checks `nats stream info`, until it has a leader and every
+    replica is current: a publish before then finds no responder (CI, 2026-12-05)."""
     nc = await nats.connect(url)
     try:
+        js = nc.jetstream(timeout=2)
         for attempt in range(attempts):
             try:
-                await nc.jetstream(timeout=2).add_stream(config)
-                return
+                await js.add_stream(config)
+                break
             except Exception:
                 if attempt == attempts - 1:
                     raise
                 await asyncio.sleep(0.25)
+        for attempt in range(attempts):
+            try:
+                cluster = (await js.stream_info(str(config.name))).cluster
+            except Exception:
+                cluster = None
+                if attempt == attempts - 1:
+                    raise
+            else:
+                replicas = list(cluster.replicas or []) if cluster is not None else []
+                if cluster is None or (
+                    cluster.leader
+                    and len(replicas) == (config.num_replicas or 1) - 1
+                    and all(replica.current for replica in replicas)
+                ):
+                    return
+            await asyncio.sleep(0.25)
+        raise AssertionError(f"stream {config.name} has no leader and current replicas yet")
     finally:
         await nc.close()
 
