@@ -11,7 +11,15 @@ Printed, per policy: the first placement cycle (the service places up to
 the state before the next) until nothing more fits, with decisions (placements)
 per second; then how fast `gpuloom audit` re-makes every decision, fold included.
 
+Then the steady state a busy cluster lives in: the cluster is full and a backlog
+waits. Every placed job starts; before each of `--steady` cycles, `--churn` running
+jobs (drawn, seeded) end and as many new jobs are submitted, and one cycle runs.
+Printed: the cycle's time (p50, p90) and decisions per second. Every cycle there
+has a blocked job, so it pays what a blocked job costs (the reservation search,
+the preemption check) on top of placing the few jobs that fit.
+
   python bench/placement_scale.py [--nodes 5000] [--jobs 50000] [--policies bestfit,fgd]
+                                  [--steady 30] [--churn 20]
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ from gpuloom.audit import audit
 from gpuloom.events import (
     GpuSpec,
     JobAdmitted,
+    JobFinished,
     JobPlaced,
     JobQueued,
+    JobStarted,
     JobSubmitted,
     NodeRegistered,
     NodeSpec,
@@ -35,8 +45,9 @@ from gpuloom.events import (
     make_envelope,
 )
 from gpuloom.placement import IndexCache, default_registry, placement_cycle
+from gpuloom.placement.engine import Policy
 from gpuloom.runtime.collector import tune_collector
-from gpuloom.sim.trace import load_nodes, load_tasks
+from gpuloom.sim.trace import TraceTask, load_nodes, load_tasks
 from gpuloom.state import ClusterState, apply
 from gpuloom.testing.builders import make_job_spec
 
@@ -73,16 +84,69 @@ def build(nodes: int, jobs: int, seed: int) -> Log:
         )
         log.append(NodeRegistered(node=name, spec=spec))
     for j in range(jobs):
-        task = tasks[rng.randrange(len(tasks))]
-        extra: dict[str, object] = {"cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib}
-        if task.gpus and task.gpu_milli < 1000:
-            extra["gpu_milli"] = task.gpu_milli
-        spec = make_job_spec(task.gpus, gpu_model=list(task.models), priority=j % 5, **extra)
-        job_id = f"job-{j:06d}"
-        log.append(JobSubmitted(job_id=job_id, spec=spec))
-        log.append(JobAdmitted(job_id=job_id))
-        log.append(JobQueued(job_id=job_id, priority=j % 5))
+        for event in submission(j, tasks[rng.randrange(len(tasks))]):
+            log.append(event)
     return log
+
+
+def submission(number: int, task: TraceTask) -> list[object]:
+    """The events of submitting job `number` with `task`'s shape, admitted and queued."""
+    extra: dict[str, object] = {"cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib}
+    if task.gpus and task.gpu_milli < 1000:
+        extra["gpu_milli"] = task.gpu_milli
+    spec = make_job_spec(task.gpus, gpu_model=list(task.models), priority=number % 5, **extra)
+    job_id = f"job-{number:06d}"
+    return [
+        JobSubmitted(job_id=job_id, spec=spec),
+        JobAdmitted(job_id=job_id),
+        JobQueued(job_id=job_id, priority=number % 5),
+    ]
+
+
+def steady(
+    state: ClusterState, log: Log, policy: Policy, kept: IndexCache, cycles: int, churn: int
+) -> str:
+    """Cycles on the full cluster, `churn` jobs ending and as many arriving before each."""
+    rng = random.Random(7)
+    tasks = load_tasks(TRACE / "openb_pod_list_default.csv")
+
+    def fold(event: object) -> None:
+        apply(state, log.append(event))
+
+    running: list[tuple[str, int, str]] = []
+    for job_id in sorted(j for jobs in state.on_node.values() for j in jobs):
+        job = state.jobs[job_id]
+        running.append((job_id, job.attempt, job.replicas[0].host))
+        fold(JobStarted(job_id=job_id, attempt=job.attempt, node=job.replicas[0].host))
+    number = len(state.jobs)
+    seconds: list[float] = []
+    placed = 0
+    for _ in range(cycles):
+        for _ in range(churn):
+            job_id, attempt, node = running.pop(rng.randrange(len(running)))
+            fold(JobFinished(job_id=job_id, attempt=attempt, node=node, outcome="succeeded"))
+            for event in submission(number, tasks[rng.randrange(len(tasks))]):
+                fold(event)
+            number += 1
+        started = time.perf_counter()
+        decisions = placement_cycle(state, policy, kept=kept)
+        seconds.append(time.perf_counter() - started)
+        for decision in decisions:
+            fold(decision.event)
+            if isinstance(decision.event, JobPlaced):
+                placed += 1
+                event = decision.event
+                host = event.replicas[0].host
+                running.append((event.job_id, event.attempt, host))
+                fold(JobStarted(job_id=event.job_id, attempt=event.attempt, node=host))
+    seconds.sort()
+    return (
+        f"{policy.name:8s} steady, {cycles} cycles on the full cluster ({churn} jobs end and "
+        f"{churn} arrive before each; {len(running)} running, {len(state.queued)} queued): "
+        f"cycle p50 {1000 * seconds[len(seconds) // 2]:.0f} ms, p90 "
+        f"{1000 * seconds[int(0.9 * len(seconds))]:.0f} ms; {placed} placed "
+        f"({placed / sum(seconds):,.0f} decisions/s)"
+    )
 
 
 def main() -> None:
@@ -91,6 +155,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--policies", default="bestfit,fgd")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--steady", type=int, default=30, help="cycles on the full cluster")
+    parser.add_argument("--churn", type=int, default=20, help="jobs ending and arriving per cycle")
     args = parser.parse_args()
     tune_collector()  # as the placement service and `gpuloom audit` do
     started = time.perf_counter()
@@ -141,6 +207,8 @@ def main() -> None:
             f"({report.verified / report.seconds:,.0f} decisions/s, fold of "
             f"{len(audited.records)} events included)"
         )
+        if args.steady:
+            print(steady(cycle_state, audited, policy, kept, args.steady, args.churn), flush=True)
 
 
 if __name__ == "__main__":
