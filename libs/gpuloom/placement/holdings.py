@@ -12,8 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuloom.placement.engine import NodeIndex, release
-from gpuloom.placement.resources import GpuView, NodeView, ReplicaPlacement
+from gpuloom.placement.engine import NodeIndex
+from gpuloom.placement.resources import (
+    GpuView,
+    NodeView,
+    ReplicaPlacement,
+    give_back,
+    give_back_host,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +98,42 @@ def hold(index: NodeIndex, replica: ReplicaPlacement) -> None:
 
 
 def release_all(index: NodeIndex, holdings: Iterable[Holding]) -> set[str]:
-    """Give back everything `holdings` hold (on nodes the index has); the nodes touched."""
-    touched: set[str] = set()
+    """Give back everything `holdings` hold (on nodes the index has); the nodes touched.
+
+    The same views as `engine.release` of each replica in turn, summed first: each GPU
+    and host gets its total back once and each node is re-filed once. The reservation
+    search gives back every running job of a busy cluster in one group (43,000 at
+    5,000 nodes), once per cycle with a blocked job.
+    """
+    nodes = index.nodes
+    gpus: dict[tuple[str, int], list[int]] = {}
+    hosts: dict[str, list[int]] = {}
     for holding in holdings:
         for replica in holding.replicas:
-            if _on_index(index, replica):
-                release(index, replica)
-                touched.update({replica.host, *(piece.node for piece in replica.slices)})
+            if replica.host not in nodes or any(p.node not in nodes for p in replica.slices):
+                continue  # on a node that is not ready (lost): not in the views
+            for piece in replica.slices:
+                key = (piece.node, piece.index)
+                total = gpus.get(key)
+                if total is None:
+                    gpus[key] = [piece.milli, piece.memory_mib]
+                else:
+                    total[0] += piece.milli
+                    total[1] += piece.memory_mib
+            total = hosts.get(replica.host)
+            if total is None:
+                hosts[replica.host] = [replica.cpu_milli, replica.memory_mib]
+            else:
+                total[0] += replica.cpu_milli
+                total[1] += replica.memory_mib
+    for (name, number), (milli, memory) in gpus.items():
+        give_back(nodes[name], number, milli, memory)
+    for name, (cpu, memory) in hosts.items():
+        give_back_host(nodes[name], cpu, memory)
+    touched = {name for name, _ in gpus}
+    touched.update(hosts)
+    for name in sorted(touched):
+        index.update(nodes[name])
     return touched
 
 

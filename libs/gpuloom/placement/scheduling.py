@@ -135,8 +135,19 @@ def _victims_for(
     ]
     if not by_class and quotas is None:
         return None
-    index = scratch(index)  # victims are tried on a copy (see `holdings`)
-    victims = choose_victims(candidate.request, index, by_class, policy, context)
+    copies: list[NodeIndex] = []
+
+    def choose(among: list[Holding]) -> tuple[Holding, ...] | None:
+        """Victims among `among`, tried on a copy of the views (see `holdings`), made
+        once and only when there is someone to try: at 5,000 nodes a copy is most of
+        what a blocked job costs a cycle where nobody may be preempted."""
+        if not among:
+            return None
+        if not copies:
+            copies.append(scratch(index))
+        return choose_victims(candidate.request, copies[0], among, policy, context)
+
+    victims = choose(by_class)
     if victims is not None:
         return victims, "priority"
     tracker = quotas.trackers.get(GPU_MILLI) if quotas is not None else None
@@ -148,8 +159,9 @@ def _victims_for(
     if tracker.used.get(candidate.account, 0) + candidate.demand_milli > quota.nominal:
         return None
     borrowing = tracker.borrowing
-    lenders = [h for h in holdings if h.account != candidate.account and borrowing(h.account)]
-    victims = choose_victims(candidate.request, index, lenders, policy, context)
+    victims = choose(
+        [h for h in holdings if h.account != candidate.account and borrowing(h.account)]
+    )
     return (victims, "reclaim") if victims is not None else None
 
 

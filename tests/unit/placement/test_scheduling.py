@@ -7,8 +7,8 @@ from itertools import combinations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpuloom.placement.engine import Context, NodeIndex, place
-from gpuloom.placement.holdings import Holding, release_all
+from gpuloom.placement.engine import Context, NodeIndex, place, release
+from gpuloom.placement.holdings import Holding, hold_all, release_all
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.preemption import choose_victims, fits_after
 from gpuloom.placement.resources import Request
@@ -22,7 +22,7 @@ from gpuloom.placement.scheduling import (
 )
 from gpuloom.queueing.quota import Quota, QuotaBook, QuotaTracker
 
-from .cluster import gpus, node, snapshot
+from .cluster import copy_nodes, gpus, node, snapshot
 
 POLICY = BestFit()
 CONTEXT = Context()
@@ -340,3 +340,58 @@ def test_victims_free_enough_and_no_smaller_set_would(
             )
     again = choose_victims(wanted, index, list(reversed(candidates)), POLICY, CONTEXT)
     assert again == victims, "the choice does not depend on the candidates' order"
+
+
+# --- giving back many holdings at once -----------------------------------------------------
+
+SHAPES = st.sampled_from(
+    [
+        whole(1),
+        whole(2),
+        Request(gpus=1, gpu_milli=250, cpu_milli=4000, memory_mib=512),
+        Request(gpus=1, gpu_milli=500),
+        Request(gpus=2, replicas=2, cpu_milli=2000),
+        Request(gpus=0, cpu_milli=6000, memory_mib=1024),
+        Request(gpus=6, locality="any"),  # slices borrowed from other nodes
+    ]
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    shapes=st.lists(SHAPES, min_size=1, max_size=14),
+    ended=st.lists(st.booleans(), min_size=14, max_size=14),
+    lost=st.booleans(),
+)
+def test_releasing_holdings_together_gives_back_what_one_by_one_does(
+    shapes: list[Request], ended: list[bool], lost: bool
+) -> None:
+    """`release_all` sums what it gives back (the reservation search gives back every
+    running job at once): the views, the nodes touched and `hold_all`'s undo are those of
+    `engine.release` of each replica in turn; a replica on a node the index lacks (lost)
+    is skipped whole."""
+    views = [
+        node(f"n{i}", i, gpus(*[1000] * 4), cpu=32_000, memory=64_000, lends=True) for i in range(3)
+    ]
+    index = NodeIndex(views)
+    held = []
+    for number, request in enumerate(shapes):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            held.append(Holding(f"j{number}", placement.replicas, order=number))
+    if lost:  # a copy without n2, as the views of a cycle while n2 is lost
+        index = NodeIndex(copy_nodes(v for v in index.nodes.values() if v.name != "n2"))
+    chosen = [h for h, end in zip(held, ended, strict=False) if end]
+    one_by_one = NodeIndex(copy_nodes(index.nodes.values()))
+    touched: set[str] = set()
+    for holding in chosen:
+        for replica in holding.replicas:
+            names = {replica.host, *(piece.node for piece in replica.slices)}
+            if names <= one_by_one.nodes.keys():
+                release(one_by_one, replica)
+                touched |= names
+    before = snapshot(index.nodes.values())
+    assert release_all(index, chosen) == touched
+    assert snapshot(index.nodes.values()) == snapshot(one_by_one.nodes.values())
+    hold_all(index, list(reversed(chosen)))
+    assert snapshot(index.nodes.values()) == before
