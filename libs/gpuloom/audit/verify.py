@@ -155,7 +155,7 @@ def _verify_cycle(
         assert isinstance(event, CYCLE_EVENTS)
         where = f"seq {record.seq} (job {event.job_id}, basis {event.basis_seq})"
         try:
-            policy = registry.get(event.policy.name)
+            policy = registry.get(event.policy.name, event.policy.version)
         except KeyError as exc:
             report.mismatches.append(f"{where}: {exc.args[0]}")
             continue

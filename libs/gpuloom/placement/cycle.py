@@ -120,14 +120,37 @@ def request_of(spec: JobSpec) -> Request:
     )
 
 
-def typical_workload(state: ClusterState, window: int = WORKLOAD_WINDOW) -> Workload:
-    """The shapes of the latest `window` submitted jobs (FGD's typical workload)."""
-    latest = state.recent_specs[-min(window, RECENT_SPECS_KEPT) :]  # in submission order
+def typical_workload(
+    state: ClusterState, every: int = 1, window: int = WORKLOAD_WINDOW
+) -> Workload:
+    """The shapes of the latest `window` jobs submitted up to the last multiple of
+    `every` submissions (before the first `every`: up to the last power of two), FGD's
+    typical workload. So it changes at most once per `every` submissions, and a policy
+    that scores against it keeps its scores in between (`IndexCache`).
+
+    The state keeps the latest specs (`recent_specs`), trimmed by RECENT_SPECS_KEPT
+    at a time, so their number equals the count of submissions modulo
+    RECENT_SPECS_KEPT, and so modulo `every`, one of its divisors; fewer than `every`
+    of them means fewer submissions ever.
+    """
+    if RECENT_SPECS_KEPT % every:
+        raise ValueError(f"the workload's cadence {every} does not divide {RECENT_SPECS_KEPT}")
+    specs = state.recent_specs
+    upto = _last_reading(len(specs), every)
+    latest = specs[max(0, upto - min(window, RECENT_SPECS_KEPT)) : upto]  # in submission order
     return Workload.typical(Shape.of(request_of(spec)) for spec in latest)
 
 
+def _last_reading(count: int, every: int) -> int:
+    """How many of `count` specs the workload is read from: a multiple of `every`, or
+    (fewer than `every` so far) a power of two, so the first jobs have one soon."""
+    if count >= every:
+        return count - count % every
+    return 1 << (count.bit_length() - 1) if count else 0
+
+
 def context_for(state: ClusterState, policy: Policy, position: int) -> Context:
-    workload = typical_workload(state) if policy.needs_workload else None
+    workload = typical_workload(state, policy.workload_every) if policy.needs_workload else None
     return Context(seed=state.seq, position=position, workload=workload)
 
 

@@ -59,6 +59,8 @@ class Policy(Protocol):
     #: The policy reads the typical workload (`Context.workload`): the placement cycle
     #: derives it from the log for such a policy only.
     needs_workload: bool
+    #: ... and reads it again every this many submissions (1: at every one).
+    workload_every: int
 
     @property
     def params(self) -> Mapping[str, Any]: ...

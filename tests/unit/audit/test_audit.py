@@ -52,10 +52,12 @@ def run_log(
     shapes: list[dict[str, object]],
     finish_every: int,
     pool_moves: list[tuple[str, int]] = (),  # type: ignore[assignment]
+    version: int | None = None,
 ) -> LogBuilder:
     """A log as the services would write it: submit, admit, queue, placement cycles, runs,
-    and an admin moving GPUs between pools (`pool_moves`, one per job, while they last)."""
-    policy = default_registry().get(policy_name)
+    and an admin moving GPUs between pools (`pool_moves`, one per job, while they last);
+    decided by `policy_name`'s current version, or its earlier `version`."""
+    policy = default_registry().get(policy_name, version)
     log = LogBuilder()
     log.append(node("a", 4, "A100", "physical"))
     log.append(node("b", 2, "T4", "vgpu", lends=True))
@@ -120,6 +122,29 @@ def test_audit_reproduces_every_decision_of_a_generated_log(
     report = audit(log.records)
     assert report.ok, report.mismatches
     assert report.verified == decisions
+
+
+def test_the_audit_re_makes_the_decisions_of_either_version() -> None:
+    """fgd and loom v2 read the typical workload every 100 submissions; logs written by
+    v1 (at every submission) are still re-made by v1, kept for them."""
+    registry = default_registry()
+    assert registry.get("fgd").version == 2 and registry.get("loom").version == 2
+    assert registry.get("fgd", 1).workload_every == 1
+    assert registry.get("fgd", 9) is registry.get("fgd")  # unknown: the caller says what differs
+    shapes: list[dict[str, object]] = [
+        {"gpus": 1, "gpu_milli": 250},
+        {"gpus": 1, "cpu_milli": 2000},
+        {"gpus": 2},
+        {"gpus": 1, "gpu_milli": 500},
+    ] * 5
+    for name in ("fgd", "loom"):
+        for version in (1, 2):
+            log = run_log(name, shapes, 2, version=version)
+            placed = [r for r in log.records if isinstance(r.event, JobPlaced)]
+            assert placed and {r.event.policy.version for r in placed} == {version}
+            report = audit(log.records)
+            assert report.ok, (name, version, report.mismatches[:3])
+            assert report.verified >= len(placed)
 
 
 def tampered(records: list[Recorded], index: int, **changes: object) -> list[Recorded]:

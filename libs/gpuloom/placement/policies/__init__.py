@@ -26,6 +26,12 @@ def shipped_policies() -> list[Policy]:
     return [BestFit(), Spread(), DotProd(), Pack(), Random(), FGD(), Loom()]
 
 
+def retired_policies() -> list[Policy]:
+    """Earlier versions of shipped policies, kept so that `gpuloom audit` re-makes the
+    decisions of logs written with them (configuration picks only the current ones)."""
+    return [FGD.retired(), Loom.retired()]
+
+
 __all__ = [
     "FGD",
     "MAX_CPU_MILLI",
@@ -39,5 +45,6 @@ __all__ = [
     "PolicyBase",
     "Random",
     "Spread",
+    "retired_policies",
     "shipped_policies",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Self
 
 from gpuloom.placement.engine import Context
 from gpuloom.placement.fragmentation import FragmentationMeter, NodeState, Workload, node_state
@@ -18,14 +19,36 @@ from gpuloom.placement.resources import (
     serving_gpus,
 )
 
+#: Submissions between two readings of the typical workload (version 2 of fgd and loom).
+#: A divisor of the 1,000 specs the state keeps (`RECENT_SPECS_KEPT`).
+WORKLOAD_EVERY = 100
+
 
 class FragmentationAware(PolicyBase):
-    """Shared by fgd and loom: the change in the node's fragmentation a choice causes."""
+    """Shared by fgd and loom: the change in the node's fragmentation a choice causes.
+
+    Version 2 reads the typical workload every `WORKLOAD_EVERY` submissions (the
+    shapes of the 1,000 submitted up to the last multiple of it). Version 1 read it
+    at every submission, so on a busy cluster every cycle met a new workload, and
+    every score, kept heap and memoised Δ was thrown away: at 5,000 nodes that
+    was most of a cycle (docs/benchmarks.md). `retired` gives version 1 back, for
+    `gpuloom audit` to re-make the decisions of logs written with it.
+    """
 
     needs_workload = True
+    version = 2
+    workload_every = WORKLOAD_EVERY
 
     def __init__(self) -> None:
         self._meters: dict[int, FragmentationMeter] = {}
+
+    @classmethod
+    def retired(cls) -> Self:
+        """Version 1: the same scores, the typical workload read at every submission."""
+        policy = cls()
+        policy.version = 1
+        policy.workload_every = 1
+        return policy
 
     def meter(self, context: Context) -> FragmentationMeter:
         workload = context.workload
