@@ -14,7 +14,9 @@ ratio measured in one run, not an absolute rate. Each round runs:
 
 The two alternate (the order swaps every round) and never overlap. It prints every
 measurement and, per gpuloom mode, the ratio gpuloom / Slurm of each round and their
-mean.
+mean; and what each side cost the machine: its busy CPU (all processes, from
+/proc/stat) over the run, per job. On two cores that bounds the rate: at C ms of CPU
+per job no system starts more than 2,000 / C jobs a second.
 
   python bench/slurm_ratio.py [--rounds 2] [--jobs 2000] [--profile fast]
                               [--gpuloom-mode both|jobs|array]
@@ -39,10 +41,22 @@ from statistics import mean
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = Path(os.environ.get("GPULOOM_SLURM_ANCHOR", REPO_ROOT.parent / "shared/anchors/slurm"))
 STARTED = re.compile(r"jobs started per second: ([\d.]+)")
+MACHINE = re.compile(r"whole machine\s+([\d.]+) s")
 
 
-def slurm_started_per_s(jobs: int, profile: str) -> float:
-    """One anchor run: setup, `bench.sh array`, teardown; Slurm's started jobs/s."""
+class Run:
+    """One side's run: jobs started per second, and the machine's busy CPU per job (ms)."""
+
+    def __init__(self, rate: float, cpu_ms_per_job: float | None) -> None:
+        self.rate, self.cpu_ms_per_job = rate, cpu_ms_per_job
+
+    def cpu(self) -> str:
+        return "?" if self.cpu_ms_per_job is None else f"{self.cpu_ms_per_job:.1f} ms"
+
+
+def slurm_run(jobs: int, profile: str) -> Run:
+    """One anchor run: setup, `bench.sh array`, teardown; Slurm's started jobs/s and the
+    machine's busy CPU per job over the anchor's window (first sbatch to the end)."""
     with tempfile.TemporaryDirectory(prefix="slurm-anchor-") as run_dir:
         env = {**os.environ, "RUN_DIR": run_dir, "RESULTS_DIR": f"{run_dir}/results"}
         try:
@@ -55,11 +69,13 @@ def slurm_started_per_s(jobs: int, profile: str) -> float:
     started = result.get("started_jobs_per_s")
     if not started or result.get("started") != jobs:
         raise SystemExit(f"Slurm did not start all {jobs} jobs: {result}")
-    return float(started)
+    busy = result.get("cpu_s", {}).get("machine_busy")
+    return Run(float(started), 1000 * busy / jobs if busy is not None else None)
 
 
-def gpuloom_started_per_s(jobs: int, array: bool) -> float:
-    """One run of bench/e2e_throughput.py --scenario started; its started jobs/s."""
+def gpuloom_run(jobs: int, array: bool) -> Run:
+    """One run of bench/e2e_throughput.py --scenario started; its started jobs/s and the
+    machine's busy CPU per job during the run (first submission to the last job's end)."""
     command = [sys.executable, str(REPO_ROOT / "bench" / "e2e_throughput.py")]
     command += ["--scenario", "started", "--jobs", str(jobs), *(["--array"] if array else [])]
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'libs'}"}
@@ -68,7 +84,8 @@ def gpuloom_started_per_s(jobs: int, array: bool) -> float:
     if found is None:
         raise SystemExit(f"no started figure in:\n{output[-2000:]}")
     print(f"  gpuloom ({'array' if array else 'jobs'}): {found.group(0)}", flush=True)
-    return float(found.group(1))
+    machine = MACHINE.search(output)
+    return Run(float(found.group(1)), 1000 * float(machine.group(1)) / jobs if machine else None)
 
 
 def step(command: list[str], env: dict[str, str]) -> str:
@@ -92,21 +109,23 @@ def main() -> None:
         raise SystemExit(f"no Slurm anchor scripts in {ANCHOR} (set GPULOOM_SLURM_ANCHOR)")
     modes = {"both": [False, True], "jobs": [False], "array": [True]}[args.gpuloom_mode]
     ratios: dict[bool, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[str]] = {"Slurm": [], **{mode_name(mode): [] for mode in modes}}
     slurm_rates: list[float] = []
     for number in range(args.rounds):
         print(f"round {number + 1} of {args.rounds}", flush=True)
-        rates: dict[bool, float] = {}
+        runs: dict[bool, Run] = {}
         if number % 2 == 0:
-            slurm = slurm_started_per_s(args.jobs, args.profile)
-            rates = {mode: gpuloom_started_per_s(args.jobs, mode) for mode in modes}
+            slurm = slurm_run(args.jobs, args.profile)
+            runs = {mode: gpuloom_run(args.jobs, mode) for mode in modes}
         else:
-            rates = {mode: gpuloom_started_per_s(args.jobs, mode) for mode in modes}
-            slurm = slurm_started_per_s(args.jobs, args.profile)
-        slurm_rates.append(slurm)
-        for mode, rate in rates.items():
-            ratios[mode].append(rate / slurm)
-            name = "array" if mode else "jobs"
-            print(f"  ratio gpuloom ({name}) / Slurm: {rate / slurm:.2f}", flush=True)
+            runs = {mode: gpuloom_run(args.jobs, mode) for mode in modes}
+            slurm = slurm_run(args.jobs, args.profile)
+        slurm_rates.append(slurm.rate)
+        cpu["Slurm"].append(slurm.cpu())
+        for mode, run in runs.items():
+            ratios[mode].append(run.rate / slurm.rate)
+            cpu[mode_name(mode)].append(run.cpu())
+            print(f"  ratio gpuloom ({mode_name(mode)}) / Slurm: {run.rate / slurm.rate:.2f}")
     print(f"\nSlurm ({args.profile}, array of {args.jobs}): "
           f"{', '.join(f'{r:.1f}' for r in slurm_rates)} jobs started/s")  # fmt: skip
     for mode, found in ratios.items():
@@ -115,6 +134,12 @@ def main() -> None:
             f"gpuloom ({name}) / Slurm, started jobs/s: "
             f"{', '.join(f'{r:.2f}' for r in found)}; mean {mean(found):.2f}"
         )
+    for side, figures in cpu.items():
+        print(f"busy CPU of the machine per job, {side}: {', '.join(figures)}")
+
+
+def mode_name(array: bool) -> str:
+    return "array" if array else "jobs"
 
 
 if __name__ == "__main__":
