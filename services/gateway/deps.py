@@ -14,7 +14,7 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
-from gpuloom.placement.cycle import request_of
+from gpuloom.placement.inputs import request_of
 from gpuloom.runtime.projector import Projector
 from gpuloom.state import ClusterState
 from services.gateway.stream import Streams

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpuloom.events import Decision, JobAdmitted, JobRejected, JobSpec
 from gpuloom.events.text import reserved_env_reason
-from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
 from gpuloom.queueing.classes import SubmitTally, class_problem

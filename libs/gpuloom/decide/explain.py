@@ -20,15 +20,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuloom.events import QueuePolicySet
-from gpuloom.placement.cycle import (
-    current_reservation,
-    earliest_start,
-    from_ms,
-    node_views,
-    request_of,
-)
+from gpuloom.placement.cycle import earliest_start
 from gpuloom.placement.engine import Policy
 from gpuloom.placement.filters import FITS, verdict
+from gpuloom.placement.inputs import current_reservation, from_ms, node_views, request_of
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import NodeView, fits_locally
 from gpuloom.queueing.order import (

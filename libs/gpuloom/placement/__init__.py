@@ -4,9 +4,10 @@ The same code serves the live placement service, `gpuloom audit` and the trace
 simulator (`gpuloom sim`).
 """
 
-from gpuloom.placement.cycle import node_views, placement_cycle, request_of
+from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
 from gpuloom.placement.index_cache import IndexCache
+from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import (
     FGD,
     BestFit,

@@ -8,8 +8,8 @@ import pytest
 from gpuloom.decide.admission import rejection_reason, resources_problem
 from gpuloom.decide.explain import reason_text
 from gpuloom.events import JobSpec, NodeRegistered
-from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.filters import refusal
+from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.resources import host_fits
 from gpuloom.state import ClusterState
 from gpuloom.testing.builders import LogBuilder, make_job_spec, make_node_spec

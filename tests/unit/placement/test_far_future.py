@@ -14,7 +14,7 @@ from gpuloom.decide.explain import explain
 from gpuloom.events import JobReserved
 from gpuloom.events.text import INT32_MAX
 from gpuloom.placement import BestFit, placement_cycle
-from gpuloom.placement.cycle import LAST_MS, from_ms
+from gpuloom.placement.inputs import LAST_MS, from_ms
 from gpuloom.testing.builders import LogBuilder
 
 

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 
 from gpuloom.decide.explain import explain
 from gpuloom.events import NodeCordoned
-from gpuloom.placement.cycle import node_views, request_of
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.filters import FITS, refusal, verdict
+from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import WHOLE, NodeView, Request, fits_locally
 from gpuloom.testing.builders import LogBuilder

@@ -1,4 +1,4 @@
-"""How often fgd and loom read the typical workload (`cycle.typical_workload`'s cadence).
+"""How often fgd and loom read the typical workload (`inputs.typical_workload`'s cadence).
 
 Version 2 reads it every 100 submissions, so a busy cluster keeps its scores between
 two readings; version 1 (retired, for the audit of old logs) read it at every one.
@@ -10,8 +10,8 @@ import pytest
 
 from gpuloom.events import GpuSpec, JobSpec, NodeRegistered, NodeSpec
 from gpuloom.placement import IndexCache, default_registry, placement_cycle
-from gpuloom.placement.cycle import request_of, typical_workload
 from gpuloom.placement.fragmentation import Shape, Workload
+from gpuloom.placement.inputs import request_of, typical_workload
 from gpuloom.placement.policies.fragmentation_aware import WORKLOAD_EVERY
 from gpuloom.state import ClusterState, apply
 from gpuloom.state.model import RECENT_SPECS_KEPT

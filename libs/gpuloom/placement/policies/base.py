@@ -29,7 +29,7 @@ class PolicyBase:
     #: The policy scores against the typical workload (`Context.workload`).
     needs_workload = False
     #: How often the placement cycle reads that workload again, in submissions
-    #: (`gpuloom.placement.cycle.typical_workload`); 1: at every submission.
+    #: (`gpuloom.placement.inputs.typical_workload`); 1: at every submission.
     workload_every = 1
     #: The lowest and highest score the engine compares (after `normalize`).
     SCORES: ClassVar[tuple[int, int]] = (0, 100)

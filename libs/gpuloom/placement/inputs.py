@@ -1,0 +1,236 @@
+"""What a placement cycle reads from the folded state, as the scheduler sees it.
+
+The views of the nodes, each pending job as a `Candidate`, what placed and running
+jobs hold and until when, the recorded reservation, the typical workload of
+fragmentation-aware policies, and the log's time in the scheduler's integer
+milliseconds. Each is a pure function of the state; `cycle` decides with them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from gpuloom.events import JobSpec
+from gpuloom.placement.engine import Context, Policy
+from gpuloom.placement.fragmentation import Shape, Workload
+from gpuloom.placement.holdings import Holding
+from gpuloom.placement.resources import GpuView, NodeView, Pool, ReplicaPlacement, Request, Slice
+from gpuloom.placement.scheduling import Candidate, Reservation
+from gpuloom.queueing.order import upfront_demand
+from gpuloom.state import ClusterState, JobState
+from gpuloom.state.model import RECENT_SPECS_KEPT
+
+#: How many of the latest submitted jobs make the typical workload (ended ones
+#: included: the state keeps their specs, `ClusterState.recent_specs`).
+WORKLOAD_WINDOW = RECENT_SPECS_KEPT
+
+
+def node_views(
+    state: ClusterState, *, idle: bool = False, include_lost: bool = False
+) -> list[NodeView]:
+    """Ready, uncordoned nodes with what is free on them, ranked by name (the tie-break).
+
+    `idle` shows every node as if nothing ran on it and `include_lost` adds lost
+    and cordoned nodes (they may come back): what admission asks about, "could
+    this ever run", and what explain gives a verdict on.
+    """
+    views = []
+    for rank, name in enumerate(sorted(state.nodes)):
+        node = state.nodes[name]
+        if (node.phase != "ready" or node.cordoned) and not include_lost:
+            continue
+        # every cycle views every GPU of every node (40,000 at 5,000 nodes): what is free
+        # is summed in one pass over each GPU's holders, not two
+        gpus = []
+        for _, gpu in sorted(node.gpus.items()):
+            milli, memory = 1000, gpu.memory_mib
+            if not idle:
+                for held_milli, held_memory in gpu.holders.values():
+                    milli -= held_milli
+                    memory -= held_memory
+            pool: Pool = "vgpu" if gpu.pool == "vgpu" else "physical"
+            gpus.append(
+                GpuView(gpu.index, gpu.uuid, gpu.model, pool, gpu.memory_mib, milli, memory)
+            )
+        spec = node.spec
+        cpu_used = memory_used = 0
+        if not idle:
+            for held_cpu, held_memory in node.hosted.values():
+                cpu_used += held_cpu
+                memory_used += held_memory
+        views.append(
+            NodeView(
+                name=name,
+                rank=rank,
+                gpus=gpus,
+                cpu_free_milli=spec.cpu_milli - cpu_used if spec.cpu_milli else None,
+                memory_free_mib=spec.memory_mib - memory_used if spec.memory_mib else None,
+                labels=dict(spec.labels),
+                lends_remote_vgpu=spec.lends_remote_vgpu,
+                runtimes=tuple(spec.runtimes),
+            )
+        )
+    return views
+
+
+def request_of(spec: JobSpec) -> Request:
+    return Request(
+        gpus=spec.gpus,
+        gpu_milli=spec.share_milli,
+        gpu_memory_mib=spec.gpu_memory_mib,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        models=tuple(sorted(spec.gpu_model)),
+        pool=spec.pool,
+        locality=spec.locality,
+        node_selector=tuple(sorted(spec.node_selector.items())),
+        replicas=spec.replicas,
+        container=spec.image is not None,
+    )
+
+
+def typical_workload(
+    state: ClusterState, every: int = 1, window: int = WORKLOAD_WINDOW
+) -> Workload:
+    """The shapes of the latest `window` jobs submitted up to the last multiple of
+    `every` submissions (before the first `every`: up to the last power of two), FGD's
+    typical workload. So it changes at most once per `every` submissions, and a policy
+    that scores against it keeps its scores in between (`IndexCache`).
+
+    The state keeps the latest specs (`recent_specs`), trimmed by RECENT_SPECS_KEPT
+    at a time, so their number equals the count of submissions modulo
+    RECENT_SPECS_KEPT, and so modulo `every`, one of its divisors; fewer than `every`
+    of them means fewer submissions ever.
+    """
+    if RECENT_SPECS_KEPT % every:
+        raise ValueError(f"the workload's cadence {every} does not divide {RECENT_SPECS_KEPT}")
+    specs = state.recent_specs
+    upto = _last_reading(len(specs), every)
+    latest = specs[max(0, upto - min(window, RECENT_SPECS_KEPT)) : upto]  # in submission order
+    return Workload.typical(Shape.of(request_of(spec)) for spec in latest)
+
+
+def _last_reading(count: int, every: int) -> int:
+    """How many of `count` specs the workload is read from: a multiple of `every`, or
+    (fewer than `every` so far) a power of two, so the first jobs have one soon."""
+    if count >= every:
+        return count - count % every
+    return 1 << (count.bit_length() - 1) if count else 0
+
+
+def context_for(state: ClusterState, policy: Policy, position: int) -> Context:
+    workload = typical_workload(state, policy.workload_every) if policy.needs_workload else None
+    return Context(seed=state.seq, position=position, workload=workload)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def to_ms(moment: datetime) -> int:
+    """The log's time as the scheduler's integer milliseconds (exact both ways)."""
+    return (moment - EPOCH) // _MS
+
+
+#: The last millisecond a datetime can hold: a later time is "never".
+LAST_MS = (datetime.max.replace(tzinfo=UTC) - EPOCH) // _MS
+
+
+def from_ms(ms: int) -> datetime:
+    """The scheduler's milliseconds as the log's time; past year 9999 is year 9999's
+    end (a reservation that far out means "not in any foreseeable future", and
+    must not raise OverflowError in every placement cycle)."""
+    return EPOCH + min(ms, LAST_MS) * _MS
+
+
+def holdings_of(state: ClusterState) -> list[Holding]:
+    """What placed and running jobs hold, and when they will let go of it at the latest.
+
+    A job ends by its start (or placement, before it started) plus its time
+    limit; a preempted one as soon as it was told to stop (its grace period is
+    short, and its resources are spoken for). Lost nodes' jobs are requeued by
+    the fold, so everything here is on known nodes.
+    """
+    holdings = []
+    on_node = {job_id for jobs in state.on_node.values() for job_id in jobs}
+    for job in sorted((state.jobs[j] for j in on_node), key=lambda j: (j.placed_seq, j.job_id)):
+        run = job.current_run()
+        began = run.started_at if run is not None else job.placed_at
+        key = (job.attempt, job.placed_seq, began, job.preempted_at)
+        cached = job.derived.get("holding")
+        if cached is not None and cached[0] == key:
+            holdings.append(cast(Holding, cached[1]))
+            continue
+        holding = _holding(state, job, began)
+        job.derived["holding"] = (key, holding)
+        holdings.append(holding)
+    return holdings
+
+
+def _holding(state: ClusterState, job: JobState, began: datetime | None) -> Holding:
+    limit = job.spec.time_limit_s
+    ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
+    if job.preempted_at is not None:
+        ends = to_ms(job.preempted_at)
+    replicas = []
+    for replica in job.replicas:
+        slices = []
+        for piece in replica.slices:
+            node = state.nodes.get(piece.node)
+            gpu = node.gpus.get(piece.index) if node is not None else None
+            memory = gpu.slice_memory(piece.milli, piece.memory_mib) if gpu else piece.memory_mib
+            slices.append(Slice(piece.node, piece.index, piece.uuid, piece.milli, memory))
+        replicas.append(
+            ReplicaPlacement(replica.host, tuple(slices), replica.cpu_milli, replica.memory_mib)
+        )
+    return Holding(
+        job_id=job.job_id,
+        replicas=tuple(replicas),
+        ends_at=ends,
+        priority_class=job.spec.priority,
+        preemptible=job.spec.preemptible,
+        account=job.spec.account,
+        order=job.placed_seq,
+        stopping=job.preempted_by is not None,
+    )
+
+
+def candidate_of(
+    job: JobState, awaiting: frozenset[str] = frozenset(), may_preempt: bool = True
+) -> Candidate:
+    """The scheduler's view of a pending job; `may_preempt` comes from its priority
+    class (`gpuloom.queueing.classes.may_preempt`)."""
+    spec = job.spec
+    return Candidate(
+        job_id=job.job_id,
+        request=request_of(spec),
+        time_limit_s=spec.time_limit_s,
+        priority_class=spec.priority,
+        account=spec.account,
+        demand=upfront_demand(spec),
+        preemptible=spec.preemptible,
+        awaiting_victims=job.job_id in awaiting,
+        user=spec.user,
+        may_preempt=may_preempt,
+    )
+
+
+def current_reservation(state: ClusterState) -> Reservation | None:
+    """The recorded reservation, while its job still waits in the queue."""
+    event = state.reservation
+    if event is None or event.job_id not in state.queued:
+        return None
+    return Reservation(
+        event.job_id,
+        to_ms(event.start_at) if event.start_at is not None else None,
+        tuple(
+            ReplicaPlacement(
+                r.host,
+                tuple(Slice(p.node, p.index, p.uuid, p.milli, p.memory_mib) for p in r.slices),
+                r.cpu_milli,
+                r.memory_mib,
+            )
+            for r in event.replicas
+        ),
+    )
