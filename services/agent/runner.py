@@ -5,7 +5,8 @@ and carries out the actions of `reconcile`. Its `run` loop polls every
 `poll_s`: it notices ended shims, enforces time limits and escalates stops
 (SIGTERM via the shim, after `grace_s` SIGKILL of the command, after another
 `grace_s` SIGKILL of the whole group). Each end is handed once to `on_exit` as
-an `Exited`, except the ends of dropped processes, which are silent.
+an `Exited`, except the ends of dropped processes, which are silent. How each
+step of a stop is carried out and an end is noticed: `services.agent.processes`.
 
 Everything the runner knows is also in the run folders (see `shim`), so a new
 runner on the same root (after a `kill -9` of the agent) finds live shims with
@@ -19,10 +20,9 @@ import contextlib
 import errno
 import logging
 import os
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuloom.events import Outcome
@@ -55,6 +55,13 @@ from services.agent.outcomes import (
     Started,
     read_end,
 )
+from services.agent.processes import (
+    LIVENESS_EVERY_S,
+    Proc,
+    escalate_stop,
+    has_ended,
+    terminate,
+)
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
 from services.agent.shim import (
@@ -66,8 +73,6 @@ from services.agent.starting import forget_launch
 
 log = logging.getLogger(__name__)
 
-#: How often the liveness of an adopted shim is checked (its `exit` file, every poll).
-LIVENESS_EVERY_S = 1.0
 #: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
 #: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
 LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
@@ -81,39 +86,6 @@ class Spawn:
     run: RunDir
     master: Master | None
     call: Callable[[], int]
-
-
-@dataclass
-class _Proc:
-    node: str
-    run: RunDir
-    pid: int
-    #: A child of this process (reaped with waitpid), not a shim adopted after a restart.
-    own: bool
-    status: Status
-    time_limit_s: int | None = None
-    #: time.monotonic() when the time limit expires, or the next stop escalation is due.
-    deadline: float | None = None
-    #: Stop steps taken: 0 none (yet), 1 SIGTERM sent, 2 command SIGKILLed, 3 group SIGKILLed.
-    stage: int = 0
-    #: time.monotonic() of the last liveness check of an adopted shim.
-    alive_checked: float = 0.0
-    #: GPU memory (MiB) the job's slices allow, by local GPU uuid (fractions only).
-    memory_limits: dict[str, int] = field(default_factory=dict)
-    #: This stop's grace between steps, when shorter than the runner's (a fence).
-    grace_s: float | None = None
-    #: Replica 0 of a gang: the rendezvous reserved for it (`services.agent.rendezvous`).
-    master: Master | None = None
-    #: The container of a job that names an image (`services.agent.containers`).
-    container: str | None = None
-
-
-def _signal(pid: int, sig: int, *, group: bool = False) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
 
 
 class Runner:
@@ -144,7 +116,7 @@ class Runner:
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.base_env = base_environment(os.environ if environ is None else environ)
-        self._procs: dict[JobKey, _Proc] = {}
+        self._procs: dict[JobKey, Proc] = {}
 
     # --- what reconcile sees -------------------------------------------------------
 
@@ -171,7 +143,7 @@ class Runner:
                     if key in self._procs or pid is None or run.read_exit() is not None:
                         continue
                     if run.shim_alive(pid):
-                        self._procs[key] = _Proc(node, run, pid, own=False, status=Status.ORPHAN)
+                        self._procs[key] = Proc(node, run, pid, own=False, status=Status.ORPHAN)
                         found += 1
         return found
 
@@ -253,7 +225,7 @@ class Runner:
             raise pid
         key = action.key
         limit = action.spec.time_limit_s
-        self._procs[key] = _Proc(
+        self._procs[key] = Proc(
             action.node,
             run,
             pid,
@@ -285,7 +257,7 @@ class Runner:
                 elapsed = max(0.0, time.time() - since) if since is not None else 0.0
                 deadline = time.monotonic() + limit - elapsed
             own = held.own if held is not None else False
-            self._procs[key] = _Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
+            self._procs[key] = Proc(action.node, run, pid, own, Status.RUNNING, limit, deadline)
             self._procs[key].memory_limits = memory_limits(action)
             self._procs[key].master = read_master(run.file("master"))
             self._procs[key].container = read_name(run)
@@ -326,15 +298,8 @@ class Runner:
         if proc is not None and proc.status is Status.EXITED:
             del self._procs[key]
 
-    def _terminate(self, proc: _Proc) -> None:
-        """SIGTERM the shim (which TERMs its group) once its traps are set and its
-        child started: it writes `pid` then. Until then, try again at the next poll."""
-        if proc.run.read_pid() is None:
-            proc.stage, proc.deadline = 0, time.monotonic()
-            return
-        proc.stage = 1
-        proc.deadline = time.monotonic() + (proc.grace_s or self.grace_s)
-        _signal(proc.pid, signal.SIGTERM)
+    def _terminate(self, proc: Proc) -> None:
+        terminate(proc, proc.grace_s or self.grace_s)
 
     # --- watching ------------------------------------------------------------------
 
@@ -384,53 +349,20 @@ class Runner:
         for key, proc in list(self._procs.items()):
             if proc.status is Status.EXITED:
                 continue
-            if self._has_ended(proc):
+            if has_ended(proc):
                 self._remove_container(proc)  # whatever podman's client left running
                 self._end(key, proc.node, proc.run, proc.pid, read_end(proc.run))
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
 
-    def _has_ended(self, proc: _Proc) -> bool:
-        if proc.own:
-            try:
-                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return True
-            if info is None:
-                return False
-            # The shim is a zombie: its pid (the group id) cannot be reused yet.
-            _signal(proc.pid, signal.SIGKILL, group=True)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(proc.pid, 0)
-            return True
-        # Not our child (adopted after a restart): its `exit` file tells, or its death.
-        if not proc.run.has_exit():
-            now = time.monotonic()
-            if now < proc.alive_checked + LIVENESS_EVERY_S:
-                return False
-            proc.alive_checked = now
-            if proc.run.shim_alive(proc.pid):
-                return False
-        if proc.status in (Status.STOPPING, Status.DROPPING):
-            _signal(proc.pid, signal.SIGKILL, group=True)
-        return True
-
-    def _escalate(self, key: JobKey, proc: _Proc) -> None:
+    def _escalate(self, key: JobKey, proc: Proc) -> None:
         if proc.status is Status.RUNNING:
             log.info("job %s attempt %d replica %d exceeded its time limit", *key)
             self.stop(key, "timed_out", f"time limit of {proc.time_limit_s} s exceeded")
-        elif proc.stage == 0:
-            self._terminate(proc)
-        elif proc.stage == 1:
-            proc.stage, proc.deadline = 2, time.monotonic() + (proc.grace_s or self.grace_s)
-            self._remove_container(proc)  # outside the group: podman kills it
-            _signal(proc.pid, signal.SIGUSR1)  # the shim SIGKILLs the command
-        elif proc.stage == 2:
-            proc.stage, proc.deadline = 3, None
-            _signal(proc.pid, signal.SIGKILL, group=True)
-            self._remove_container(proc)
+        else:
+            escalate_stop(proc, proc.grace_s or self.grace_s, self._remove_container)
 
-    def _remove_container(self, proc: _Proc) -> None:
+    def _remove_container(self, proc: Proc) -> None:
         if proc.container is not None and self._removals is not None:
             self._removals.remove(proc.container)
 
@@ -440,7 +372,7 @@ class Runner:
         if held is not None and held.status is Status.DROPPING:
             del self._procs[key]
             return
-        self._procs[key] = _Proc(node, run, pid or 0, own=False, status=Status.EXITED)
+        self._procs[key] = Proc(node, run, pid or 0, own=False, status=Status.EXITED)
         log.info("job %s attempt %d replica %d ended: %s (%s)", *key, end.outcome, end.reason or "")
         self.on_exit(
             Exited(key, node, pid, end, read_master(run.file("master")) if key[2] == 0 else None)

@@ -1,0 +1,111 @@
+"""A job process the runner holds, and how it is stopped and seen to end.
+
+A stop escalates in steps, each after a grace period: SIGTERM to the shim (which
+TERMs the job's group), then SIGUSR1 (the shim SIGKILLs the command and records its
+status), then SIGKILL of the whole group. The runner (`services.agent.runner`)
+decides when to stop a job; this module carries the steps out and tells when the
+shim has ended: by `waitid` for its own children, by the `exit` file or the shim's
+death for one adopted after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from services.agent.reconcile import Status
+from services.agent.rendezvous import Master
+from services.agent.shim import RunDir
+
+#: How often the liveness of an adopted shim is checked (its `exit` file, every poll).
+LIVENESS_EVERY_S = 1.0
+
+
+@dataclass
+class Proc:
+    node: str
+    run: RunDir
+    pid: int
+    #: A child of this process (reaped with waitpid), not a shim adopted after a restart.
+    own: bool
+    status: Status
+    time_limit_s: int | None = None
+    #: time.monotonic() when the time limit expires, or the next stop escalation is due.
+    deadline: float | None = None
+    #: Stop steps taken: 0 none (yet), 1 SIGTERM sent, 2 command SIGKILLed, 3 group SIGKILLed.
+    stage: int = 0
+    #: time.monotonic() of the last liveness check of an adopted shim.
+    alive_checked: float = 0.0
+    #: GPU memory (MiB) the job's slices allow, by local GPU uuid (fractions only).
+    memory_limits: dict[str, int] = field(default_factory=dict)
+    #: This stop's grace between steps, when shorter than the runner's (a fence).
+    grace_s: float | None = None
+    #: Replica 0 of a gang: the rendezvous reserved for it (`services.agent.rendezvous`).
+    master: Master | None = None
+    #: The container of a job that names an image (`services.agent.containers`).
+    container: str | None = None
+
+
+def send(pid: int, sig: int, *, group: bool = False) -> None:
+    """Signal the process (or its group); one that is gone or not ours is left alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def terminate(proc: Proc, grace_s: float) -> None:
+    """SIGTERM the shim (which TERMs its group) once its traps are set and its
+    child started: it writes `pid` then. Until then, try again at the next poll."""
+    if proc.run.read_pid() is None:
+        proc.stage, proc.deadline = 0, time.monotonic()
+        return
+    proc.stage = 1
+    proc.deadline = time.monotonic() + grace_s
+    send(proc.pid, signal.SIGTERM)
+
+
+def escalate_stop(proc: Proc, grace_s: float, remove_container: Callable[[Proc], None]) -> None:
+    """The next step of a stop whose grace ran out (see the module doc)."""
+    if proc.stage == 0:
+        terminate(proc, grace_s)
+    elif proc.stage == 1:
+        proc.stage, proc.deadline = 2, time.monotonic() + grace_s
+        remove_container(proc)  # outside the group: podman kills it
+        send(proc.pid, signal.SIGUSR1)  # the shim SIGKILLs the command
+    elif proc.stage == 2:
+        proc.stage, proc.deadline = 3, None
+        send(proc.pid, signal.SIGKILL, group=True)
+        remove_container(proc)
+
+
+def has_ended(proc: Proc) -> bool:
+    """Whether the shim has ended (its group is SIGKILLed then: nothing outlives it)."""
+    if proc.own:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        if info is None:
+            return False
+        # The shim is a zombie: its pid (the group id) cannot be reused yet.
+        send(proc.pid, signal.SIGKILL, group=True)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
+        return True
+    # Not our child (adopted after a restart): its `exit` file tells, or its death.
+    if not proc.run.has_exit():
+        now = time.monotonic()
+        if now < proc.alive_checked + LIVENESS_EVERY_S:
+            return False
+        proc.alive_checked = now
+        if proc.run.shim_alive(proc.pid):
+            return False
+    if proc.status in (Status.STOPPING, Status.DROPPING):
+        send(proc.pid, signal.SIGKILL, group=True)
+    return True
