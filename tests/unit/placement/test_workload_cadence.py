@@ -51,12 +51,13 @@ def test_the_workload_is_read_every_hundred_submissions_and_at_powers_of_two_bef
         apply(state, record)
         submitted.append(spec)
         count = number + 1
-        if count < 300 or 1_890 <= count <= 2_120 or count % 97 == 0:
+        around_the_trim = 1_990 <= count <= 2_010 or 2_099 <= count <= 2_101
+        if count < 140 or around_the_trim or count % 97 == 0:
             last = count - count % 100 if count >= 100 else 1 << (count.bit_length() - 1)
             assert typical_workload(state, WORKLOAD_EVERY) == expected(submitted, last), count
             assert typical_workload(state) == expected(submitted, count), count  # version 1
             checked += 1
-    assert checked > 500
+    assert checked > 180
 
 
 @pytest.mark.parametrize("version", [1, 2])
