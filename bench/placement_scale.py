@@ -9,7 +9,9 @@ openb node list (8 GPUs each, in the vGPU pool, so fractions can land anywhere).
 Printed, per policy: the first placement cycle (the service places up to
 10,000 jobs per cycle), then cycles as the service runs them (each folded into
 the state before the next) until nothing more fits, with decisions (placements)
-per second; then how fast `gpuloom audit` re-makes every decision, fold included.
+per second; then how fast `gpuloom audit` re-makes every decision, fold included, in
+one process and in several (`--audit-workers 1,2`: the processes it shares the work
+among, one timing each).
 
 Then the steady state a busy cluster lives in: the cluster is full and a backlog
 waits. Every placed job starts; before each of `--steady` cycles, `--churn` running
@@ -157,6 +159,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--steady", type=int, default=30, help="cycles on the full cluster")
     parser.add_argument("--churn", type=int, default=20, help="jobs ending and arriving per cycle")
+    parser.add_argument(
+        "--audit-workers",
+        default="1,2",
+        help="the audit's processes, one timing per count (gpuloom audit --workers)",
+    )
     args = parser.parse_args()
     tune_collector()  # as the placement service and `gpuloom audit` do
     started = time.perf_counter()
@@ -200,13 +207,16 @@ def main() -> None:
             f"placed in {cycles} cycles, {cycle_seconds:.2f} s ({placed / cycle_seconds:,.0f} "
             f"decisions/s, {len(cycle_state.queued)} jobs left queued)"
         )
-        report = audit(audited.records)
-        assert report.ok, report.mismatches[:3]
-        print(
-            f"{name:8s} audit: {report.verified} decisions verified in {report.seconds:.2f} s "
-            f"({report.verified / report.seconds:,.0f} decisions/s, fold of "
-            f"{len(audited.records)} events included)"
-        )
+        for workers in (int(n) for n in args.audit_workers.split(",")):
+            report = audit(audited.records, workers=workers)
+            assert report.ok, report.mismatches[:3]
+            label = "audit" if report.workers == 1 else f"audit in {report.workers} processes"
+            print(
+                f"{name:8s} {label}: {report.verified} decisions verified in "
+                f"{report.seconds:.2f} s ({report.verified / report.seconds:,.0f} decisions/s, "
+                f"fold of {len(audited.records)} events included)",
+                flush=True,
+            )
         if args.steady:
             print(steady(cycle_state, audited, policy, kept, args.steady, args.churn), flush=True)
 

@@ -9,7 +9,10 @@ import dataclasses
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +86,22 @@ def test_audit_proves_snapshots_catches_a_forged_one_and_replay_starts_from_one(
         ("placement", seq, "proved")
     }
     assert not [c for c in report["snapshots"] if c["outcome"] == "differs"]
+    # the command as an operator runs it, its work shared between two processes
+    command = [str(Path(sys.executable).with_name("gpuloom")), "audit", "--nats"]
+    shared = subprocess.run(
+        [*command, cluster.nats_url, "--json", "--no-record", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shared.returncode == 0, shared.stderr
+    in_two = json.loads(shared.stdout)
+    assert in_two["workers"] == 2
+    assert (in_two["verified"], in_two["mismatches"]) == (report["verified"], [])
+    assert ("placement", seq, "proved") in {
+        (c["source"], c["seq"], c["outcome"]) for c in in_two["snapshots"]
+    }
 
     recent = runner.invoke(
         app, ["audit", "--nats", cluster.nats_url, "--from-snapshot", "--no-record"]

@@ -19,16 +19,23 @@ Snapshots to prove (`snapshots`) are checked in the same pass: as the fold passe
 each one's sequence S, the folded state must equal it (`gpuloom.audit.proofs`). One
 that differs is a mismatch like a decision that differs; one that cannot be decoded
 is reported as skipped, as services skip it.
+
+With `workers` above 1 the points to check (the cycles' bases and the snapshots'
+sequences) are cut into contiguous runs of about equal decisions, each checked by a
+process of its own that folds the log up to its run (`gpuloom.audit.workers`). Each
+decision depends only on the log up to its basis, so the report is the same, in the
+same order, as from one process.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
+from gpuloom.audit.workers import can_fork, run_parts
 from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.index_cache import IndexCache
@@ -53,6 +60,8 @@ class AuditReport:
     before_start: int = 0
     #: What became of each snapshot given to prove, in the order the fold met them.
     snapshots: list[SnapshotCheck] = field(default_factory=list)
+    #: The processes that re-made the decisions (`audit`'s `workers`, or fewer).
+    workers: int = 1
 
     @property
     def proved(self) -> list[SnapshotCheck]:
@@ -87,14 +96,17 @@ def audit(
     *,
     start: ClusterState | None = None,
     snapshots: Sequence[SnapshotClaim] = (),
+    workers: int = 1,
 ) -> AuditReport:
     """Verify every cycle event (JobPlaced, JobPreempted, JobReserved) at or after
     `from_seq` in `records` (the log in order: all of it, or what follows `start`), and
     prove `snapshots` on the way.
 
-    `start`: the state the fold starts from (a trusted snapshot's, folded on in place;
-    default: empty, the log from sequence 1). Records at or before its `seq` are
-    ignored. A snapshot before the start or past the last record is skipped.
+    `start`: the state the fold starts from (a trusted snapshot's, folded on in place,
+    so not to be used afterwards; default: empty, the log from sequence 1). Records at
+    or before its `seq` are ignored. A snapshot before the start or past the last
+    record is skipped. `workers`: at most this many processes share the work (one
+    where this process cannot fork, `gpuloom.audit.workers.can_fork`).
     """
     started = time.perf_counter()
     registry = registry or default_registry()
@@ -123,30 +135,84 @@ def audit(
             )
         else:
             claims[claim.seq].append(claim)
+    points = sorted(set(by_basis) | set(claims))
+    parts = runs_of_points(points, by_basis, workers if can_fork() else 1)
+
+    def check(part: list[int]) -> Findings:
+        return _check_points(records, state, part, by_basis, claims, registry)
+
+    for found in run_parts(parts, check) if len(parts) > 1 else [check(parts[0])]:
+        report.verified += found.verified
+        report.mismatches += found.mismatches
+        report.snapshots += found.snapshots
+    report.workers = len(parts)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@dataclass
+class Findings:
+    """What checking some points found; a forked worker sends it back pickled."""
+
+    verified: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    snapshots: list[SnapshotCheck] = field(default_factory=list)
+
+
+def runs_of_points(
+    points: list[int], by_basis: Mapping[int, list[Recorded]], workers: int
+) -> list[list[int]]:
+    """`points` (sorted) cut into at most `workers` contiguous runs, each about an equal
+    share of the decisions to re-make (a point counts its decisions, plus one); never
+    an empty run, except the one run of no points."""
+    weights = [len(by_basis.get(point, ())) + 1 for point in points]
+    total = sum(weights)
+    runs: list[list[int]] = [[]]
+    done = 0
+    for point, weight in zip(points, weights, strict=True):
+        # cut before this point when taking it would overshoot this run's share more
+        # than stopping short of it does
+        if runs[-1] and len(runs) < workers and 2 * done + weight > 2 * total * len(runs) / workers:
+            runs.append([])
+        runs[-1].append(point)
+        done += weight
+    return runs
+
+
+def _check_points(
+    records: Sequence[Recorded],
+    state: ClusterState,
+    points: list[int],
+    by_basis: Mapping[int, list[Recorded]],
+    claims: Mapping[int, list[SnapshotClaim]],
+    registry: PolicyRegistry,
+) -> Findings:
+    """Fold `records` onto `state` up to each point in turn, and re-make the decisions
+    based there and prove the snapshots taken there."""
+    found = Findings()
     position = 0
     kept: dict[tuple[str, int], IndexCache] = {}  # each policy's node index, cycle to cycle
-    for point in sorted(set(by_basis) | set(claims)):
+    for point in points:
         while position < len(records) and records[position].seq <= point:
             apply(state, records[position])
             position += 1
         # entries the reactors skipped as malformed still advanced their state's seq
         state.seq = max(state.seq, point)
         if point in by_basis:
-            _verify_cycle(state, by_basis[point], registry, report, kept)
+            _verify_cycle(state, by_basis[point], registry, found, kept)
         for claim in sorted(claims.get(point, ()), key=lambda c: c.bucket):
             check = check_claim(state, claim)
-            report.snapshots.append(check)
+            found.snapshots.append(check)
             if check.outcome == "differs":
-                report.mismatches.append(check.line())
-    report.seconds = time.perf_counter() - started
-    return report
+                found.mismatches.append(check.line())
+    return found
 
 
 def _verify_cycle(
     state: ClusterState,
     decisions: list[Recorded],
     registry: PolicyRegistry,
-    report: AuditReport,
+    found: Findings,
     kept: dict[tuple[str, int], IndexCache],
 ) -> None:
     remade_by_policy: dict[tuple[str, int], list[CycleEvent]] = {}
@@ -157,10 +223,10 @@ def _verify_cycle(
         try:
             policy = registry.get(event.policy.name, event.policy.version)
         except KeyError as exc:
-            report.mismatches.append(f"{where}: {exc.args[0]}")
+            found.mismatches.append(f"{where}: {exc.args[0]}")
             continue
         if policy.version != event.policy.version or dict(policy.params) != event.policy.params:
-            report.mismatches.append(
+            found.mismatches.append(
                 f"{where}: recorded {event.policy.name} v{event.policy.version} "
                 f"{event.policy.params}, this gpuloom has v{policy.version} {dict(policy.params)}"
             )
@@ -176,6 +242,6 @@ def _verify_cycle(
         position = event.cycle_position
         problem = _differences(event, remade[position] if position < len(remade) else None)
         if problem is None:
-            report.verified += 1
+            found.verified += 1
         else:
-            report.mismatches.append(f"{where}: {problem}")
+            found.mismatches.append(f"{where}: {problem}")

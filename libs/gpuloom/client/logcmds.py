@@ -34,6 +34,7 @@ from gpuloom.audit import (
     snapshot,
     state_at,
 )
+from gpuloom.audit.workers import usable_cpus
 from gpuloom.bus.archive import ArchiveError
 from gpuloom.bus.reader import SnapshotRead, read_history, read_log, read_snapshots
 from gpuloom.bus.streams import StreamMissingError
@@ -158,6 +159,12 @@ def audit_command(
     record: Annotated[
         bool, typer.Option(help="write the result to the log (GET /v1/audit shows it)")
     ] = True,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0, help="processes that share the work (0: one per CPU this process may use)"
+        ),
+    ] = 0,
 ) -> None:
     """Re-make every placement decision from the log and check it matches, and prove the
     services' snapshots (each the fold of the log up to its seq); exit 1 if not."""
@@ -176,6 +183,7 @@ def audit_command(
         from_seq=from_seq,
         start=start.state if start is not None else None,
         snapshots=claims,
+        workers=workers or usable_cpus(),
     )
     report.snapshots[:0] = unread
     if as_json:
@@ -207,6 +215,7 @@ def _report_json(report: AuditReport, start: Start | None) -> dict[str, Any]:
         "verified": report.verified,
         "mismatches": report.mismatches,
         "seconds": round(report.seconds, 3),
+        "workers": report.workers,
         "start": None
         if start is None
         else {"bucket": start.claim.bucket, "name": start.claim.name, "seq": start.claim.seq},
@@ -226,7 +235,7 @@ def _print_report(report: AuditReport, start: Start | None) -> None:
     err.print(
         f"audited seqs {report.from_seq}..{report.to_seq}: {report.verified} decisions "
         f"verified, {len(report.mismatches)} mismatches ({report.seconds:.2f} s, "
-        f"{rate:.0f} decisions/s)"
+        f"{rate:.0f} decisions/s, {report.workers} process{'es' if report.workers > 1 else ''})"
     )
     if report.before_start:
         err.print(
