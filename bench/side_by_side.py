@@ -7,7 +7,8 @@ archive`, nothing in the repository changes), then runs the same bench script
 this tree's, alternately, `--rounds` times each, with this venv. It reads every
 "N decisions/s", "N jobs/s" or "N events/s" figure a line prints (the line's text
 before its first digit names it), and prints each figure's mean for both and the
-ratio this tree / the ref (above 1: this tree is faster).
+ratio this tree / the ref (above 1: this tree is faster); a figure only this tree's
+script prints, with its value in each round.
 
   python bench/side_by_side.py --ref 9294bdc [--rounds 3] placement_scale -- --nodes 1000
 """
@@ -83,7 +84,10 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
     for name in sorted(rates["this"]):
         old, new = rates["ref"].get(name), rates["this"][name]
-        if not old:
+        if not old:  # a figure the ref's script does not print
+            print(
+                f"{name}: this tree only, {mean(new):,.0f}  (rounds: {', '.join(f'{v:,.0f}' for v in new)})"
+            )
             continue
         ratio = mean(new) / mean(old)
         print(f"{name}: {mean(old):,.0f} -> {mean(new):,.0f}  ({ratio:.2f}x)")

@@ -22,7 +22,7 @@ is reported as skipped, as services skip it.
 
 With `workers` above 1 the points to check (the cycles' bases and the snapshots'
 sequences) are cut into contiguous runs of about equal decisions, each checked by a
-process of its own that folds the log up to its run (`gpuloom.audit.workers`). Each
+process of its own, forked where the fold reaches its run (`gpuloom.audit.workers`). Each
 decision depends only on the log up to its basis, so the report is the same, in the
 same order, as from one process.
 """
@@ -138,10 +138,16 @@ def audit(
     points = sorted(set(by_basis) | set(claims))
     parts = runs_of_points(points, by_basis, workers if can_fork() else 1)
 
-    def check(part: list[int]) -> Findings:
-        return _check_points(records, state, part, by_basis, claims, registry)
+    fold = LogFold(records, state)
 
-    for found in run_parts(parts, check) if len(parts) > 1 else [check(parts[0])]:
+    def check(part: list[int]) -> Findings:
+        return _check_points(fold, part, by_basis, claims, registry)
+
+    def prepare(part: list[int]) -> None:
+        if part:
+            fold.to(part[0])
+
+    for found in run_parts(parts, check, prepare):
         report.verified += found.verified
         report.mismatches += found.mismatches
         report.snapshots += found.snapshots
@@ -179,25 +185,38 @@ def runs_of_points(
     return runs
 
 
+class LogFold:
+    """`records` folded onto `state`, forward only, up to the point last asked for."""
+
+    def __init__(self, records: Sequence[Recorded], state: ClusterState) -> None:
+        self.records = records
+        self.state = state
+        self.position = 0  # records[:position] are folded
+
+    def to(self, point: int) -> ClusterState:
+        records, state, position = self.records, self.state, self.position
+        while position < len(records) and records[position].seq <= point:
+            apply(state, records[position])
+            position += 1
+        self.position = position
+        # entries the reactors skipped as malformed still advanced their state's seq
+        state.seq = max(state.seq, point)
+        return state
+
+
 def _check_points(
-    records: Sequence[Recorded],
-    state: ClusterState,
+    fold: LogFold,
     points: list[int],
     by_basis: Mapping[int, list[Recorded]],
     claims: Mapping[int, list[SnapshotClaim]],
     registry: PolicyRegistry,
 ) -> Findings:
-    """Fold `records` onto `state` up to each point in turn, and re-make the decisions
-    based there and prove the snapshots taken there."""
+    """Fold on up to each point in turn, re-make the decisions based there and prove
+    the snapshots taken there."""
     found = Findings()
-    position = 0
     kept: dict[tuple[str, int], IndexCache] = {}  # each policy's node index, cycle to cycle
     for point in points:
-        while position < len(records) and records[position].seq <= point:
-            apply(state, records[position])
-            position += 1
-        # entries the reactors skipped as malformed still advanced their state's seq
-        state.seq = max(state.seq, point)
+        state = fold.to(point)
         if point in by_basis:
             _verify_cycle(state, by_basis[point], registry, found, kept)
         for claim in sorted(claims.get(point, ()), key=lambda c: c.bucket):

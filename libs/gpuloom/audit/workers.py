@@ -3,10 +3,13 @@
 Why processes: re-making the decisions of a long log is CPU-bound Python, one core's
 work however many the machine has. The decisions of different cycles do not depend on
 each other (each is a function of the log up to its basis), so contiguous runs of
-cycles can be re-made side by side, each by a process that folds the log up to them.
+cycles can be re-made side by side. This process folds the log once: at the start of
+each run it forks a child to re-make that run (the child folds on only within it) and
+folds on to the next run's start itself, and re-makes the last run.
 
-Why `fork`: a child starts with the parent's log already read (copy-on-write), where
-`spawn` would pickle hundreds of thousands of events to each child first. Forking a
+Why `fork`: a child starts with the parent's log already read and folded
+(copy-on-write), where `spawn` would pickle hundreds of thousands of events and the
+state to each child first. Forking a
 process that runs other threads can deadlock the child (a lock held by a thread that
 does not exist there), so `can_fork` refuses then and the audit runs in one process.
 What a child sends back is small (counts, mismatch lines, snapshot checks), pickled
@@ -44,18 +47,29 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_parts(parts: Sequence[Part], check: Callable[[Part], Found]) -> list[Found]:
-    """`[check(part) for part in parts]`, the first part in this process and each other
-    in a child forked for it; the results in the parts' order."""
+def run_parts(
+    parts: Sequence[Part],
+    check: Callable[[Part], Found],
+    prepare: Callable[[Part], object] = lambda part: None,
+) -> list[Found]:
+    """`[check(part) for part in parts]` (`parts` not empty), each but the last in a
+    child forked for it, the last in this process; the results in the parts' order.
+
+    Before each fork, and before checking the last part, this process runs
+    `prepare(part)`: a child starts from what it did (the log folded up to the
+    part), so work the parts share is done once, here, and never twice."""
     pending: list[tuple[int, int]] = []  # (pid, read end of its pipe), not yet gathered
     try:
-        for part in parts[1:]:
+        for part in parts[:-1]:
+            prepare(part)
             pending.append(_fork(check, part))
-        found = [check(parts[0])]
+        prepare(parts[-1])
+        last = check(parts[-1])
+        found = []
         while pending:
             pid, pipe = pending.pop(0)
             found.append(_gather(pid, pipe))
-        return found
+        return [*found, last]
     finally:
         for pid, pipe in pending:  # this process failed first: stop the rest
             os.close(pipe)

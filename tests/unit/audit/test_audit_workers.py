@@ -84,6 +84,22 @@ def test_the_runs_are_contiguous_nonempty_and_about_equal_in_decisions() -> None
     assert runs_of_points([], {}, 4) == [[]]
 
 
+def test_each_part_starts_from_what_this_process_prepared_before_it() -> None:
+    prepared: list[int] = []
+
+    def check(part: int) -> tuple[int, int, list[int]]:
+        return part, os.getpid(), list(prepared)
+
+    found = run_parts([1, 3, 4], check, prepared.append)
+    assert [(part, seen) for part, _, seen in found] == [
+        (1, [1]),
+        (3, [1, 3]),
+        (4, [1, 3, 4]),
+    ]
+    pids = [pid for _, pid, _ in found]
+    assert pids[-1] == os.getpid() and len(set(pids)) == 3, "the last part here, each other forked"
+
+
 def test_a_worker_that_raises_fails_the_audit_with_its_traceback() -> None:
     def check(part: int) -> int:
         if part == 2:
@@ -97,7 +113,7 @@ def test_a_worker_that_raises_fails_the_audit_with_its_traceback() -> None:
 
 def test_a_worker_that_dies_fails_the_audit() -> None:
     def check(part: int) -> int:
-        if part == 2:
+        if part == 1:  # a forked part (the last is this process's own)
             os._exit(3)
         return part
 
@@ -107,8 +123,8 @@ def test_a_worker_that_dies_fails_the_audit() -> None:
 
 def test_when_this_process_fails_first_its_workers_are_stopped() -> None:
     def check(part: int) -> int:
-        if part == 1:
-            raise KeyError("the first part")
+        if part == 3:  # this process's own part
+            raise KeyError("the last part")
         threading.Event().wait(3600)  # a worker that would outlive the failure (and the test)
         return part
 
