@@ -141,7 +141,7 @@ def main() -> None:
     seeds = range(low, high + 1)
     nodes = load_nodes(TRACE_DIR / "openb_node_list_gpu_node.csv")
     tasks = load_tasks(TRACE_DIR / f"openb_pod_list_{args.trace}.csv")
-    workload = typical_workload(tasks)
+    workload = typical_workload(tasks, nodes)
     runs: list[tuple[str, object, Workload]] = [
         ("fgd (published scoring)", FGD(), workload),
         ("loom (bucket, then used node)", Loom(), workload),

@@ -47,7 +47,7 @@ def main() -> None:
     for trace in args.traces.split(","):
         name = f"openb_pod_list_{trace}"
         tasks = load_tasks(TRACE_DIR / f"{name}.csv")
-        workload = typical_workload(tasks)
+        workload = typical_workload(tasks, nodes)
         for policy in args.policies.split(","):
             runs = [replay(nodes, tasks, known[policy], seed, workload) for seed in seeds]
             summary = summarize(name, runs)

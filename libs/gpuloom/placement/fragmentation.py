@@ -39,9 +39,14 @@ class Shape:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Shapes with integer weights; `total` is the sum of the weights."""
+    """Shapes with integer weights; `total` is the sum of the weights.
+
+    `scarce`: the GPU models its model-bound shapes would mostly take, on the cluster
+    it was read for (`gpuloom.placement.scarcity`); loom v3 reads it, FGD does not.
+    """
 
     shapes: tuple[tuple[Shape, int], ...]
+    scarce: frozenset[str] = frozenset()
 
     @property
     def total(self) -> int:

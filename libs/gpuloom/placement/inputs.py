@@ -8,6 +8,7 @@ milliseconds. Each is a pure function of the state; `cycle` decides with them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -16,6 +17,7 @@ from gpuloom.placement.engine import Context, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.holdings import Holding
 from gpuloom.placement.resources import GpuView, NodeView, Pool, ReplicaPlacement, Request, Slice
+from gpuloom.placement.scarcity import with_scarcity
 from gpuloom.placement.scheduling import Candidate, Reservation
 from gpuloom.queueing.order import upfront_demand
 from gpuloom.state import ClusterState, JobState
@@ -95,7 +97,8 @@ def typical_workload(
 ) -> Workload:
     """The shapes of the latest `window` jobs submitted up to the last multiple of
     `every` submissions (before the first `every`: up to the last power of two), FGD's
-    typical workload. So it changes at most once per `every` submissions, and a policy
+    typical workload, with the GPU models scarce on the cluster's schedulable nodes
+    (`gpuloom.placement.scarcity`). So it changes at most once per `every` submissions, and a policy
     that scores against it keeps its scores in between (`IndexCache`).
 
     The state keeps the latest specs (`recent_specs`), trimmed by RECENT_SPECS_KEPT
@@ -108,7 +111,17 @@ def typical_workload(
     specs = state.recent_specs
     upto = _last_reading(len(specs), every)
     latest = specs[max(0, upto - min(window, RECENT_SPECS_KEPT)) : upto]  # in submission order
-    return Workload.typical(Shape.of(request_of(spec)) for spec in latest)
+    workload = Workload.typical(Shape.of(request_of(spec)) for spec in latest)
+    return with_scarcity(workload, _schedulable_gpu_models(state))
+
+
+def _schedulable_gpu_models(state: ClusterState) -> Iterator[str]:
+    """The model of each GPU placement may use (ready, uncordoned nodes): the supply
+    that `scarce` is measured against (counted, so their order does not matter)."""
+    for node in state.nodes.values():
+        if node.phase == "ready" and not node.cordoned:
+            for gpu in node.spec.gpus:
+                yield gpu.model
 
 
 def _last_reading(count: int, every: int) -> int:

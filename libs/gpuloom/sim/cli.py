@@ -63,7 +63,7 @@ def sim(
             raise typer.BadParameter(f"no such file: {path}")
     trace = pods.stem
     node_list, tasks = load_nodes(nodes), load_tasks(pods)
-    workload = typical_workload(tasks)
+    workload = typical_workload(tasks, node_list)
     seed_list = parse_seeds(seeds)
     console = Console(stderr=as_json)
     summaries: list[Summary] = []

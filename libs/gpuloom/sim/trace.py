@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.resources import WHOLE, GpuView, NodeView, Request
+from gpuloom.placement.scarcity import with_scarcity
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ def load_tasks(path: Path) -> list[TraceTask]:
     return tasks
 
 
-def typical_workload(tasks: list[TraceTask]) -> Workload:
-    """FGD's M: the most frequent task shapes of the file covering 95% of its tasks."""
-    return Workload.typical(task.shape() for task in tasks)
+def typical_workload(tasks: list[TraceTask], nodes: list[TraceNode]) -> Workload:
+    """FGD's M: the most frequent task shapes of the file covering 95% of its tasks,
+    with the GPU models scarce on `nodes` (as the live placement cycle reads it)."""
+    workload = Workload.typical(task.shape() for task in tasks)
+    return with_scarcity(workload, (node.model for node in nodes for _ in range(node.gpus)))

@@ -124,21 +124,22 @@ def test_audit_reproduces_every_decision_of_a_generated_log(
     assert report.verified == decisions
 
 
-def test_the_audit_re_makes_the_decisions_of_either_version() -> None:
-    """fgd and loom v2 read the typical workload every 100 submissions; logs written by
-    v1 (at every submission) are still re-made by v1, kept for them."""
+def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
+    """fgd and loom v2 read the typical workload every 100 submissions, loom v3 leaves
+    used nodes of scarce models to the tasks bound to them; logs written by earlier
+    versions are still re-made by those versions, kept for them."""
     registry = default_registry()
-    assert registry.get("fgd").version == 2 and registry.get("loom").version == 2
+    assert registry.get("fgd").version == 2 and registry.get("loom").version == 3
     assert registry.get("fgd", 1).workload_every == 1
     assert registry.get("fgd", 9) is registry.get("fgd")  # unknown: the caller says what differs
     shapes: list[dict[str, object]] = [
         {"gpus": 1, "gpu_milli": 250},
         {"gpus": 1, "cpu_milli": 2000},
         {"gpus": 2},
-        {"gpus": 1, "gpu_milli": 500},
+        {"gpus": 1, "gpu_milli": 500, "gpu_model": ["T4"]},
     ] * 5
-    for name in ("fgd", "loom"):
-        for version in (1, 2):
+    for name, versions in (("fgd", (1, 2)), ("loom", (1, 2, 3))):
+        for version in versions:
             log = run_log(name, shapes, 2, version=version)
             placed = [r for r in log.records if isinstance(r.event, JobPlaced)]
             assert placed and {r.event.policy.version for r in placed} == {version}

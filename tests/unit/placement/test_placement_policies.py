@@ -382,7 +382,12 @@ def test_shipped_policies_are_named_and_grouped_except_random() -> None:
     ]
     assert [p.grouped for p in policies] == [True, True, True, True, False, True, True]
     assert all(p.params == {} for p in policies if p.name != "loom")
-    assert policies[-1].params == {"temperature_milli": 1000, "prefer_used_nodes": True}
+    assert policies[-1].params == {
+        "temperature_milli": 1000,
+        "prefer_used_nodes": True,
+        "scarce_pressure": "3/10",
+    }
+    assert Loom.version_2().params == {"temperature_milli": 1000, "prefer_used_nodes": True}
 
 
 def memory_twins() -> list[NodeView]:
@@ -440,3 +445,33 @@ def test_other_policies_place_a_fraction_on_a_remote_vgpu(policy: BestFit) -> No
     ]
     request = Request(gpus=1, gpu_milli=500, cpu_milli=1000, locality="local-first")
     assert layout(place_on(request, nodes, policy)) == [("host", (("lender", 0, 500),))]
+
+
+def test_loom_v3_leaves_a_used_node_of_a_scarce_model_to_the_tasks_bound_to_it() -> None:
+    """Both T4 nodes give the same Δ; "used" holds work, but T4 is scarce: a GPU task free
+    to run anywhere goes by rank (as FGD), one bound to T4 and a task with no GPU still
+    prefer the node in use; version 2 prefers it for all."""
+    bound = Shape(0, 1000, 1, frozenset({"T4"}))
+    scarce = Workload(((ONE_WHOLE, 1), (bound, 1)), scarce=frozenset({"T4"}))
+    ctx = Context(workload=scarce)
+
+    def fresh() -> list[NodeView]:
+        return [
+            node("idle", 0, gpus(1000, 1000, 1000, model="T4"), cpu=64_000),
+            node("used", 1, gpus(1000, 1000, 0, model="T4"), cpu=64_000),
+        ]
+
+    anywhere, for_t4, no_gpu = Request(gpus=1), Request(gpus=1, models=("T4",)), Request()
+    idle, used = fresh()
+    for request in (anywhere, for_t4, no_gpu):
+        assert Loom().delta(idle, request, ctx) == Loom().delta(used, request, ctx)
+    assert Loom().score(used, anywhere, ctx) == Loom().score(idle, anywhere, ctx)
+    assert Loom().score(used, no_gpu, ctx) == Loom().score(idle, no_gpu, ctx) + 1
+    assert Loom.version_2().score(used, anywhere, ctx) == Loom().score(idle, anywhere, ctx) + 1
+    assert hosts_of(place_on(anywhere, fresh(), Loom(), ctx)) == ["idle"]
+    assert hosts_of(place_on(anywhere, fresh(), Loom.version_2(), ctx)) == ["used"]
+    assert hosts_of(place_on(for_t4, fresh(), Loom(), ctx)) == ["used"]
+    assert hosts_of(place_on(no_gpu, fresh(), Loom(), ctx)) == ["used"]
+    # the same workload with no model scarce: loom prefers the node in use again
+    plenty = Context(workload=Workload(scarce.shapes))
+    assert hosts_of(place_on(anywhere, fresh(), Loom(), plenty)) == ["used"]
