@@ -13,13 +13,16 @@ import argparse
 import math
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 from gpuloom.placement.engine import Context
 from gpuloom.placement.fragmentation import Workload
 from gpuloom.placement.policies import FGD, Loom, MemoisedDelta
 from gpuloom.placement.resources import NodeView, Request
+from gpuloom.placement.scarcity import SCARCE_PRESSURE, scarce_models
 from gpuloom.sim.metrics import curves
 from gpuloom.sim.replay import replay
 from gpuloom.sim.trace import TraceNode, load_nodes, load_tasks, typical_workload
@@ -101,6 +104,7 @@ def informed_variants(nodes: list[TraceNode], workload: Workload) -> dict[str, S
         return any(0 < g.milli_free < 1000 for g in node.gpus)
 
     return {
+        **scarcity_variants(nodes, workload),
         "loom, then fewest idle GPUs": lambda d, m, n, r: loom_then(n, m, 9, 8 - idle_gpus(n)),
         "loom, a fraction to a partly used GPU's node": lambda d, m, n, r: (
             bucket(m) * 2 + (partly_used(n) if r.fractional else used(n))
@@ -117,6 +121,28 @@ def informed_variants(nodes: list[TraceNode], workload: Workload) -> dict[str, S
         "loom, then nodes with more CPU": lambda d, m, n, r: loom_then(
             n, m, 64, min(size[n.name].cpu_milli // 16_000, 63)
         ),
+    }
+
+
+def scarcity_variants(nodes: list[TraceNode], workload: Workload) -> dict[str, Score]:
+    """loom v3's rule at other pressures, and applied to CPU-only tasks too (issue #15,
+    item 4, 2026-12-05): run with --trace gpuspec10 (20, 25, 33)."""
+    supply = Counter(node.model for node in nodes for _ in range(node.gpus))
+
+    def leaving(pressure: Fraction, cpu_only_too: bool) -> Score:
+        scarce = scarce_models(workload, supply, pressure)
+
+        def rule(d: int, m: float, n: NodeView, r: Request) -> int:
+            free_to_roam = (r.gpus > 0 or cpu_only_too) and not r.models
+            on_scarce = any(g.model in scarce for g in n.gpus)
+            return bucket(m) * 2 + (used(n) and not (free_to_roam and on_scarce))
+
+        return rule
+
+    return {
+        "loom v3 rule, pressure above 0.2": leaving(Fraction(2, 10), False),
+        "loom v3 rule, pressure above 0.5": leaving(Fraction(5, 10), False),
+        "loom v3 rule, CPU-only tasks too": leaving(SCARCE_PRESSURE, True),
     }
 
 
@@ -145,6 +171,7 @@ def main() -> None:
     runs: list[tuple[str, object, Workload]] = [
         ("fgd (published scoring)", FGD(), workload),
         ("loom (bucket, then used node)", Loom(), workload),
+        ("loom v2 (scarce models not left)", Loom.version_2(), workload),
     ]
     rules = {**VARIANTS, **informed_variants(nodes, workload)}
     runs += [(name, Variant(name, rule), workload) for name, rule in rules.items()]

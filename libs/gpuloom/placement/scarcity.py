@@ -31,9 +31,11 @@ from gpuloom.placement.fragmentation import Workload
 SCARCE_PRESSURE = Fraction(3, 10)
 
 
-def scarce_models(workload: Workload, supply: Mapping[str, int]) -> frozenset[str]:
-    """The models whose pressure (above) exceeds `SCARCE_PRESSURE`; `supply`: GPUs per
-    model. A model the cluster has none of is not scarce (no node holds it)."""
+def scarce_models(
+    workload: Workload, supply: Mapping[str, int], pressure: Fraction = SCARCE_PRESSURE
+) -> frozenset[str]:
+    """The models whose pressure (above) exceeds `pressure`; `supply`: GPUs per model. A
+    model the cluster has none of is not scarce (no node holds it)."""
     bound: defaultdict[str, Fraction] = defaultdict(Fraction)
     demand = 0
     for shape, weight in workload.shapes:
@@ -48,7 +50,7 @@ def scarce_models(workload: Workload, supply: Mapping[str, int]) -> frozenset[st
     return frozenset(
         model
         for model, asked in bound.items()
-        if supply.get(model, 0) > 0 and asked * total > SCARCE_PRESSURE * supply[model] * demand
+        if supply.get(model, 0) > 0 and asked * total > pressure * supply[model] * demand
     )
 
 
