@@ -1,4 +1,5 @@
-"""Run the parts of an audit in forked processes, one per part, and gather what each found.
+"""Run the parts of an audit side by side, each but the last in a process forked for it,
+and gather what each found.
 
 Why processes: re-making the decisions of a long log is CPU-bound Python, one core's
 work however many the machine has. The decisions of different cycles do not depend on
@@ -9,9 +10,9 @@ folds on to the next run's start itself, and re-makes the last run.
 
 Why `fork`: a child starts with the parent's log already read and folded
 (copy-on-write), where `spawn` would pickle hundreds of thousands of events and the
-state to each child first. Forking a
-process that runs other threads can deadlock the child (a lock held by a thread that
-does not exist there), so `can_fork` refuses then and the audit runs in one process.
+state to each child first. Forking a process that runs other threads can deadlock the
+child (a lock held by a thread that does not exist there), so `can_fork` refuses then
+and the audit runs in one process.
 What a child sends back is small (counts, mismatch lines, snapshot checks), pickled
 through a pipe; a child that fails makes the whole audit fail with its traceback.
 """
