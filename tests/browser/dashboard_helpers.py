@@ -94,4 +94,6 @@ class CuttableProxy:
 
     def close(self) -> None:
         self.cut()
+        with contextlib.suppress(OSError):  # wakes the accepting thread, which then ends
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()

@@ -151,6 +151,8 @@ class Partition:
         self.cut.clear()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accepting thread, which then ends
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         self.heal()
 
