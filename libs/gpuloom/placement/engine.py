@@ -102,6 +102,10 @@ class NodeIndex:
         self._heap_shapes_limit = heap_shapes_limit
         #: Names of nodes in the order they changed; each heap catches up from its mark.
         self._changed: list[str] = []
+        #: Per node, the position in `_changed` of its last change that may have freed
+        #: something (any change not known to only take): a node that did not fit a shape
+        #: still does not after changes that only took, so its heap need not look again.
+        self._grown: dict[str, int] = {}
         #: Each node's group (its `state_key`, interned as a small int) until it changes:
         #: a heap scores a group once, however many nodes are in it.
         self._group: dict[str, int] = {}
@@ -113,9 +117,16 @@ class NodeIndex:
         #: a kept index sees a new state at nearly every change, for months.
         self._groups_limit = groups_limit or max(10_000, 4 * len(self.nodes))
 
-    def update(self, node: NodeView) -> None:
-        """Re-file `node` after its view changed (heaps re-score it when next asked)."""
+    def update(self, node: NodeView, *, only_took: bool = False) -> None:
+        """Re-file `node` after its view changed (heaps re-score it when next asked).
+
+        `only_took`: the change only took GPU share, GPU memory, CPU or memory from
+        the node (nothing freed, nothing else changed), so no shape the node could
+        not host before fits it now.
+        """
         self._version[node.name] += 1
+        if not only_took:
+            self._grown[node.name] = len(self._changed)
         self._changed.append(node.name)
         self._group.pop(node.name, None)
 
@@ -137,20 +148,17 @@ class NodeIndex:
         catches up now and keeps only its current entries. Decisions are unchanged: each
         heap still holds exactly the feasible nodes at their current version.
         """
-        pending = self._changed
         for key, heap in list(self._heaps.items()):
-            changed = dict.fromkeys(pending[heap.mark :])
-            if 2 * len(changed) > len(self.nodes):
+            if 2 * len(set(self._changed[heap.mark :])) > len(self.nodes):
                 del self._heaps[key]
                 continue
-            for name in changed:
-                node = self.nodes[name]
-                heap.offer(node, self._version[name], self.group_of(node))
+            self._catch_up(heap)
             version = self._version
             heap.entries = [entry for entry in heap.entries if version[entry[3]] == entry[2]]
             heapq.heapify(heap.entries)
             heap.mark = 0
         self._changed = []
+        self._grown = {}
 
     def group_of(self, node: NodeView) -> int:
         """The node's group: nodes with equal `state_key`s share it (and every score)."""
@@ -185,11 +193,18 @@ class NodeIndex:
                 heap.offer(node, self._version[node.name], self.group_of(node))
             heap.mark = len(self._changed)
         elif heap.mark < len(self._changed):
-            for name in dict.fromkeys(self._changed[heap.mark :]):  # each changed node once
-                node = self.nodes[name]
-                heap.offer(node, self._version[name], self.group_of(node))
-            heap.mark = len(self._changed)
+            self._catch_up(heap)
         return heap.top(self)
+
+    def _catch_up(self, heap: _ShapeHeap) -> None:
+        """Offer `heap` each node changed since its mark, once, at its current version."""
+        mark, grown, absent = heap.mark, self._grown, heap.absent
+        for name in dict.fromkeys(self._changed[mark:]):
+            if name in absent and grown.get(name, -1) < mark:
+                continue  # it did not fit at the mark and has only given since
+            node = self.nodes[name]
+            heap.offer(node, self._version[name], self.group_of(node))
+        heap.mark = len(self._changed)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -206,6 +221,8 @@ class _ShapeHeap:
         self.mark = 0  # how much of the index's change list this heap has seen
         #: Score of each node group (`NodeIndex.group_of`); None: it does not fit there.
         self.scores: dict[int, int | None] = {}
+        #: The nodes that did not fit when last offered (and so are not in `entries`).
+        self.absent: set[str] = set()
 
     def offer(self, node: NodeView, version: int, group: int) -> None:
         scores = self.scores
@@ -215,7 +232,10 @@ class _ShapeHeap:
             fits = fits_locally(self.request, node)
             score = self.policy.score(node, self.request, self.context) if fits else None
             scores[group] = score
-        if score is not None:
+        if score is None:
+            self.absent.add(node.name)
+        else:
+            self.absent.discard(node.name)
             heapq.heappush(self.entries, (-score, node.rank, version, node.name))
 
     def top(self, index: NodeIndex) -> NodeView | None:
@@ -251,7 +271,7 @@ def place_replica(
     if host is not None:
         slices = tuple(take(host, gpu, request) for gpu in policy.pick(host, request, context))
         take_host(host, request)
-        index.update(host)
+        index.update(host, only_took=True)
         return ReplicaPlacement(host.name, slices, request.cpu_milli, request.memory_mib)
     if request.locality == "local-only" or request.gpus == 0 or request.pool == "physical":
         return None
@@ -312,7 +332,7 @@ def _place_with_remote(
     slices += [take(lender, gpu, request) for lender, gpu in remote]
     take_host(host, request)
     for node in {host.name: host, **{n.name: n for n, _ in remote}}.values():
-        index.update(node)
+        index.update(node, only_took=True)
     return ReplicaPlacement(host.name, tuple(slices), request.cpu_milli, request.memory_mib)
 
 

@@ -5,6 +5,8 @@
 - FGD's Δ memo (keyed on what Δ reads) gives every node its own Δ, whichever node
   filled it.
 - A node index that compacts (as a kept index does) places as one that never does.
+- A heap does not look again at a node that did not fit its shape while the node only
+  gave, and does once something on it is freed.
 
 The random clusters and requests are those of test_placement_properties.py.
 """
@@ -17,7 +19,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.engine import (
+    Context,
+    NodeIndex,
+    ReplicaPlacement,
+    best_host,
+    place,
+    place_replica,
+    release,
+)
 from gpuloom.placement.fragmentation import Shape, Workload, node_state
 from gpuloom.placement.policies import FGD
 from gpuloom.placement.resources import (
@@ -208,3 +218,54 @@ def test_a_compacted_index_decides_as_one_never_compacted(
         )
         compacted.compact()
         assert compacted.backlog == 0
+
+
+def test_a_node_that_did_not_fit_is_looked_at_again_once_something_on_it_is_freed() -> None:
+    """n0's one GPU is taken, so a second one-GPU request goes to n1 and the heap of
+    its shape files n0 as not fitting. Taking from n1 does not bring n0 back; giving
+    n0's GPU back does."""
+    nodes = [
+        NodeView(f"n{i}", i, [GpuView(0, f"n{i}-g0", "A", "physical", 1000)], None, None)
+        for i in range(2)
+    ]
+    index, policy, context = NodeIndex(nodes), POLICIES["bestfit"](), Context()
+    whole, other = Request(gpus=1), Request(gpus=1, cpu_milli=0, memory_mib=1)
+    first = place_replica(whole, index, policy, context)
+    assert first is not None and first.host == "n0"
+    second = place_replica(other, index, policy, context)  # other's heap: n0 does not fit
+    assert second is not None and second.host == "n1"
+    assert place_replica(other, index, policy, context) is None  # n1 only took
+    release(index, first)
+    again = place_replica(other, index, policy, context)
+    assert again is not None and again.host == "n0"
+
+
+@pytest.mark.parametrize("name", ["bestfit", "fgd"])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=clusters(),
+    shapes=st.lists(requests(), min_size=1, max_size=3),
+    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 5)), min_size=1, max_size=16),
+)
+def test_a_kept_heap_finds_the_best_host_as_scoring_every_node_does(
+    name: str, cluster: list[NodeView], shapes: list[Request], steps: list[tuple[bool, int]]
+) -> None:
+    """Replicas placed and given back in any order, a few shapes recurring: at every
+    step the index's best host is the best of all nodes that fit, scored afresh."""
+    shapes = [replace_request(r, replicas=1, locality="local-only") for r in shapes]
+    context = Context(workload=workload_of(shapes))
+    index = NodeIndex(copy_nodes(cluster))
+    policy, fresh = POLICIES[name](), POLICIES[name]()
+    held: list[ReplicaPlacement] = []
+    for placing, pick in steps:
+        if not placing and held:
+            release(index, held.pop(pick % len(held)))
+            continue
+        request = shapes[pick % len(shapes)]
+        hosts = [n for n in index.nodes.values() if fits_locally(request, n)]
+        expected = best_host(request, hosts, fresh, context)
+        found = index.best_local(request, policy, context)
+        assert (found and found.name) == (expected and expected.name)
+        replica = place_replica(request, index, policy, context)
+        if replica is not None:
+            held.append(replica)

@@ -106,6 +106,8 @@ class FragmentationAware(PolicyBase):
         return best
 
     def pick(self, node: NodeView, request: Request, context: Context) -> list[GpuView]:
+        if request.gpus == 0 or not request.fractional:
+            return best_fit_gpus(request, node)  # what `best_choice` takes, without its Δ
         return self.best_choice(node, request, context)[1]
 
 
