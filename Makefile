@@ -45,6 +45,7 @@ format: $(STAMP) ## format the code
 	$(VENV)/bin/ruff format libs services tests bench migrations
 
 bench: $(STAMP) ## the benchmarks of docs/benchmarks.md
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/e2e_throughput.py
 	$(PY) bench/e2e_throughput.py --scenario started
 	$(PY) bench/queue_replay.py

@@ -12,7 +12,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aiohttp import web
+try:
+    from aiohttp import web
+except ImportError as missing:  # the `bench` extra, not `dev`: see pyproject.toml
+    raise SystemExit("the benchmarks need aiohttp: pip install -e '.[bench]'") from missing
 
 
 @dataclass
