@@ -110,7 +110,7 @@ def placement_cycle(
     `kept` carries the node index from one cycle to the next (same decisions,
     fewer scores: `gpuloom.placement.index_cache`).
     """
-    views = node_views(state)
+    views = node_views(state) if kept is None else kept.views_of(state)
     if not views:
         return []
     context = context_for(state, policy, 0)

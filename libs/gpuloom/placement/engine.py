@@ -106,6 +106,9 @@ class NodeIndex:
         #: something (any change not known to only take): a node that did not fit a shape
         #: still does not after changes that only took, so its heap need not look again.
         self._grown: dict[str, int] = {}
+        #: Nodes whose view changed here since the owner last cleared it: a kept index's
+        #: views that no longer show the folded state alone (`IndexCache.views_of`).
+        self.touched: set[str] = set()
         #: Each node's group (its `state_key`, interned as a small int) until it changes:
         #: a heap scores a group once, however many nodes are in it.
         self._group: dict[str, int] = {}
@@ -125,6 +128,7 @@ class NodeIndex:
         not host before fits it now.
         """
         self._version[node.name] += 1
+        self.touched.add(node.name)
         if not only_took:
             self._grown[node.name] = len(self._changed)
         self._changed.append(node.name)

@@ -15,12 +15,21 @@ object, or the typical workload (compared by value; an equal one is replaced by
 the kept object, so the heaps keyed on it stay valid). A long-kept index is
 compacted (`NodeIndex.compact`) so that what it remembers stays bounded. Tests hold
 `placement_cycle` with a kept index to the same decisions as without one.
+
+Nor are the views built again for nodes that did not change (`views_of`): the fold
+stamps a node with the sequence of each event that changes what placement sees of it
+(`NodeState.changed_seq`), so a kept view is re-used while its node's stamp is the
+one it was built at and no decision of the index changed it since (`NodeIndex.touched`).
+A full cluster in its steady state changes a few nodes between two cycles, and
+building the views of all 5,000 was a fifth of such a cycle.
 """
 
 from __future__ import annotations
 
 from gpuloom.placement.engine import NodeIndex, Policy
+from gpuloom.placement.inputs import node_view, node_views, schedulable
 from gpuloom.placement.resources import NodeView
+from gpuloom.state import ClusterState
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the
 #: heaps' stale entries and the change list of a service that runs for months.
@@ -34,6 +43,34 @@ class IndexCache:
         self._index: NodeIndex | None = None
         self._policy: Policy | None = None
         self._workload: object = None
+        #: What `views_of` last read: the state, every node's name in rank order, and
+        #: the `changed_seq` each kept view was built at.
+        self._state: ClusterState | None = None
+        self._names: list[str] = []
+        self._built_at: dict[str, int] = {}
+
+    def views_of(self, state: ClusterState) -> list[NodeView]:
+        """`node_views(state)`, with the kept index's view of each node that changed
+        neither in the log (`changed_seq`) nor in the index since it was built."""
+        names = sorted(state.nodes)
+        index = self._index
+        if index is None or state is not self._state or names != self._names:
+            self._state, self._names = state, names
+            views = node_views(state)
+            self._built_at = {view.name: state.nodes[view.name].changed_seq for view in views}
+            return views
+        kept, touched, built_at = index.nodes, index.touched, self._built_at
+        views = []
+        for rank, name in enumerate(names):
+            node = state.nodes[name]
+            if not schedulable(node):
+                continue
+            view = kept.get(name)
+            if view is None or name in touched or built_at.get(name) != node.changed_seq:
+                view = node_view(node, rank)
+                built_at[name] = node.changed_seq
+            views.append(view)
+        return views
 
     def index_for(
         self, views: list[NodeView], policy: Policy, workload: object
@@ -53,8 +90,10 @@ class IndexCache:
             self._workload = workload
             return self._index, workload
         for view in views:
-            if index.nodes[view.name] != view:
+            held = index.nodes[view.name]
+            if held is not view and held != view:
                 index.replace(view)
+        index.touched.clear()  # every view it holds now is as `views_of` would build it
         if index.backlog > CHANGES_PER_NODE * len(views):
             index.compact()
         return index, self._workload

@@ -21,7 +21,7 @@ from gpuloom.placement.scarcity import with_scarcity
 from gpuloom.placement.scheduling import Candidate, Reservation
 from gpuloom.queueing.order import upfront_demand
 from gpuloom.state import ClusterState, JobState
-from gpuloom.state.model import RECENT_SPECS_KEPT
+from gpuloom.state.model import RECENT_SPECS_KEPT, NodeState
 
 #: How many of the latest submitted jobs make the typical workload (ended ones
 #: included: the state keeps their specs, `ClusterState.recent_specs`).
@@ -40,40 +40,45 @@ def node_views(
     views = []
     for rank, name in enumerate(sorted(state.nodes)):
         node = state.nodes[name]
-        if (node.phase != "ready" or node.cordoned) and not include_lost:
-            continue
-        # every cycle views every GPU of every node (40,000 at 5,000 nodes): what is free
-        # is summed in one pass over each GPU's holders, not two
-        gpus = []
-        for _, gpu in sorted(node.gpus.items()):
-            milli, memory = 1000, gpu.memory_mib
-            if not idle:
-                for held_milli, held_memory in gpu.holders.values():
-                    milli -= held_milli
-                    memory -= held_memory
-            pool: Pool = "vgpu" if gpu.pool == "vgpu" else "physical"
-            gpus.append(
-                GpuView(gpu.index, gpu.uuid, gpu.model, pool, gpu.memory_mib, milli, memory)
-            )
-        spec = node.spec
-        cpu_used = memory_used = 0
-        if not idle:
-            for held_cpu, held_memory in node.hosted.values():
-                cpu_used += held_cpu
-                memory_used += held_memory
-        views.append(
-            NodeView(
-                name=name,
-                rank=rank,
-                gpus=gpus,
-                cpu_free_milli=spec.cpu_milli - cpu_used if spec.cpu_milli else None,
-                memory_free_mib=spec.memory_mib - memory_used if spec.memory_mib else None,
-                labels=dict(spec.labels),
-                lends_remote_vgpu=spec.lends_remote_vgpu,
-                runtimes=tuple(spec.runtimes),
-            )
-        )
+        if include_lost or schedulable(node):
+            views.append(node_view(node, rank, idle=idle))
     return views
+
+
+def schedulable(node: NodeState) -> bool:
+    """Placement may use the node: ready and not cordoned."""
+    return node.phase == "ready" and not node.cordoned
+
+
+def node_view(node: NodeState, rank: int, *, idle: bool = False) -> NodeView:
+    """What is free on `node` (all of it with `idle`), as placement sees it."""
+    # every cycle views every GPU of every node (40,000 at 5,000 nodes): what is free
+    # is summed in one pass over each GPU's holders, not two
+    gpus = []
+    for _, gpu in sorted(node.gpus.items()):
+        milli, memory = 1000, gpu.memory_mib
+        if not idle:
+            for held_milli, held_memory in gpu.holders.values():
+                milli -= held_milli
+                memory -= held_memory
+        pool: Pool = "vgpu" if gpu.pool == "vgpu" else "physical"
+        gpus.append(GpuView(gpu.index, gpu.uuid, gpu.model, pool, gpu.memory_mib, milli, memory))
+    spec = node.spec
+    cpu_used = memory_used = 0
+    if not idle:
+        for held_cpu, held_memory in node.hosted.values():
+            cpu_used += held_cpu
+            memory_used += held_memory
+    return NodeView(
+        name=node.name,
+        rank=rank,
+        gpus=gpus,
+        cpu_free_milli=spec.cpu_milli - cpu_used if spec.cpu_milli else None,
+        memory_free_mib=spec.memory_mib - memory_used if spec.memory_mib else None,
+        labels=dict(spec.labels),
+        lends_remote_vgpu=spec.lends_remote_vgpu,
+        runtimes=tuple(spec.runtimes),
+    )
 
 
 def request_of(spec: JobSpec) -> Request:

@@ -88,6 +88,12 @@ class NodeState:
     #: Cordoned by an admin (NodeCordoned): out of placement, with the reason given.
     cordoned: bool = False
     cordon_reason: str = ""
+    #: The log sequence of the last event that changed what placement sees of the node:
+    #: its registration, a GPU's pool, or what is held on it (each rule that changes one
+    #: sets it first). A node whose `changed_seq` is as it was has the same view
+    #: (`gpuloom.placement.index_cache` re-uses it); its phase and cordon only decide
+    #: whether it has a view at all, and are read every time.
+    changed_seq: int = 0
 
     def free_gpu_indexes(self) -> list[int]:
         return sorted(i for i, gpu in self.gpus.items() if gpu.idle)

@@ -31,7 +31,7 @@ from gpuloom.events import (
     decode,
     encode,
 )
-from gpuloom.placement import FGD, BestFit, IndexCache, placement_cycle
+from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -58,6 +58,8 @@ class World:
         self.state = ClusterState()
         #: Policies that keep their node index between this world's cycles.
         self.kept = [(BestFit(), IndexCache()), (FGD(), IndexCache())]
+        #: An index cache that never decides: its views follow the fold's stamps alone.
+        self.watching = IndexCache()
         self.record(QueuePolicySet(victims_yield=victims_yield))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
@@ -67,6 +69,10 @@ class World:
         voided = self.state.voided
         apply(self.state, self.log.append(event, after=after))
         check_invariants(self.state, len(self.log))
+        views = self.watching.views_of(self.state)
+        assert views == node_views(self.state), "a kept view the fold did not stamp as changed"
+        if views:
+            self.watching.index_for(views, self.kept[0][0], None)
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:

@@ -82,6 +82,7 @@ def release(
         node = state.nodes.get(name)
         if node is None:
             continue
+        node.changed_seq = state.seq
         node.hosted.pop(job.job_id, None)
         for gpu in node.gpus.values():
             gpu.holders.pop(job.job_id, None)

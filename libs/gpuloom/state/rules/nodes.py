@@ -65,6 +65,7 @@ def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) 
         hosted=existing.hosted if existing is not None else {},
         cordoned=existing.cordoned if existing is not None else False,
         cordon_reason=existing.cordon_reason if existing is not None else "",
+        changed_seq=state.seq,
     )
 
 
@@ -135,6 +136,7 @@ def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded
         raise Invalid(problem)
     node = state.nodes[event.node]
     gpu = node.gpus[event.index]
+    node.changed_seq = state.seq
     gpu.pool = event.pool
     node.pool_overrides[event.index] = event.pool
 

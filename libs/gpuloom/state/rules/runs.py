@@ -49,6 +49,9 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
         raise Invalid("node and gpu_indexes must be replica 0's host and its local GPUs")
     for replica in replicas:
         host = state.nodes[replica.host]
+        host.changed_seq = state.seq
+        for piece in replica.slices:
+            state.nodes[piece.node].changed_seq = state.seq
         host.hosted[job.job_id] = (
             host.hosted.get(job.job_id, (0, 0))[0] + replica.cpu_milli,
             host.hosted.get(job.job_id, (0, 0))[1] + replica.memory_mib,

@@ -1,0 +1,72 @@
+"""A kept index re-uses the view of each node the log did not change (`IndexCache.views_of`).
+
+The fold stamps a node with the sequence of each event that changes what placement
+sees of it (`NodeState.changed_seq`). An index cache that only watches the log,
+never deciding, must then show after every event exactly the views built afresh:
+a rule that changed a node without stamping it would leave a stale view behind.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuloom.events import JobPlaced
+from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
+from gpuloom.state import ClusterState, apply
+from gpuloom.testing.builders import LogBuilder, make_job_spec
+
+from .test_audit import JOB_SHAPES, POLICIES, node, run_log
+
+
+def watch(records: list, state: ClusterState | None = None) -> None:  # type: ignore[type-arg]
+    """Fold `records` one by one; after each, the watching cache's views are the fresh ones."""
+    state = state or ClusterState()
+    watching, policy = IndexCache(), BestFit()
+    for record in records:
+        apply(state, record)
+        views = watching.views_of(state)
+        assert views == node_views(state), f"after seq {record.seq} ({record.envelope.type})"
+        if views:
+            watching.index_for(views, policy, None)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(POLICIES),
+    shapes=st.lists(JOB_SHAPES, min_size=1, max_size=14),
+    finish_every=st.integers(0, 3),
+    pool_moves=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1)), max_size=6),
+)
+def test_views_kept_from_event_to_event_are_the_views_built_afresh(
+    policy: str,
+    shapes: list[dict[str, object]],
+    finish_every: int,
+    pool_moves: list[tuple[str, int]],
+) -> None:
+    """Placements (remote vGPU slices borrowed from a lending node among them), runs that
+    end, and GPUs moved between pools, as the audit's generated logs hold them."""
+    watch(run_log(policy, shapes, finish_every, pool_moves).records)
+
+
+def test_a_view_is_built_again_when_its_node_lends_is_lost_recovered_or_registered_again() -> None:
+    """`b` lends a slice to a job hosted on `a` (only `a` has the CPU), so the JobPlaced
+    changes a node that does not host it; then `a` is lost and recovers, and the idle
+    `c` registers again with more GPUs."""
+    log = LogBuilder()
+    log.append(node("a", 1, "A100", "vgpu"))
+    lender = node("b", 4, "A100", "vgpu", lends=True)
+    log.append(
+        lender.model_copy(update={"spec": lender.spec.model_copy(update={"cpu_milli": 1000})})
+    )
+    log.append(node("c", 1, "T4", "physical"))
+    log.submit("j1", make_job_spec(2, gpu_milli=300, cpu_milli=8000, locality="any"))
+    log.admit("j1")
+    log.queue("j1")
+    [placed] = log.record_decisions(placement_cycle(log.state(), BestFit()))
+    assert isinstance(placed.event, JobPlaced)
+    assert {s.node for r in placed.event.assignments() for s in r.slices} == {"a", "b"}
+    log.lose("a")
+    log.recover("a")
+    log.append(node("c", 2, "T4", "physical"))
+    watch(log.records)
