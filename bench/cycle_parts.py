@@ -8,7 +8,9 @@ printed), what a cycle with a blocked job reads from the state:
 * `node_views`: the views of every node;
 * `holdings_of`: what every running job holds, and until when;
 * `queue_order`: the queued jobs in order;
-* one whole cycle (bestfit, with a kept index).
+* one whole cycle (bestfit, with a kept index);
+* the views and the holdings as the kept index gives them, the cycle before being the
+  same (trees from e42443b on).
 
 Runs against whichever tree is on PYTHONPATH (this one, or an earlier commit's:
 `PYTHONPATH=$tree:$tree/libs python bench/cycle_parts.py`), to time a part before and
@@ -70,6 +72,9 @@ def main() -> None:
         "queue_order": lambda: queue_order(state),
         "one whole cycle (bestfit)": lambda: placement_cycle(state, policy, kept=kept),
     }
+    if hasattr(kept, "views_of"):  # trees from e42443b on: what the cycle keeps for the next
+        parts["views kept from the cycle before"] = lambda: kept.views_of(state)
+        parts["holdings kept from the cycle before"] = lambda: kept.holdings.of(state)
     for name, part in parts.items():
         print(f"  {name:32s} {timed(args.repeat, part):7.1f} ms", flush=True)
 

@@ -132,7 +132,8 @@ def placement_cycle(
             candidate_of(job, awaiting, may_preempt(state, job.spec)) for job in queue_order(state)
         ),
         index,
-        lambda: holdings_of(state),  # built only if a job is blocked
+        # built only if a job is blocked
+        (lambda: holdings_of(state)) if kept is None else (lambda: kept.holdings.of(state)),
         now=to_ms(state.clock) if state.clock is not None else 0,
         policy=policy,
         context=context,

@@ -27,7 +27,7 @@ building the views of all 5,000 was a fifth of such a cycle.
 from __future__ import annotations
 
 from gpuloom.placement.engine import NodeIndex, Policy
-from gpuloom.placement.inputs import node_view, node_views, schedulable
+from gpuloom.placement.inputs import KeptHoldings, node_view, node_views, schedulable
 from gpuloom.placement.resources import NodeView
 from gpuloom.state import ClusterState
 
@@ -48,6 +48,8 @@ class IndexCache:
         self._state: ClusterState | None = None
         self._names: list[str] = []
         self._built_at: dict[str, int] = {}
+        #: What running jobs hold, kept as well (`KeptHoldings`).
+        self.holdings = KeptHoldings()
 
     def views_of(self, state: ClusterState) -> list[NodeView]:
         """`node_views(state)`, with the kept index's view of each node that changed

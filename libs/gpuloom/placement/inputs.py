@@ -186,6 +186,57 @@ def holdings_of(state: ClusterState) -> list[Holding]:
     return holdings
 
 
+class KeptHoldings:
+    """`holdings_of(state)`, kept from one cycle to the next.
+
+    A job's holding changes only with an event about the job, and every such event
+    stamps it (`JobState.last_seq`). So a cycle looks at each job on a node once,
+    re-makes the holdings of those stamped since, and keeps the order (placement
+    order) of the rest: a full cluster holds tens of thousands of running jobs, and
+    building and sorting all their holdings was a fifth of a cycle with a blocked job.
+    """
+
+    def __init__(self) -> None:
+        self._state: ClusterState | None = None
+        #: job id -> (the job's `last_seq` when its holding was made, the holding)
+        self._held: dict[str, tuple[int, Holding]] = {}
+        self._ordered: list[Holding] = []
+
+    def of(self, state: ClusterState) -> list[Holding]:
+        if state is not self._state:
+            self._state, self._held, self._ordered = state, {}, []
+        jobs, held = state.jobs, self._held
+        on_node = {job_id for on_node in state.on_node.values() for job_id in on_node}
+        stale = [
+            job_id
+            for job_id, (seq, _) in held.items()
+            if job_id not in on_node or (job := jobs.get(job_id)) is None or job.last_seq != seq
+        ]
+        for job_id in stale:
+            del held[job_id]
+        added = []
+        for job_id in on_node.difference(held):
+            job = jobs[job_id]
+            run = job.current_run()
+            holding = _holding(state, job, run.started_at if run else job.placed_at)
+            held[job_id] = (job.last_seq, holding)
+            added.append(holding)
+        ordered = self._ordered
+        if stale:
+            ordered = [h for h in ordered if (e := held.get(h.job_id)) is not None and e[1] is h]
+        added.sort(key=_placement_order)
+        if added and ordered and _placement_order(added[0]) < _placement_order(ordered[-1]):
+            ordered = sorted(ordered + added, key=_placement_order)
+        else:
+            ordered = ordered + added
+        self._ordered = ordered
+        return list(ordered)
+
+
+def _placement_order(holding: Holding) -> tuple[int, str]:
+    return (holding.order, holding.job_id)
+
+
 def _holding(state: ClusterState, job: JobState, began: datetime | None) -> Holding:
     limit = job.spec.time_limit_s
     ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None

@@ -1,9 +1,11 @@
-"""A kept index re-uses the view of each node the log did not change (`IndexCache.views_of`).
+"""A kept index re-uses the view of each node the log did not change (`IndexCache.views_of`),
+and the holding of each job it did not change (`KeptHoldings`).
 
 The fold stamps a node with the sequence of each event that changes what placement
 sees of it (`NodeState.changed_seq`). An index cache that only watches the log,
 never deciding, must then show after every event exactly the views built afresh:
-a rule that changed a node without stamping it would leave a stale view behind.
+a rule that changed a node without stamping it would leave a stale view behind. The
+same for the holdings of running jobs, stamped by `JobState.last_seq`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
+from gpuloom.placement.inputs import holdings_of
 from gpuloom.state import ClusterState, apply
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -29,6 +32,7 @@ def watch(records: list, state: ClusterState | None = None) -> None:  # type: ig
         assert views == node_views(state), f"after seq {record.seq} ({record.envelope.type})"
         if views:
             watching.index_for(views, policy, None)
+        assert watching.holdings.of(state) == holdings_of(state), f"after seq {record.seq}"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -32,6 +32,7 @@ from gpuloom.events import (
     encode,
 )
 from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
+from gpuloom.placement.inputs import holdings_of
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -73,6 +74,7 @@ class World:
         assert views == node_views(self.state), "a kept view the fold did not stamp as changed"
         if views:
             self.watching.index_for(views, self.kept[0][0], None)
+        assert self.watching.holdings.of(self.state) == holdings_of(self.state), "a kept holding"
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:
