@@ -94,13 +94,19 @@ def run_log(
     return log
 
 
+#: What `run_log` is given, drawn (here and in test_kept_views.py).
+RUN_LOG_ARGUMENTS = {
+    "policy": st.sampled_from(POLICIES),
+    "shapes": st.lists(JOB_SHAPES, min_size=1, max_size=14),
+    "finish_every": st.integers(0, 3),
+    "pool_moves": st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1)), max_size=6
+    ),
+}
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    policy=st.sampled_from(POLICIES),
-    shapes=st.lists(JOB_SHAPES, min_size=1, max_size=14),
-    finish_every=st.integers(0, 3),
-    pool_moves=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1)), max_size=6),
-)
+@given(**RUN_LOG_ARGUMENTS)
 def test_audit_reproduces_every_decision_of_a_generated_log(
     policy: str,
     shapes: list[dict[str, object]],

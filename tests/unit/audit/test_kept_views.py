@@ -11,7 +11,6 @@ same for the holdings of running jobs, stamped by `JobState.last_seq`.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
@@ -19,7 +18,7 @@ from gpuloom.placement.inputs import holdings_of
 from gpuloom.state import ClusterState, apply
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
-from .test_audit import JOB_SHAPES, POLICIES, node, run_log
+from .test_audit import RUN_LOG_ARGUMENTS, node, run_log
 
 
 def watch(records: list, state: ClusterState | None = None) -> None:  # type: ignore[type-arg]
@@ -36,12 +35,7 @@ def watch(records: list, state: ClusterState | None = None) -> None:  # type: ig
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    policy=st.sampled_from(POLICIES),
-    shapes=st.lists(JOB_SHAPES, min_size=1, max_size=14),
-    finish_every=st.integers(0, 3),
-    pool_moves=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1)), max_size=6),
-)
+@given(**RUN_LOG_ARGUMENTS)
 def test_views_kept_from_event_to_event_are_the_views_built_afresh(
     policy: str,
     shapes: list[dict[str, object]],
