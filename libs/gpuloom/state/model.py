@@ -92,8 +92,10 @@ class NodeState:
     #: its registration, a GPU's pool, or what is held on it (each rule that changes one
     #: sets it first). A node whose `changed_seq` is as it was has the same view
     #: (`gpuloom.placement.index_cache` re-uses it); its phase and cordon only decide
-    #: whether it has a view at all, and are read every time.
-    changed_seq: int = 0
+    #: whether it has a view at all, and are read every time. Not part of the state's
+    #: value: snapshots leave it out (their schema is unchanged by it) and a restored
+    #: node has 0, a new state object to whatever keeps views (they start afresh).
+    changed_seq: int = field(default=0, compare=False)
 
     def free_gpu_indexes(self) -> list[int]:
         return sorted(i for i, gpu in self.gpus.items() if gpu.idle)

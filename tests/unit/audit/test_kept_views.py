@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.placement.inputs import holdings_of
-from gpuloom.state import ClusterState, apply
+from gpuloom.state import ClusterState, apply, fold
+from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 from .test_audit import RUN_LOG_ARGUMENTS, node, run_log
@@ -68,3 +69,17 @@ def test_a_view_is_built_again_when_its_node_lends_is_lost_recovered_or_register
     log.recover("a")
     log.append(node("c", 2, "T4", "physical"))
     watch(log.records)
+
+
+def test_views_kept_for_one_state_are_not_taken_for_a_state_restored_from_a_snapshot() -> None:
+    """A restored node's stamp is 0 (snapshots leave stamps out), so the stamps of two
+    state objects do not compare: a cache that watched one restored state starts afresh
+    on another, and goes on from a restored state as from a folded one."""
+    log = run_log("bestfit", [{"gpus": 1}, {"gpus": 2}, {"gpus": 1, "gpu_milli": 250}], 0)
+    early = decode_snapshot(encode_snapshot(fold(log.records[: len(log.records) // 3])))
+    watching = IndexCache()
+    watching.index_for(watching.views_of(early), BestFit(), None)
+    late = decode_snapshot(encode_snapshot(fold(log.records)))
+    assert watching.views_of(late) == node_views(late) != node_views(early)
+    half = len(log.records) // 2
+    watch(log.records[half:], decode_snapshot(encode_snapshot(fold(log.records[:half]))))
