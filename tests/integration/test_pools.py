@@ -297,7 +297,9 @@ def test_usage_reports_equal_a_recomputation_from_the_log(pools: Cluster) -> Non
 def test_dependencies_run_in_order_and_arrays_expand(pools: Cluster) -> None:
     first = pools.submit(gpus=1, pool="physical", command=["sleep", "3"])
     second = pools.submit(gpus=1, pool="physical", command=["true"], depends_on=[{"job": first}])
-    doomed = pools.submit(gpus=0, command=["false"])
+    # fails after a second: the jobs that depend on it are queued by then, so the queue
+    # cancels `never` (had it failed before `never` was admitted, admission would reject it)
+    doomed = pools.submit(gpus=0, command=["sh", "-c", "sleep 1; exit 1"])
     never = pools.submit(gpus=0, command=["true"], depends_on=[{"job": doomed}])
     after_any = pools.submit(
         gpus=0, command=["true"], depends_on=[{"job": doomed, "when": "finished"}]
