@@ -134,6 +134,7 @@ def placement_cycle(
         index,
         # built only if a job is blocked
         (lambda: holdings_of(state)) if kept is None else (lambda: kept.holdings.of(state)),
+        by_end=None if kept is None else (lambda: kept.holdings.by_end(state)),
         now=to_ms(state.clock) if state.clock is not None else 0,
         policy=policy,
         context=context,

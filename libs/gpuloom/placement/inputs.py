@@ -15,7 +15,7 @@ from typing import cast
 from gpuloom.events import JobSpec
 from gpuloom.placement.engine import Context, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
-from gpuloom.placement.holdings import Holding
+from gpuloom.placement.holdings import HeldSum, Holding
 from gpuloom.placement.resources import GpuView, NodeView, Pool, ReplicaPlacement, Request, Slice
 from gpuloom.placement.scarcity import with_scarcity
 from gpuloom.placement.scheduling import Candidate, Reservation
@@ -201,10 +201,37 @@ class KeptHoldings:
         #: job id -> (the job's `last_seq` when its holding was made, the holding)
         self._held: dict[str, tuple[int, Holding]] = {}
         self._ordered: list[Holding] = []
+        #: The holdings with an end (`ends_at`), by job, and the sum of those without.
+        self._timed: dict[str, Holding] = {}
+        self._unbounded = HeldSum()
+        self._seq = -1  # the state's `seq` when last refreshed
 
     def of(self, state: ClusterState) -> list[Holding]:
+        """`holdings_of(state)`."""
+        self._refresh(state)
+        return list(self._ordered)
+
+    def by_end(self, state: ClusterState) -> tuple[list[Holding], HeldSum]:
+        """The same holdings split for the reservation search: those with an end (in no
+        particular order), and the sum of those without one (do not change it)."""
+        self._refresh(state)
+        return list(self._timed.values()), self._unbounded
+
+    def _file(self, holding: Holding, sign: int) -> None:
+        if holding.ends_at is None:
+            self._unbounded.add(holding, sign)
+        elif sign > 0:
+            self._timed[holding.job_id] = holding
+        else:
+            del self._timed[holding.job_id]
+
+    def _refresh(self, state: ClusterState) -> None:
+        if state is self._state and state.seq == self._seq:
+            return  # nothing folded since (a pass asks twice: preemption, reservation)
         if state is not self._state:
             self._state, self._held, self._ordered = state, {}, []
+            self._timed, self._unbounded = {}, HeldSum()
+        self._seq = state.seq
         jobs, held = state.jobs, self._held
         on_node = {job_id for on_node in state.on_node.values() for job_id in on_node}
         stale = [
@@ -213,13 +240,14 @@ class KeptHoldings:
             if job_id not in on_node or (job := jobs.get(job_id)) is None or job.last_seq != seq
         ]
         for job_id in stale:
-            del held[job_id]
+            self._file(held.pop(job_id)[1], -1)
         added = []
         for job_id in on_node.difference(held):
             job = jobs[job_id]
             run = job.current_run()
             holding = _holding(state, job, run.started_at if run else job.placed_at)
             held[job_id] = (job.last_seq, holding)
+            self._file(holding, 1)
             added.append(holding)
         ordered = self._ordered
         if stale:
@@ -230,7 +258,6 @@ class KeptHoldings:
         else:
             ordered = ordered + added
         self._ordered = ordered
-        return list(ordered)
 
 
 def _placement_order(holding: Holding) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
-from gpuloom.placement.holdings import Holding, release_all, scratch
+from gpuloom.placement.holdings import HeldSum, Holding, release_all, scratch
 from gpuloom.placement.resources import Placement, ReplicaPlacement, fits_locally
 
 if TYPE_CHECKING:
@@ -121,23 +121,35 @@ def find_reservation(
     holdings: Sequence[Holding],
     policy: Policy,
     context: Context,
+    unbounded: HeldSum | None = None,
 ) -> tuple[Reservation, Protection] | None:
     """The earliest start of `candidate` as running jobs end, and the slack it leaves.
 
     None when it would not fit even with every running job gone (it waits for
     a node to come back, say). The search runs on a scratch copy of the views.
+    `unbounded`: more running jobs, without a time limit, summed (`HeldSum`); they
+    end last, with those of `holdings` that have no limit.
     """
     index = scratch(index)
     request = candidate.request
     simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
-    for group in _end_groups(holdings):
-        touched = release_all(index, group)
+    groups: list[tuple[list[Holding], HeldSum | None]] = [
+        (group, None) for group in _end_groups(holdings)
+    ]
+    if unbounded is not None and (unbounded.local or unbounded.spanning):
+        if groups and groups[-1][0][0].ends_at is None:
+            groups[-1] = (groups[-1][0], unbounded)
+        else:
+            groups.append(([], unbounded))
+    for group, summed in groups:
+        touched = release_all(index, group, summed)
         if simple and not any(fits_locally(request, index.nodes[n]) for n in sorted(touched)):
             continue
         placement = place(request, index, policy, context)
         if placement is None:
             continue
-        reservation = Reservation(candidate.job_id, group[0].ends_at, placement.replicas)
+        ends_at = group[0].ends_at if group else None  # only the summed group has none
+        reservation = Reservation(candidate.job_id, ends_at, placement.replicas)
         return reservation, _slack_after(index, placement)
     return None
 

@@ -33,7 +33,7 @@ from typing import Literal
 
 from gpuloom.events.accounts import GPU_MILLI
 from gpuloom.placement.engine import Context, NodeIndex, Policy
-from gpuloom.placement.holdings import Holding, scratch
+from gpuloom.placement.holdings import HeldSum, Holding, scratch
 from gpuloom.placement.preemption import choose_victims
 from gpuloom.placement.quota_fit import Where, where_demand, where_limited, within_quota
 from gpuloom.placement.reservation import (
@@ -184,6 +184,7 @@ class SchedulingPass:
         current: Reservation | None = None,
         limit: int = 10_000,
         depth: int | None = None,
+        by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
     ) -> None:
         self.index = index
         self.now = now
@@ -200,6 +201,9 @@ class SchedulingPass:
         self._holdings = holdings
         self._running: list[Holding] | None = None if callable(holdings) else list(holdings)
         self._placed_now: list[Holding] = []
+        #: The same running holdings, split by whether they end (`KeptHoldings.by_end`):
+        #: while no victim changed them, the reservation search takes them so.
+        self._by_end = by_end
         self.position = 0
         self.placed = 0
         self.tried_behind = 0
@@ -297,6 +301,7 @@ class SchedulingPass:
         self.outcomes.append(Preempted(candidate, victims, reason, self.position))
         self.position += len(victims)
         stopping = {v.job_id for v in victims}
+        self._by_end = None  # the victims now end: `_running` alone says what runs
         self._running = [
             replace(h, stopping=True, ends_at=self.now) if h.job_id in stopping else h
             for h in self._held()
@@ -305,7 +310,14 @@ class SchedulingPass:
 
     def _reserve_for(self, candidate: Candidate, decision: Context) -> None:
         """Give the blocked job the reservation, at the earliest start it can foresee."""
-        found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
+        if self._by_end is None:
+            found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
+        else:
+            timed, unbounded = self._by_end()
+            found = find_reservation(
+                candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
+                unbounded,
+            )  # fmt: skip
         if found is None:
             return
         self.reservation, self.protection = found
@@ -335,6 +347,7 @@ def schedule(
     current: Reservation | None = None,
     limit: int = 10_000,
     depth: int | None = None,
+    by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
 ) -> list[Outcome]:
     """Walk `candidates` (queue order) once; see the module doc. Mutates `index` and `quotas`
     with what is placed; `current` is the reservation already recorded (not repeated).
@@ -342,10 +355,14 @@ def schedule(
 
     `depth` bounds how many jobs behind the first blocked one are tried (as Slurm's
     `bf_max_job_test`): a pass over a long queue then costs a bounded time.
+    `by_end`, when given, returns the same holdings as `holdings`, split: those with an
+    end, and the sum of those without (`KeptHoldings.by_end`); the reservation search
+    then gives the latter back at the cost of the nodes, not of the jobs.
     """
     return SchedulingPass(
         index, holdings, now=now, policy=policy, context=context, backfill=backfill,
         preemption=preemption, quotas=quotas, current=current, limit=limit, depth=depth,
+        by_end=by_end,
     ).run(candidates)  # fmt: skip
 
 

@@ -10,11 +10,11 @@ same for the holdings of running jobs, stamped by `JobState.last_seq`.
 
 from __future__ import annotations
 
+from core.world import assert_kept_holdings
 from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
-from gpuloom.placement.inputs import holdings_of
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 from gpuloom.testing.builders import LogBuilder, make_job_spec
@@ -32,7 +32,7 @@ def watch(records: list, state: ClusterState | None = None) -> None:  # type: ig
         assert views == node_views(state), f"after seq {record.seq} ({record.envelope.type})"
         if views:
             watching.index_for(views, policy, None)
-        assert watching.holdings.of(state) == holdings_of(state), f"after seq {record.seq}"
+        assert_kept_holdings(watching.holdings, state)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -32,7 +32,8 @@ from gpuloom.events import (
     encode,
 )
 from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
-from gpuloom.placement.inputs import holdings_of
+from gpuloom.placement.holdings import HeldSum
+from gpuloom.placement.inputs import KeptHoldings, holdings_of
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -51,6 +52,22 @@ from .actions import (
     node_spec,
 )
 from .checks import check_invariants
+
+
+def assert_kept_holdings(kept: KeptHoldings, state: ClusterState) -> None:
+    """What `kept` gives is `holdings_of(state)`: as one list, and split by whether they
+    end (those with a time limit, and the others summed as if summed afresh)."""
+    fresh = holdings_of(state)
+    assert kept.of(state) == fresh, "a kept holding"
+    timed, unbounded = kept.by_end(state)
+    assert sorted(timed, key=lambda h: h.job_id) == sorted(
+        (h for h in fresh if h.ends_at is not None), key=lambda h: h.job_id
+    ), "a kept holding with an end"
+    summed = HeldSum()
+    for holding in fresh:
+        if holding.ends_at is None:
+            summed.add(holding)
+    assert (unbounded.local, unbounded.spanning) == (summed.local, summed.spanning), "kept sum"
 
 
 class World:
@@ -74,7 +91,7 @@ class World:
         assert views == node_views(self.state), "a kept view the fold did not stamp as changed"
         if views:
             self.watching.index_for(views, self.kept[0][0], None)
-        assert self.watching.holdings.of(self.state) == holdings_of(self.state), "a kept holding"
+        assert_kept_holdings(self.watching.holdings, self.state)
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpuloom.placement.engine import Context, NodeIndex, place, release
-from gpuloom.placement.holdings import Holding, hold_all, release_all
+from gpuloom.placement.holdings import HeldSum, Holding, hold_all, release_all
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.preemption import choose_victims, fits_after
 from gpuloom.placement.resources import Request
@@ -395,3 +395,75 @@ def test_releasing_holdings_together_gives_back_what_one_by_one_does(
     assert snapshot(index.nodes.values()) == snapshot(one_by_one.nodes.values())
     hold_all(index, list(reversed(chosen)))
     assert snapshot(index.nodes.values()) == before
+
+
+def summed(holdings: list[Holding], passing: list[Holding] = ()) -> HeldSum:  # type: ignore[assignment]
+    """`holdings` summed; each of `passing` added and taken out again on the way."""
+    total = HeldSum()
+    for holding in [*passing, *holdings]:
+        total.add(holding)
+    for holding in passing:
+        total.remove(holding)
+    return total
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    shapes=st.lists(SHAPES, min_size=1, max_size=14),
+    parts=st.lists(st.sampled_from(["list", "sum", "passing", "no"]), min_size=14, max_size=14),
+    lost=st.booleans(),
+)
+def test_holdings_summed_as_they_come_and_go_give_back_what_a_list_of_them_does(
+    shapes: list[Request], parts: list[str], lost: bool
+) -> None:
+    """`HeldSum` keeps the running jobs without an end summed from cycle to cycle: given
+    back with `release_all`, a sum (some of it added and taken out again) and a list
+    leave the views and touch the nodes that the list of all of them does; a replica on
+    a lost node is skipped whole, one borrowing slices (spanning nodes) as well."""
+    views = [
+        node(f"n{i}", i, gpus(*[1000] * 4), cpu=32_000, memory=64_000, lends=True) for i in range(3)
+    ]
+    index = NodeIndex(views)
+    held = []
+    for number, request in enumerate(shapes):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            held.append(Holding(f"j{number}", placement.replicas, order=number))
+    if lost:  # a copy without n2, as the views of a cycle while n2 is lost
+        index = NodeIndex(copy_nodes(v for v in index.nodes.values() if v.name != "n2"))
+    part = dict(zip((h.job_id for h in held), parts, strict=False))
+    listed = [h for h in held if part[h.job_id] == "list"]
+    total = summed(
+        [h for h in held if part[h.job_id] == "sum"],
+        [h for h in held if part[h.job_id] == "passing"],
+    )
+    everything = NodeIndex(copy_nodes(index.nodes.values()))
+    expected = release_all(everything, [h for h in held if part[h.job_id] in ("list", "sum")])
+    assert release_all(index, listed, total) == expected
+    assert snapshot(index.nodes.values()) == snapshot(everything.nodes.values())
+    fresh = summed([h for h in held if part[h.job_id] == "sum"])
+    assert (total.local, total.spanning) == (fresh.local, fresh.spanning), "as if never added"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    running=st.lists(st.tuples(REQUESTS, LIMITS, st.booleans()), max_size=8),
+    blocked=REQUESTS,
+)
+def test_a_reservation_found_with_the_unending_jobs_summed_is_the_one_found_without(
+    running: list[tuple[Request, int | None, bool]], blocked: Request
+) -> None:
+    """The reservation search given the running jobs without a time limit as a `HeldSum`
+    (some of them, or all, the rest still listed) finds what it finds given them all."""
+    index = cluster(3)
+    held = []
+    for number, (request, limit, _) in enumerate(running):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            held.append(Holding(f"r{number}", placement.replicas, _ends(limit), order=number))
+    in_sum = {f"r{n}" for n, (_, limit, to_sum) in enumerate(running) if limit is None and to_sum}
+    candidate = Candidate("big", blocked, None)
+    alone = find_reservation(candidate, index, held, POLICY, CONTEXT)
+    total = summed([h for h in held if h.job_id in in_sum])
+    rest = [h for h in held if h.job_id not in in_sum]
+    assert find_reservation(candidate, index, rest, POLICY, CONTEXT, total) == alone
