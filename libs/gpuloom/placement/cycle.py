@@ -121,11 +121,15 @@ def placement_cycle(
         context = Context(context.seed, 0, workload)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
     queue_policy = state.queue_policy or QueuePolicySet()
-    awaiting = frozenset(
-        by
-        for jobs in state.on_node.values()
-        for job_id in jobs
-        if (by := state.jobs[job_id].preempted_by) is not None
+    awaiting = (
+        frozenset(
+            by
+            for jobs in state.on_node.values()
+            for job_id in jobs
+            if (by := state.jobs[job_id].preempted_by) is not None
+        )
+        if kept is None
+        else kept.holdings.awaiting(state)
     )
     outcomes = schedule(
         (  # made as needed

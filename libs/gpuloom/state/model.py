@@ -384,6 +384,16 @@ class ClusterState:
     forgotten_attempts: int = 0
     #: Keep every job forever (the semantics before retention): for tests that compare.
     keep_history: bool = False
+    #: Job ids by the sequence of the last event that changed the job, oldest first
+    #: (`rules.common.touch` moves a job to the end; leaving `jobs` counts as a change):
+    #: a cache of what jobs hold reads only what changed since it last looked
+    #: (`gpuloom.placement.inputs.KeptHoldings`). Ids leave with their tombstone, and
+    #: `feed_trimmed` is then the latest sequence of one that left, so a cache that last
+    #: looked before it knows to look at everything again. Not part of the state's value:
+    #: snapshots leave both out, and a restored state starts with an empty feed (and
+    #: whatever caches read it starts afresh on a new state object).
+    job_feed: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    feed_trimmed: int = field(default=0, compare=False, repr=False)
     applied: int = 0
     voided: int = 0
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).

@@ -50,6 +50,8 @@ def retire_if_done(state: ClusterState, job: JobState, at: datetime) -> None:
         return
     job_id = job.job_id
     del state.jobs[job_id]
+    state.job_feed.pop(job_id, None)
+    state.job_feed[job_id] = state.seq  # leaving is a change too (caches drop it)
     state.tombstones[job_id] = Tombstone(
         phase=job.phase,
         ended_at=job.finished_at or at,
@@ -90,6 +92,9 @@ def expire(state: ClusterState) -> None:
         tombstone = state.tombstones.pop(job_id, None)
         if tombstone is None:
             continue
+        left_seq = state.job_feed.pop(job_id, None)
+        if left_seq is not None and left_seq > state.feed_trimmed:
+            state.feed_trimmed = left_seq
         key = tombstone.idempotency_key
         if key is not None and state.idempotency_keys.get(key) == job_id:
             del state.idempotency_keys[key]

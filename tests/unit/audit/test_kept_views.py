@@ -10,12 +10,16 @@ same for the holdings of running jobs, stamped by `JobState.last_seq`.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from core.world import assert_kept_holdings
 from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
+from gpuloom.placement.inputs import KeptHoldings
 from gpuloom.state import ClusterState, apply, fold
+from gpuloom.state.retention import RETENTION
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -83,3 +87,49 @@ def test_views_kept_for_one_state_are_not_taken_for_a_state_restored_from_a_snap
     assert watching.views_of(late) == node_views(late) != node_views(early)
     half = len(log.records) // 2
     watch(log.records[half:], decode_snapshot(encode_snapshot(fold(log.records[:half]))))
+
+
+def test_a_cache_that_missed_a_job_leaving_and_being_forgotten_reads_every_job_again() -> None:
+    """Between two looks of a kept cache, a job it saw running ends, is charged, leaves
+    the state and, a week later, is forgotten with its tombstone (and its place in the
+    fold's feed). The fold says so (`feed_trimmed`), and the cache reads every job again."""
+    log = LogBuilder()
+    log.register("n1", 8)
+    for number, job_id in enumerate(["j1", "j2"]):
+        log.run_to_queue(job_id, gpus=1)
+        log.place(job_id, "n1", [number])
+        log.start(job_id, "n1")
+    state = fold(log.records)
+    kept = KeptHoldings()
+    assert [h.job_id for h in kept.of(state)] == ["j1", "j2"]
+    seen = len(log.records)
+    log.finish("j1", "n1", after=60)
+    log.charge("j1", seconds=60)
+    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
+    for record in log.records[seen:]:
+        apply(state, record)
+    assert "j1" not in state.tombstones and "j1" not in state.job_feed
+    assert_kept_holdings(kept, state)
+    assert [h.job_id for h in kept.of(state)] == ["j2"]
+
+
+def test_a_job_placed_again_between_two_looks_moves_to_its_new_place_in_the_order() -> None:
+    """`j1` runs before `j2`; between two looks its node is lost, comes back, and `j1` is
+    placed there again: it now comes after `j2` (placement order), as built afresh."""
+    log = LogBuilder()
+    for name in ["n1", "n2"]:
+        log.register(name, 2)
+    for job_id, name in [("j1", "n1"), ("j2", "n2")]:
+        log.run_to_queue(job_id, gpus=1)
+        log.place(job_id, name, [0])
+    state = fold(log.records)
+    kept = KeptHoldings()
+    assert [h.job_id for h in kept.of(state)] == ["j1", "j2"]
+    seen = len(log.records)
+    log.lose("n1")
+    log.recover("n1")
+    log.place("j1", "n1", [0], attempt=2)
+    for record in log.records[seen:]:
+        apply(state, record)
+    assert_kept_holdings(kept, state)
+    assert [h.job_id for h in kept.of(state)] == ["j2", "j1"]

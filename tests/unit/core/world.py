@@ -56,7 +56,8 @@ from .checks import check_invariants
 
 def assert_kept_holdings(kept: KeptHoldings, state: ClusterState) -> None:
     """What `kept` gives is `holdings_of(state)`: as one list, and split by whether they
-    end (those with a time limit, and the others summed as if summed afresh)."""
+    end (those with a time limit, and the others summed as if summed afresh); and the
+    jobs that preempted a job still on a node."""
     fresh = holdings_of(state)
     assert kept.of(state) == fresh, "a kept holding"
     timed, unbounded = kept.by_end(state)
@@ -68,6 +69,13 @@ def assert_kept_holdings(kept: KeptHoldings, state: ClusterState) -> None:
         if holding.ends_at is None:
             summed.add(holding)
     assert (unbounded.local, unbounded.spanning) == (summed.local, summed.spanning), "kept sum"
+    preempted_for = {
+        job.preempted_by
+        for jobs in state.on_node.values()
+        for job_id in jobs
+        if (job := state.jobs[job_id]).preempted_by is not None
+    }
+    assert kept.awaiting(state) == preempted_for, "kept jobs awaiting their victims"
 
 
 class World:
@@ -78,6 +86,9 @@ class World:
         self.kept = [(BestFit(), IndexCache()), (FGD(), IndexCache())]
         #: An index cache that never decides: its views follow the fold's stamps alone.
         self.watching = IndexCache()
+        #: Kept holdings that look only now and then (after every 5th event), so that
+        #: several changes (a job preempted and placed again, say) come between looks.
+        self.glancing = KeptHoldings()
         self.record(QueuePolicySet(victims_yield=victims_yield))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
@@ -92,6 +103,8 @@ class World:
         if views:
             self.watching.index_for(views, self.kept[0][0], None)
         assert_kept_holdings(self.watching.holdings, self.state)
+        if len(self.log) % 5 == 0:
+            assert_kept_holdings(self.glancing, self.state)
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:

@@ -62,9 +62,13 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
         state.cancel_pending.discard(job.job_id)
 
 
-def touch(job: JobState, recorded: Recorded) -> None:
+def touch(state: ClusterState, job: JobState, recorded: Recorded) -> None:
+    """The event changed `job`: stamp it, and move it to the end of `state.job_feed`."""
     job.last_event_id = recorded.envelope.id
     job.last_seq = recorded.seq
+    feed = state.job_feed
+    feed.pop(job.job_id, None)
+    feed[job.job_id] = recorded.seq
 
 
 def release(

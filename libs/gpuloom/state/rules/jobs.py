@@ -81,14 +81,14 @@ def _add_job(
     if key is not None:
         state.idempotency_keys[key] = job_id
     spec_submitted(state, job)
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _admitted(state: ClusterState, event: JobAdmitted, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
     require_phase(job, "submitted")
     set_phase(state, job, "admitted")
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> None:
@@ -97,7 +97,7 @@ def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> No
     set_phase(state, job, "rejected")
     job.reason = event.reason
     job.finished_at = recorded.envelope.at
-    touch(job, recorded)
+    touch(state, job, recorded)
     retention.retire_if_done(state, job, recorded.envelope.at)
 
 
@@ -106,7 +106,7 @@ def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
     require_phase(job, "admitted")
     job.priority = event.priority
     set_phase(state, job, "queued")
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: Recorded) -> None:
@@ -133,7 +133,7 @@ def _request_cancel(state: ClusterState, job: JobState, recorded: Recorded) -> N
     job.cancel_requested = True
     if job.phase not in ("placed", "running"):
         state.cancel_pending.add(job.job_id)
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> None:
@@ -143,7 +143,7 @@ def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> 
     set_phase(state, job, "cancelled")
     job.reason = event.reason
     job.finished_at = recorded.envelope.at
-    touch(job, recorded)
+    touch(state, job, recorded)
     retention.retire_if_done(state, job, recorded.envelope.at)
 
 

@@ -158,7 +158,7 @@ def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
             set_phase(state, job, "queued")
             job.reason = f"requeued: node {event.node} lost ({event.reason})"
         forget_placement(state, job)
-        touch(job, recorded)
+        touch(state, job, recorded)
         retention.retire_if_done(state, job, recorded.envelope.at)
 
 

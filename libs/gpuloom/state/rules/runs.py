@@ -75,14 +75,14 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     if state.reservation is not None and state.reservation.job_id == job.job_id:
         state.reservation = None
     set_phase(state, job, "placed")
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _reserved(state: ClusterState, event: JobReserved, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
     require_phase(job, "queued")
     state.reservation = event
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> None:
@@ -97,7 +97,7 @@ def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> 
     job.preempted_by = event.by
     job.preempted_at = recorded.envelope.at
     job.reason = f"Preempted by {event.by} ({event.reason}): stopping, then requeued"
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
@@ -215,7 +215,7 @@ def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None
         if job.started_at is None:
             job.started_at = recorded.envelope.at
         set_phase(state, job, "running")
-    touch(job, recorded)
+    touch(state, job, recorded)
 
 
 def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
@@ -249,7 +249,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     if event.outcome == "preempted" and job.preempted_by is None:
         raise Invalid(f"job {job.job_id} was not preempted")
     job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
-    touch(job, recorded)
+    touch(state, job, recorded)
     if len(job.finished_replicas) < len(job.replicas):
         return
     ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
@@ -305,7 +305,7 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
         state.usage_by_account.get(account, 0) + event.gpu_milli_seconds
     )
     state.usage_by_user[user] = state.usage_by_user.get(user, 0) + event.gpu_milli_seconds
-    touch(job, recorded)
+    touch(state, job, recorded)
     retention.retire_if_done(state, job, recorded.envelope.at)
 
 
