@@ -139,6 +139,7 @@ def placement_cycle(
         # built only if a job is blocked
         (lambda: holdings_of(state)) if kept is None else (lambda: kept.holdings.of(state)),
         by_end=None if kept is None else (lambda: kept.holdings.by_end(state)),
+        released=None if kept is None else (lambda placed: kept.released(state, placed)),
         now=to_ms(state.clock) if state.clock is not None else 0,
         policy=policy,
         context=context,

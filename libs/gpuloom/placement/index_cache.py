@@ -26,8 +26,12 @@ building the views of all 5,000 was a fifth of such a cycle.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gpuloom.placement.engine import NodeIndex, Policy
+from gpuloom.placement.holdings import Holding
 from gpuloom.placement.inputs import KeptHoldings, node_view, node_views, schedulable
+from gpuloom.placement.released import KeptReleased
 from gpuloom.placement.resources import NodeView
 from gpuloom.state import ClusterState
 
@@ -50,6 +54,8 @@ class IndexCache:
         self._built_at: dict[str, int] = {}
         #: What running jobs hold, kept as well (`KeptHoldings`).
         self.holdings = KeptHoldings()
+        #: The views with everything running given back (`KeptReleased`).
+        self._released = KeptReleased()
 
     def views_of(self, state: ClusterState) -> list[NodeView]:
         """`node_views(state)`, with the kept index's view of each node that changed
@@ -58,6 +64,7 @@ class IndexCache:
         index = self._index
         if index is None or state is not self._state or names != self._names:
             self._state, self._names = state, names
+            self._released.forget()
             views = node_views(state)
             self._built_at = {view.name: state.nodes[view.name].changed_seq for view in views}
             return views
@@ -71,6 +78,7 @@ class IndexCache:
             if view is None or name in touched or built_at.get(name) != node.changed_seq:
                 view = node_view(node, rank)
                 built_at[name] = node.changed_seq
+                self._released.moved.add(name)
             views.append(view)
         return views
 
@@ -90,12 +98,22 @@ class IndexCache:
             self._index = NodeIndex(views)
             self._policy = policy
             self._workload = workload
+            self._released.forget()
             return self._index, workload
         for view in views:
             held = index.nodes[view.name]
             if held is not view and held != view:
                 index.replace(view)
+                self._released.moved.add(view.name)
         index.touched.clear()  # every view it holds now is as `views_of` would build it
         if index.backlog > CHANGES_PER_NODE * len(views):
             index.compact()
         return index, self._workload
+
+    def released(self, state: ClusterState, placed: Iterable[Holding] = ()) -> NodeIndex | None:
+        """The kept index's views, as they stand, with every running job of `state` and
+        `placed` (this pass's placements) given back (`KeptReleased`); None when there is
+        no kept index, or while a replica spans nodes."""
+        if self._index is None:
+            return None
+        return self._released.of(self._index, self.holdings.everything(state), placed)

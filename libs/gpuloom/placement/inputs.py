@@ -208,6 +208,8 @@ class KeptHoldings:
         #: The holdings with an end (`ends_at`), by job, and the sum of those without.
         self._timed: dict[str, Holding] = {}
         self._unbounded = HeldSum()
+        #: All of them summed (`gpuloom.placement.released`).
+        self._everything = HeldSum()
         #: Preempted jobs still on a node -> the job they were preempted for.
         self._preempted_for: dict[str, str] = {}
 
@@ -222,6 +224,11 @@ class KeptHoldings:
         self._refresh(state)
         return list(self._timed.values()), self._unbounded
 
+    def everything(self, state: ClusterState) -> HeldSum:
+        """The sum of every holding (do not change it)."""
+        self._refresh(state)
+        return self._everything
+
     def awaiting(self, state: ClusterState) -> frozenset[str]:
         """The jobs that preempted a job still on a node (they wait for it to stop)."""
         self._refresh(state)
@@ -234,6 +241,7 @@ class KeptHoldings:
             # a new state, or a job left the feed that this cache never saw leave
             self._state, self._held, self._ordered = state, {}, {}
             self._timed, self._unbounded, self._preempted_for = {}, HeldSum(), {}
+            self._everything = HeldSum()
             changed: Iterable[str] = {j for jobs in state.on_node.values() for j in jobs}
         else:
             changed = []
@@ -280,6 +288,7 @@ class KeptHoldings:
             ordered.update((holding.job_id, holding) for holding in added)
 
     def _file(self, job_id: str, holding: Holding, preempted_for: str | None, sign: int) -> None:
+        self._everything.add(holding, sign)
         if holding.ends_at is None:
             self._unbounded.add(holding, sign)
         elif sign > 0:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
 from gpuloom.placement.holdings import HeldSum, Holding, release_all, scratch
 from gpuloom.placement.resources import Placement, ReplicaPlacement, fits_locally
 
@@ -122,16 +122,18 @@ def find_reservation(
     policy: Policy,
     context: Context,
     unbounded: HeldSum | None = None,
+    released: NodeIndex | None = None,
 ) -> tuple[Reservation, Protection] | None:
     """The earliest start of `candidate` as running jobs end, and the slack it leaves.
 
     None when it would not fit even with every running job gone (it waits for
     a node to come back, say). The search runs on a scratch copy of the views.
     `unbounded`: more running jobs, without a time limit, summed (`HeldSum`); they
-    end last, with those of `holdings` that have no limit.
+    end last, with those of `holdings` that have no limit. `released`: the views with
+    all of them given back (`gpuloom.placement.released`), for the last step; it is
+    left as it was found.
     """
-    index = scratch(index)
-    request = candidate.request
+    views, request = index, candidate.request
     simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
     groups: list[tuple[list[Holding], HeldSum | None]] = [
         (group, None) for group in _end_groups(holdings)
@@ -141,17 +143,53 @@ def find_reservation(
             groups[-1] = (groups[-1][0], unbounded)
         else:
             groups.append(([], unbounded))
-    for group, summed in groups:
-        touched = release_all(index, group, summed)
-        if simple and not any(fits_locally(request, index.nodes[n]) for n in sorted(touched)):
+    copy: NodeIndex | None = None  # made at the first step it takes
+    for step, (group, summed) in enumerate(groups):
+        if released is not None and step == len(groups) - 1:
+            return _last_step(candidate, released, group, summed, policy, context)
+        if copy is None:
+            copy = scratch(views)
+        touched = release_all(copy, group, summed)
+        if simple and not any(fits_locally(request, copy.nodes[n]) for n in sorted(touched)):
             continue
-        placement = place(request, index, policy, context)
+        placement = place(request, copy, policy, context)
         if placement is None:
             continue
         ends_at = group[0].ends_at if group else None  # only the summed group has none
         reservation = Reservation(candidate.job_id, ends_at, placement.replicas)
-        return reservation, _slack_after(index, placement)
+        return reservation, _slack_after(copy, placement)
     return None
+
+
+def _last_step(
+    candidate: Candidate,
+    released: NodeIndex,
+    group: list[Holding],
+    summed: HeldSum | None,
+    policy: Policy,
+    context: Context,
+) -> tuple[Reservation, Protection] | None:
+    """The search's last step on the views with everything given back (`released`): what
+    it finds there when `group` and `summed`, the last to end, have ended. The nodes
+    they free are those `release_all` would touch (every replica is on its host here)."""
+    request = candidate.request
+    nodes = released.nodes
+    if request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0):
+        touched = {r.host for holding in group for r in holding.replicas if r.host in nodes}
+        if summed is not None:
+            touched.update(name for name in summed.local if name in nodes)
+        if not any(fits_locally(request, nodes[n]) for n in sorted(touched)):
+            return None
+    placement = place(request, released, policy, context)
+    if placement is None:
+        return None
+    try:
+        ends_at = group[0].ends_at if group else None
+        reservation = Reservation(candidate.job_id, ends_at, placement.replicas)
+        return reservation, _slack_after(released, placement)
+    finally:
+        for replica in reversed(placement.replicas):
+            release(released, replica)
 
 
 def _slack_after(index: NodeIndex, placement: Placement) -> Protection:

@@ -185,6 +185,7 @@ class SchedulingPass:
         limit: int = 10_000,
         depth: int | None = None,
         by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
+        released: Callable[[list[Holding]], NodeIndex | None] | None = None,
     ) -> None:
         self.index = index
         self.now = now
@@ -204,6 +205,8 @@ class SchedulingPass:
         #: The same running holdings, split by whether they end (`KeptHoldings.by_end`):
         #: while no victim changed them, the reservation search takes them so.
         self._by_end = by_end
+        #: The views with every running job and `_placed_now` given back (`released`).
+        self._released = released
         self.position = 0
         self.placed = 0
         self.tried_behind = 0
@@ -314,9 +317,10 @@ class SchedulingPass:
             found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
         else:
             timed, unbounded = self._by_end()
+            released = self._released(self._placed_now) if self._released is not None else None
             found = find_reservation(
                 candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
-                unbounded,
+                unbounded, released,
             )  # fmt: skip
         if found is None:
             return
@@ -348,6 +352,7 @@ def schedule(
     limit: int = 10_000,
     depth: int | None = None,
     by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
+    released: Callable[[list[Holding]], NodeIndex | None] | None = None,
 ) -> list[Outcome]:
     """Walk `candidates` (queue order) once; see the module doc. Mutates `index` and `quotas`
     with what is placed; `current` is the reservation already recorded (not repeated).
@@ -357,12 +362,14 @@ def schedule(
     `bf_max_job_test`): a pass over a long queue then costs a bounded time.
     `by_end`, when given, returns the same holdings as `holdings`, split: those with an
     end, and the sum of those without (`KeptHoldings.by_end`); the reservation search
-    then gives the latter back at the cost of the nodes, not of the jobs.
+    then gives the latter back at the cost of the nodes, not of the jobs. With it,
+    `released(placed)` may give the views with every running job and `placed` given
+    back (`IndexCache.released`), kept from cycle to cycle for the search's last step.
     """
     return SchedulingPass(
         index, holdings, now=now, policy=policy, context=context, backfill=backfill,
         preemption=preemption, quotas=quotas, current=current, limit=limit, depth=depth,
-        by_end=by_end,
+        by_end=by_end, released=released,
     ).run(candidates)  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core.world import assert_kept_holdings
+from core.world import assert_kept_holdings, assert_released
 from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced
@@ -36,6 +36,7 @@ def watch(records: list, state: ClusterState | None = None) -> None:  # type: ig
         assert views == node_views(state), f"after seq {record.seq} ({record.envelope.type})"
         if views:
             watching.index_for(views, policy, None)
+            assert_released(watching, state)
         assert_kept_holdings(watching.holdings, state)
 
 

@@ -32,7 +32,7 @@ from gpuloom.events import (
     encode,
 )
 from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
-from gpuloom.placement.holdings import HeldSum
+from gpuloom.placement.holdings import HeldSum, release_all, scratch
 from gpuloom.placement.inputs import KeptHoldings, holdings_of
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
@@ -78,6 +78,23 @@ def assert_kept_holdings(kept: KeptHoldings, state: ClusterState) -> None:
     assert kept.awaiting(state) == preempted_for, "kept jobs awaiting their victims"
 
 
+def assert_released(cache: IndexCache, state: ClusterState) -> None:
+    """The cache's views with everything running given back are those `release_all` of
+    every holding makes of a copy of its index (kept only while no replica spans nodes)."""
+    released = cache.released(state)
+    if released is None:
+        assert cache._index is None or any(
+            len({r.host, *(p.node for p in r.slices)}) > 1
+            for h in holdings_of(state)
+            for r in h.replicas
+        ), "nothing kept, and no replica spans nodes"
+        return
+    assert cache._index is not None
+    fresh = scratch(cache._index)
+    release_all(fresh, holdings_of(state))
+    assert released.nodes == fresh.nodes, "a view with everything given back"
+
+
 class World:
     def __init__(self, models: list[str], gpus: int, victims_yield: bool = True) -> None:
         self.log = LogBuilder()
@@ -102,6 +119,7 @@ class World:
         assert views == node_views(self.state), "a kept view the fold did not stamp as changed"
         if views:
             self.watching.index_for(views, self.kept[0][0], None)
+            assert_released(self.watching, self.state)
         assert_kept_holdings(self.watching.holdings, self.state)
         if len(self.log) % 5 == 0:
             assert_kept_holdings(self.glancing, self.state)

@@ -11,6 +11,7 @@ from gpuloom.placement.engine import Context, NodeIndex, place, release
 from gpuloom.placement.holdings import HeldSum, Holding, hold_all, release_all
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.preemption import choose_victims, fits_after
+from gpuloom.placement.released import KeptReleased
 from gpuloom.placement.resources import Request
 from gpuloom.placement.scheduling import (
     Candidate,
@@ -467,3 +468,10 @@ def test_a_reservation_found_with_the_unending_jobs_summed_is_the_one_found_with
     total = summed([h for h in held if h.job_id in in_sum])
     rest = [h for h in held if h.job_id not in in_sum]
     assert find_reservation(candidate, index, rest, POLICY, CONTEXT, total) == alone
+    # ... and with the views as they will be once everything has ended, kept (its last step)
+    released = KeptReleased().of(index, summed(held), [])
+    assert released is not None
+    before = snapshot(released.nodes.values())
+    found = find_reservation(candidate, index, rest, POLICY, CONTEXT, total, released)
+    assert found == alone
+    assert snapshot(released.nodes.values()) == before, "left as it was found"
