@@ -343,9 +343,17 @@ def candidate_of(
     job: JobState, awaiting: frozenset[str] = frozenset(), may_preempt: bool = True
 ) -> Candidate:
     """The scheduler's view of a pending job; `may_preempt` comes from its priority
-    class (`gpuloom.queueing.classes.may_preempt`)."""
-    spec = job.spec
-    return Candidate(
+    class (`gpuloom.queueing.classes.may_preempt`).
+
+    Remembered with the job (`JobState.derived`) until its spec or either flag changes:
+    every cycle walks the whole queue, and a job waits through many cycles."""
+    spec, waits = job.spec, job.job_id in awaiting
+    cached = job.derived.get("candidate")
+    if cached is not None:
+        was = cast(tuple[JobSpec, bool, bool], cached[0])
+        if was[0] is spec and was[1] == waits and was[2] == may_preempt:
+            return cast(Candidate, cached[1])
+    candidate = Candidate(
         job_id=job.job_id,
         request=request_of(spec),
         time_limit_s=spec.time_limit_s,
@@ -353,10 +361,12 @@ def candidate_of(
         account=spec.account,
         demand=upfront_demand(spec),
         preemptible=spec.preemptible,
-        awaiting_victims=job.job_id in awaiting,
+        awaiting_victims=waits,
         user=spec.user,
         may_preempt=may_preempt,
     )
+    job.derived["candidate"] = ((spec, waits, may_preempt), candidate)
+    return candidate
 
 
 def current_reservation(state: ClusterState) -> Reservation | None:
