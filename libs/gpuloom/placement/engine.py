@@ -186,8 +186,10 @@ class NodeIndex:
         if not policy.grouped:
             hosts = [n for n in self.nodes.values() if fits_locally(request, n)]
             return best_host(request, hosts, policy, context)
-        key = (id(policy), id(context.workload), request.shape())
+        key = (id(policy), request.shape())
         heap = self._heaps.get(key)
+        if heap is not None and heap.context.workload is not context.workload:
+            heap.rescore(self, context)
         if heap is None:
             if len(self._heaps) >= self._heap_shapes_limit:
                 self._heaps.clear()
@@ -241,6 +243,22 @@ class _ShapeHeap:
         else:
             self.absent.discard(node.name)
             heapq.heappush(self.entries, (-score, node.rank, version, node.name))
+
+    def rescore(self, index: NodeIndex, context: Context) -> None:
+        """Score again, with `context`'s typical workload, the nodes this heap holds now.
+
+        Whether a node fits a shape does not depend on the workload, so the nodes that did
+        not fit stay out (with their mark), and the heap is what one built at its mark with
+        the new workload would be: a new workload costs the nodes that fit, not every node.
+        """
+        self.context = context
+        self.scores.clear()
+        version = index._version
+        current = {name: seen for _, _, seen, name in self.entries if version[name] == seen}
+        self.entries = []
+        for name, seen in current.items():
+            node = index.nodes[name]
+            self.offer(node, seen, index.group_of(node))
 
     def top(self, index: NodeIndex) -> NodeView | None:
         entries = self.entries

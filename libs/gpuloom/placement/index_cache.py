@@ -10,9 +10,10 @@ re-score just those.
 
 The result is exactly that of a fresh index: a node's score is a function of its
 view, every view that differs is replaced (and re-filed), and the heaps are
-dropped whenever what scores depend on besides the view changes: the policy
-object, or the typical workload (compared by value; an equal one is replaced by
-the kept object, so the heaps keyed on it stay valid). A long-kept index is
+dropped when the policy object changes. When the typical workload changes (compared
+by value; an equal one is replaced by the kept object), each heap asked again scores
+the nodes it holds with the new one (`_ShapeHeap.rescore`): whether a node fits does
+not depend on the workload, so on a full cluster that is few nodes. A long-kept index is
 compacted (`NodeIndex.compact`) so that what it remembers stays bounded. Tests hold
 `placement_cycle` with a kept index to the same decisions as without one.
 
@@ -91,7 +92,6 @@ class IndexCache:
         if (
             index is None
             or policy is not self._policy
-            or workload != self._workload
             or len(views) != len(index.nodes)
             or any(view.name not in index.nodes for view in views)
         ):
@@ -100,6 +100,9 @@ class IndexCache:
             self._workload = workload
             self._released.forget()
             return self._index, workload
+        if workload != self._workload:
+            # a heap asked again scores the nodes it holds with this one (`_ShapeHeap.rescore`)
+            self._workload = workload
         for view in views:
             held = index.nodes[view.name]
             if held is not view and held != view:
