@@ -358,6 +358,23 @@ SHAPES = st.sampled_from(
 )
 
 
+def lending_cluster_running(shapes: list[Request], lost: bool) -> tuple[NodeIndex, list[Holding]]:
+    """Three lending nodes running `shapes` (those that fit, some borrowing slices), and a
+    copy of their views without n2 when `lost` (as a cycle's views while n2 is lost)."""
+    views = [
+        node(f"n{i}", i, gpus(*[1000] * 4), cpu=32_000, memory=64_000, lends=True) for i in range(3)
+    ]
+    index = NodeIndex(views)
+    held = []
+    for number, request in enumerate(shapes):
+        placement = place(request, index, POLICY, CONTEXT)
+        if placement is not None:
+            held.append(Holding(f"j{number}", placement.replicas, order=number))
+    if lost:
+        index = NodeIndex(copy_nodes(v for v in index.nodes.values() if v.name != "n2"))
+    return index, held
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     shapes=st.lists(SHAPES, min_size=1, max_size=14),
@@ -371,17 +388,7 @@ def test_releasing_holdings_together_gives_back_what_one_by_one_does(
     running job at once): the views, the nodes touched and `hold_all`'s undo are those of
     `engine.release` of each replica in turn; a replica on a node the index lacks (lost)
     is skipped whole."""
-    views = [
-        node(f"n{i}", i, gpus(*[1000] * 4), cpu=32_000, memory=64_000, lends=True) for i in range(3)
-    ]
-    index = NodeIndex(views)
-    held = []
-    for number, request in enumerate(shapes):
-        placement = place(request, index, POLICY, CONTEXT)
-        if placement is not None:
-            held.append(Holding(f"j{number}", placement.replicas, order=number))
-    if lost:  # a copy without n2, as the views of a cycle while n2 is lost
-        index = NodeIndex(copy_nodes(v for v in index.nodes.values() if v.name != "n2"))
+    index, held = lending_cluster_running(shapes, lost)
     chosen = [h for h, end in zip(held, ended, strict=False) if end]
     one_by_one = NodeIndex(copy_nodes(index.nodes.values()))
     touched: set[str] = set()
@@ -421,17 +428,7 @@ def test_holdings_summed_as_they_come_and_go_give_back_what_a_list_of_them_does(
     back with `release_all`, a sum (some of it added and taken out again) and a list
     leave the views and touch the nodes that the list of all of them does; a replica on
     a lost node is skipped whole, one borrowing slices (spanning nodes) as well."""
-    views = [
-        node(f"n{i}", i, gpus(*[1000] * 4), cpu=32_000, memory=64_000, lends=True) for i in range(3)
-    ]
-    index = NodeIndex(views)
-    held = []
-    for number, request in enumerate(shapes):
-        placement = place(request, index, POLICY, CONTEXT)
-        if placement is not None:
-            held.append(Holding(f"j{number}", placement.replicas, order=number))
-    if lost:  # a copy without n2, as the views of a cycle while n2 is lost
-        index = NodeIndex(copy_nodes(v for v in index.nodes.values() if v.name != "n2"))
+    index, held = lending_cluster_running(shapes, lost)
     part = dict(zip((h.job_id for h in held), parts, strict=False))
     listed = [h for h in held if part[h.job_id] == "list"]
     total = summed(
