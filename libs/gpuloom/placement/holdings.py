@@ -57,23 +57,23 @@ class Holding:
 
 def scratch(index: NodeIndex) -> NodeIndex:
     """A copy of `index` (its views, not its heaps) to try things on."""
-    return NodeIndex(
-        NodeView(
-            node.name,
-            node.rank,
-            [
-                GpuView(
-                    g.index, g.uuid, g.model, g.pool, g.memory_mib, g.milli_free, g.memory_free_mib
-                )
-                for g in node.gpus
-            ],
-            node.cpu_free_milli,
-            node.memory_free_mib,
-            node.labels,
-            node.lends_remote_vgpu,
-            node.runtimes,
-        )
-        for node in index.nodes.values()
+    return NodeIndex(copy_view(node) for node in index.nodes.values())
+
+
+def copy_view(node: NodeView) -> NodeView:
+    """A copy of `node` whose free resources can change without changing `node`'s."""
+    return NodeView(
+        node.name,
+        node.rank,
+        [
+            GpuView(g.index, g.uuid, g.model, g.pool, g.memory_mib, g.milli_free, g.memory_free_mib)
+            for g in node.gpus
+        ],
+        node.cpu_free_milli,
+        node.memory_free_mib,
+        node.labels,
+        node.lends_remote_vgpu,
+        node.runtimes,
     )
 
 
@@ -148,6 +148,21 @@ class HeldSum:
     def remove(self, holding: Holding) -> None:
         self.add(holding, -1)
 
+    def give_back_on(self, node: NodeView) -> bool:
+        """Give `node` what the replicas summed on it hold; False when none is."""
+        total = self.local.get(node.name)
+        if total is None:
+            return False
+        _, cpu, memory, held = total
+        give_back_host(node, cpu, memory)
+        if held:
+            for gpu in node.gpus:
+                share = held.get(gpu.index)
+                if share is not None:
+                    gpu.milli_free += share[0]
+                    gpu.memory_free_mib += share[1]
+        return True
+
 
 def release_all(
     index: NodeIndex, holdings: Iterable[Holding], summed: HeldSum | None = None
@@ -168,18 +183,10 @@ def release_all(
     touched = set()
     if summed is not None:  # sums add in any order: straight onto the views
         replicas += summed.spanning.values()
-        for name, (_, cpu, memory, held) in summed.local.items():
+        for name in summed.local:
             node = nodes.get(name)
-            if node is None:
-                continue  # not ready (lost): not in the views
-            give_back_host(node, cpu, memory)
-            if held:
-                for gpu in node.gpus:
-                    share = held.get(gpu.index)
-                    if share is not None:
-                        gpu.milli_free += share[0]
-                        gpu.memory_free_mib += share[1]
-            touched.add(name)
+            if node is not None and summed.give_back_on(node):  # None: lost, not in the views
+                touched.add(name)
     for replica in replicas:
         if replica.host not in nodes or any(p.node not in nodes for p in replica.slices):
             continue  # on a node that is not ready (lost): not in the views

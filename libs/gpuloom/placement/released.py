@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuloom.placement.engine import NodeIndex
-from gpuloom.placement.holdings import HeldSum, Holding
-from gpuloom.placement.resources import GpuView, NodeView
+from gpuloom.placement.holdings import HeldSum, Holding, copy_view
+from gpuloom.placement.resources import NodeView
 
 
 class KeptReleased:
@@ -75,41 +75,7 @@ class KeptReleased:
 
 def released_view(view: NodeView, *sums: HeldSum) -> NodeView:
     """A copy of `view` with what `sums` hold on it given back (as `release_all` does)."""
-    cpu, memory = view.cpu_free_milli, view.memory_free_mib
-    share: dict[int, list[int]] = {}
+    released = copy_view(view)
     for summed in sums:
-        total = summed.local.get(view.name)
-        if total is None:
-            continue
-        if cpu is not None:
-            cpu += total[1]
-        if memory is not None:
-            memory += total[2]
-        for number, (milli, gpu_memory) in total[3].items():
-            held = share.setdefault(number, [0, 0])
-            held[0] += milli
-            held[1] += gpu_memory
-    gpus = []
-    for g in view.gpus:
-        milli, gpu_memory = share.get(g.index, (0, 0))
-        gpus.append(
-            GpuView(
-                g.index,
-                g.uuid,
-                g.model,
-                g.pool,
-                g.memory_mib,
-                g.milli_free + milli,
-                g.memory_free_mib + gpu_memory,
-            )
-        )
-    return NodeView(
-        view.name,
-        view.rank,
-        gpus,
-        cpu,
-        memory,
-        view.labels,
-        view.lends_remote_vgpu,
-        view.runtimes,
-    )
+        summed.give_back_on(released)
+    return released
