@@ -85,7 +85,8 @@ class NodeIndex:
     the index keeps, per request shape it has seen, a heap of the feasible
     nodes by (score, rank). A decision pops stale entries and takes the top;
     a heap re-scores only the nodes that changed since it was last asked (each
-    once, however often it changed), so a shape asked rarely costs little.
+    once, however often it changed), so a shape asked rarely costs little, and
+    files a node again only when its score moved.
     The result is the same as scoring every node (tested), at a cost that
     does not grow with the number of nodes.
     """
@@ -97,7 +98,6 @@ class NodeIndex:
         groups_limit: int | None = None,
     ) -> None:
         self.nodes: dict[str, NodeView] = {}
-        self._version: dict[str, int] = {}
         self._heaps: dict[tuple[object, ...], _ShapeHeap] = {}
         self._heap_shapes_limit = heap_shapes_limit
         #: Names of nodes in the order they changed; each heap catches up from its mark.
@@ -115,7 +115,6 @@ class NodeIndex:
         self._group_ids: dict[tuple[object, ...], int] = {}
         for node in nodes:
             self.nodes[node.name] = node
-            self._version[node.name] = 0
         #: Node states remembered at most (then forgotten, with the heaps' group scores):
         #: a kept index sees a new state at nearly every change, for months.
         self._groups_limit = groups_limit or max(10_000, 4 * len(self.nodes))
@@ -127,7 +126,6 @@ class NodeIndex:
         the node (nothing freed, nothing else changed), so no shape the node could
         not host before fits it now.
         """
-        self._version[node.name] += 1
         self.touched.add(node.name)
         if not only_took:
             self._grown[node.name] = len(self._changed)
@@ -150,15 +148,15 @@ class NodeIndex:
         A heap that would re-score more than half the nodes to catch up is dropped (it is
         rebuilt, for about the same cost, if its shape is asked again); every other heap
         catches up now and keeps only its current entries. Decisions are unchanged: each
-        heap still holds exactly the feasible nodes at their current version.
+        heap still holds exactly the feasible nodes at their current score.
         """
         for key, heap in list(self._heaps.items()):
             if 2 * len(set(self._changed[heap.mark :])) > len(self.nodes):
                 del self._heaps[key]
                 continue
             self._catch_up(heap)
-            version = self._version
-            heap.entries = [entry for entry in heap.entries if version[entry[3]] == entry[2]]
+            current = heap.current
+            heap.entries = [entry for entry in heap.entries if current.get(entry[2]) is entry]
             heapq.heapify(heap.entries)
             heap.mark = 0
         self._changed = []
@@ -195,25 +193,32 @@ class NodeIndex:
                 self._heaps.clear()
             heap = _ShapeHeap(request, policy, context)
             self._heaps[key] = heap  # filed first: forgetting the node states clears its scores
-            for node in self.nodes.values():
-                heap.offer(node, self._version[node.name], self.group_of(node))
+            heap.offer_each(self, self.nodes)
             heap.mark = len(self._changed)
         elif heap.mark < len(self._changed):
             self._catch_up(heap)
         return heap.top(self)
 
     def _catch_up(self, heap: _ShapeHeap) -> None:
-        """Offer `heap` each node changed since its mark, once, at its current version."""
-        mark, grown, absent = heap.mark, self._grown, heap.absent
-        for name in dict.fromkeys(self._changed[mark:]):
-            if name in absent and grown.get(name, -1) < mark:
-                continue  # it did not fit at the mark and has only given since
-            node = self.nodes[name]
-            heap.offer(node, self._version[name], self.group_of(node))
+        """Offer `heap` each node changed since its mark, once, as it is now."""
+        mark, grown, fitting = heap.mark, self._grown, heap.current
+        heap.offer_each(
+            self,
+            [
+                name
+                for name in dict.fromkeys(self._changed[mark:])
+                # a node that did not fit at the mark and has only given since still does not
+                if name in fitting or grown.get(name, -1) >= mark
+            ],
+        )
         heap.mark = len(self._changed)
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+
+#: A heap's mark for a node group it has not scored yet (None: scored, does not fit).
+_UNSCORED = object()
 
 
 class _ShapeHeap:
@@ -223,26 +228,41 @@ class _ShapeHeap:
         self.request = request
         self.policy = policy
         self.context = context
-        self.entries: list[tuple[int, int, int, str]] = []  # (-score, rank, version, name)
+        self.entries: list[tuple[int, int, str]] = []  # (-score, rank, name)
         self.mark = 0  # how much of the index's change list this heap has seen
         #: Score of each node group (`NodeIndex.group_of`); None: it does not fit there.
         self.scores: dict[int, int | None] = {}
-        #: The nodes that did not fit when last offered (and so are not in `entries`).
-        self.absent: set[str] = set()
+        #: The live entry of each node that fitted when last offered; an entry in `entries`
+        #: that is not its node's live one is stale. A node offered again with the same
+        #: score and rank keeps its entry (on a busy cluster most keep their bucket).
+        self.current: dict[str, tuple[int, int, str]] = {}
 
-    def offer(self, node: NodeView, version: int, group: int) -> None:
-        scores = self.scores
-        if group in scores:
-            score = scores[group]
-        else:
-            fits = fits_locally(self.request, node)
-            score = self.policy.score(node, self.request, self.context) if fits else None
-            scores[group] = score
-        if score is None:
-            self.absent.add(node.name)
-        else:
-            self.absent.discard(node.name)
-            heapq.heappush(self.entries, (-score, node.rank, version, node.name))
+    def offer_each(self, index: NodeIndex, names: Iterable[str]) -> None:
+        """File each named node of `index` as it is now: in `entries` by its group's score
+        (unless its live entry has that score already), or nowhere when the shape does not
+        fit it. One loop with its names bound once: it runs for every node a decision
+        changed, for every shape."""
+        nodes, groups = index.nodes, index._group
+        scores, entries, current = self.scores, self.entries, self.current
+        request, context, score_of = self.request, self.context, self.policy.score
+        push = heapq.heappush
+        for name in names:
+            node = nodes[name]
+            group = groups.get(name)
+            if group is None:
+                group = index.group_of(node)  # may clear `scores` (in place)
+            score = scores.get(group, _UNSCORED)
+            if score is _UNSCORED:
+                score = scores[group] = (
+                    score_of(node, request, context) if fits_locally(request, node) else None
+                )
+            if score is None:
+                current.pop(name, None)
+                continue
+            entry = current.get(name)
+            if entry is None or entry[0] != -score or entry[1] != node.rank:
+                entry = current[name] = (-score, node.rank, name)
+                push(entries, entry)
 
     def rescore(self, index: NodeIndex, context: Context) -> None:
         """Score again, with `context`'s typical workload, the nodes this heap holds now.
@@ -253,19 +273,17 @@ class _ShapeHeap:
         """
         self.context = context
         self.scores.clear()
-        version = index._version
-        current = {name: seen for _, _, seen, name in self.entries if version[name] == seen}
-        self.entries = []
-        for name, seen in current.items():
-            node = index.nodes[name]
-            self.offer(node, seen, index.group_of(node))
+        fitting = list(self.current)
+        self.entries, self.current = [], {}
+        self.offer_each(index, fitting)
 
     def top(self, index: NodeIndex) -> NodeView | None:
         entries = self.entries
+        current = self.current
         while entries:
-            _, _, version, name = entries[0]
-            if index._version[name] == version:
-                return index.nodes[name]
+            entry = entries[0]
+            if current.get(entry[2]) is entry:
+                return index.nodes[entry[2]]
             heapq.heappop(entries)
         return None
 

@@ -122,50 +122,104 @@ def shape_fragment(shape: Shape, cpu_free: int | None, gpus: tuple[GpuState, ...
     return unusable
 
 
+#: Bits of one part's lane in `FragmentationMeter.lanes`: GPUs that fit the part, and
+#: their free milli-GPU (wide enough for any node of fewer than 2^24 GPUs).
+_COUNT_BITS = 24
+_USE_BITS = 40
+_COUNT_MASK = (1 << _COUNT_BITS) - 1
+_USE_MASK = (1 << _USE_BITS) - 1
+
+
 class FragmentationMeter:
     """F_n (numerator: milli-GPU x weight) of node states, memoised.
 
-    A node's CPU only decides, per shape, whether that shape could run there at
-    all (case 3 of §4). So for each distinct GPU state the meter keeps the
-    shapes sorted by CPU request with prefix sums, and F_n for any free CPU is
-    one binary search: GPU states are few even when free CPU is all different.
+    The workload's GPU shapes come in few GPU parts (count, share, models: what
+    `shape_fragment` reads besides CPU; most shapes differ only in CPU). Of a node's
+    GPUs, a part can use those that fit it, when there are enough of them. So
+
+        F_n = idle x W - sum over parts p of W_k[p] x use_p,
+
+    W being the workload's weight, use_p the free share of the GPUs that fit p (0 when
+    fewer than p's count fit), and W_k[p] the weight of p's shapes among the first k
+    by CPU request, k being how many the node's free CPU can host (`cpu_class`): a
+    shape that cannot run there counts all the idle share, the weighted sum of §4.
+
+    Each GPU state (model, pool, free) gives, per part, 1 to the count of GPUs that fit
+    it and its free share to the use, packed into two integers with a lane per part
+    (`lanes`): a node's sums are one addition per GPU, and a choice of GPUs changes them
+    by the lanes of the GPUs it takes, before and after (`value`), without a new state.
     """
 
     def __init__(self, workload: Workload, cache_limit: int = 200_000) -> None:
         self.workload = workload
         self.total = workload.total or 1
         self._cache: dict[NodeState, int] = {}
-        self._tables: dict[tuple[GpuState, ...], _GpuTable] = {}
+        self._sums: dict[tuple[GpuState, ...], tuple[int, int, int]] = {}
+        self._lanes: dict[GpuState, tuple[int, int]] = {}
         self._limit = cache_limit
-        self._cpu_only_weight = sum(w for shape, w in workload.shapes if shape.gpus == 0)
+        cpu_only_weight = sum(w for shape, w in workload.shapes if shape.gpus == 0)
         gpu_shapes = sorted(
             ((shape, w) for shape, w in workload.shapes if shape.gpus > 0),
             key=lambda item: item[0].cpu_milli,
         )
         self._gpu_shapes = gpu_shapes
-        #: What of each shape `shape_fragment` reads without CPU: shapes that differ
-        #: only in CPU (most of a workload's) share one fragment per GPU state.
-        self._gpu_parts = [(s.gpus, s.gpu_milli, s.models) for s, _ in gpu_shapes]
         self._cpu_thresholds = [shape.cpu_milli for shape, _ in gpu_shapes]
-        self._gpu_weight = sum(w for _, w in gpu_shapes)
+        self._weight = cpu_only_weight + sum(w for _, w in gpu_shapes)
+        #: Each GPU part once, in the order its first shape comes (by CPU).
+        self._parts = list(dict.fromkeys((s.gpus, s.gpu_milli, s.models) for s, _ in gpu_shapes))
+        lane = {part: number for number, part in enumerate(self._parts)}
+        #: Per class k: (count lane shift, use lane shift, GPUs the part needs, W_k[p]) of
+        #: each part among the first k shapes.
+        self._rows: list[tuple[tuple[int, int, int, int], ...]] = [()]
+        weights: dict[int, int] = {}
+        for shape, weight in gpu_shapes:
+            number = lane[(shape.gpus, shape.gpu_milli, shape.models)]
+            weights[number] = weights.get(number, 0) + weight
+            self._rows.append(
+                tuple(
+                    (p * _COUNT_BITS, p * _USE_BITS, self._parts[p][0], w)
+                    for p, w in sorted(weights.items())
+                )
+            )
 
-    def _table(self, gpus: tuple[GpuState, ...]) -> _GpuTable:
-        table = self._tables.get(gpus)
-        if table is None:
-            prefix_fit = [0]
-            prefix_weight = [0]
-            fragments: dict[tuple[int, int, frozenset[str]], int] = {}
-            for (shape, weight), part in zip(self._gpu_shapes, self._gpu_parts, strict=True):
-                fragment = fragments.get(part)
-                if fragment is None:
-                    fragment = fragments[part] = shape_fragment(shape, None, gpus)
-                prefix_fit.append(prefix_fit[-1] + weight * fragment)
-                prefix_weight.append(prefix_weight[-1] + weight)
-            table = _GpuTable(sum(free for _, _, free in gpus), prefix_fit, prefix_weight)
-            if len(self._tables) >= self._limit:
-                self._tables.clear()
-            self._tables[gpus] = table
-        return table
+    def lanes(self, model: str, pool: str, free: int) -> tuple[int, int]:
+        """(count, use) of one GPU state: per part, 1 and `free` where the GPU fits it."""
+        key = (model, pool, free)
+        found = self._lanes.get(key)
+        if found is None:
+            counts = uses = 0
+            for number, (_, share, models) in enumerate(self._parts):
+                usable = (not models or model in models) and (pool == "vgpu" or share >= WHOLE)
+                if usable and free >= share:
+                    counts |= 1 << (number * _COUNT_BITS)
+                    uses |= free << (number * _USE_BITS)
+            found = self._lanes[key] = (counts, uses)
+        return found
+
+    def sums(self, gpus: tuple[GpuState, ...]) -> tuple[int, int, int]:
+        """(count lanes, use lanes, idle share) of a node's GPU states."""
+        found = self._sums.get(gpus)
+        if found is None:
+            counts = uses = idle = 0
+            lanes = self.lanes
+            for model, pool, free in gpus:
+                count, use = lanes(model, pool, free)
+                counts += count
+                uses += use
+                idle += free
+            if len(self._sums) >= self._limit:
+                self._sums.clear()
+            found = self._sums[gpus] = (counts, uses, idle)
+        return found
+
+    def value(self, counts: int, uses: int, idle: int, fits: int) -> int:
+        """F_n of GPUs with these sums (`sums`), on a node whose free CPU hosts the first
+        `fits` GPU shapes (`cpu_class`)."""
+        value = idle * self._weight
+        for count_shift, use_shift, needed, weight in self._rows[fits]:
+            if (counts >> count_shift) & _COUNT_MASK >= needed:
+                value -= weight * ((uses >> use_shift) & _USE_MASK)
+        return value
 
     def cpu_class(self, cpu_free: int | None) -> int:
         """How many GPU shapes (by CPU request) `cpu_free` can host: all F_n depends on."""
@@ -178,10 +232,7 @@ class FragmentationMeter:
         if cached is not None:
             return cached
         cpu_free, gpus = state
-        table = self._table(gpus)
-        fits = self.cpu_class(cpu_free)
-        short_weight = self._gpu_weight - table.prefix_weight[fits] + self._cpu_only_weight
-        value = table.prefix_fit[fits] + short_weight * table.idle
+        value = self.value(*self.sums(gpus), self.cpu_class(cpu_free))
         if len(self._cache) >= self._limit:
             self._cache.clear()
         self._cache[state] = value
@@ -193,10 +244,3 @@ class FragmentationMeter:
     def milli(self, numerator: int) -> float:
         """The numerator as milli-GPU (for reports, never for decisions)."""
         return numerator / self.total
-
-
-@dataclass(frozen=True, slots=True)
-class _GpuTable:
-    idle: int
-    prefix_fit: list[int]
-    prefix_weight: list[int]

@@ -214,6 +214,8 @@ def host_fits(request: Request, node: NodeView) -> bool:
         return False
     if node.memory_free_mib is not None and node.memory_free_mib < request.memory_mib:
         return False
+    if not request.node_selector:
+        return True
     return all(node.labels.get(key) == value for key, value in request.node_selector)
 
 
@@ -222,17 +224,40 @@ def serving_gpus(request: Request, node: NodeView) -> list[GpuView]:
 
 
 def fits_locally(request: Request, node: NodeView) -> bool:
-    """Can `node` host one replica with all its GPU slices on itself?"""
+    """Can `node` host one replica with all its GPU slices on itself?
+
+    `host_fits`, and `request.gpus` GPUs that `gpu_serves`, with `gpu_serves` written out
+    for each kind of request: this runs for every node a decision changed, for every
+    request shape a cycle asks about again (tests hold it to the two rules)."""
     if not host_fits(request, node):
         return False
-    if request.gpus == 0:
+    need = request.gpus
+    if need == 0:
         return True
-    count = 0
+    models, milli, memory, count = request.models, request.gpu_milli, request.gpu_memory_mib, 0
+    if 0 < milli < WHOLE:  # a fraction: a vGPU with room for the share and its memory
+        if request.pool == "physical":
+            return False
+        for gpu in node.gpus:
+            if gpu.pool != "vgpu" or gpu.milli_free < milli or (models and gpu.model not in models):
+                continue
+            share = memory if memory is not None else -(-gpu.memory_mib * milli // WHOLE)
+            if gpu.memory_free_mib >= share:
+                count += 1
+                if count >= need:
+                    return True
+        return False
+    pool = request.pool  # whole GPUs: idle ones of the pool, the models, enough memory
     for gpu in node.gpus:
-        if gpu_serves(request, gpu):
-            count += 1
-            if count >= request.gpus:
-                return True
+        if gpu.milli_free != WHOLE or gpu.memory_free_mib != gpu.memory_mib:
+            continue
+        if (models and gpu.model not in models) or (pool != "any" and gpu.pool != pool):
+            continue
+        if memory is not None and memory > gpu.memory_mib:
+            continue
+        count += 1
+        if count >= need:
+            return True
     return False
 
 

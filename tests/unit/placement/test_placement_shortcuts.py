@@ -1,10 +1,13 @@
 """The shortcuts that make placement fast decide exactly as the plain definitions.
 
-- FGD's `after` edits the node's sorted state, and `best_choice` tries one of each
-  alike GPU: both equal re-sorting every GPU and trying every GPU.
+- FGD's `best_choice` changes the node's lane sums by the GPUs a choice takes instead of
+  building the state after it, and tries one of each alike GPU: it equals the meter of
+  every GPU re-sorted after each choice, every GPU tried.
 - FGD's Δ memo (keyed on what Δ reads) gives every node its own Δ, whichever node
   filled it.
 - A node index that compacts (as a kept index does) places as one that never does.
+- `fits_locally`, written out per kind of request, is `host_fits` and enough GPUs that
+  `gpu_serves`.
 - A heap does not look again at a node that did not fit its shape while the node only
   gave, and does once something on it is freed.
 
@@ -37,6 +40,8 @@ from gpuloom.placement.resources import (
     Request,
     best_fit_gpus,
     fits_locally,
+    gpu_serves,
+    host_fits,
     serving_gpus,
 )
 
@@ -55,6 +60,91 @@ def reference_after(
         for g in node.gpus
     )
     return (cpu, tuple(gpus))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    gpu_list=st.lists(
+        st.tuples(
+            st.sampled_from(MODELS),
+            st.sampled_from(["physical", "vgpu"]),
+            st.sampled_from([1000, 2000]),
+            st.sampled_from([WHOLE, 700, 500, 250, 0]),
+            st.sampled_from([1.0, 0.5, 0.0]),  # free memory, as a part of the GPU's memory
+        ),
+        max_size=5,
+    ),
+    cpu=st.sampled_from([None, 0, 4000]),
+    memory=st.sampled_from([None, 0, 32000]),
+    labels=st.sampled_from([{}, {"zone": "a"}]),
+    runtimes=st.sampled_from([(), ("podman",)]),
+    request=requests(),
+    selector=st.sampled_from([(), (("zone", "a"),)]),
+    container=st.booleans(),
+)
+@example(  # a fraction whose memory share is exactly the memory left
+    gpu_list=[("A", "vgpu", 1000, 500, 0.5)],
+    cpu=None,
+    memory=None,
+    labels={},
+    runtimes=(),
+    request=Request(gpus=1, gpu_milli=500),
+    selector=(),
+    container=False,
+)
+@example(  # an idle whole GPU with less memory than the request names
+    gpu_list=[("A", "physical", 1000, WHOLE, 1.0)],
+    cpu=None,
+    memory=None,
+    labels={},
+    runtimes=(),
+    request=Request(gpus=1, gpu_memory_mib=1500),
+    selector=(),
+    container=False,
+)
+@example(  # a GPU with its whole share free but not all its memory is not idle
+    gpu_list=[("A", "vgpu", 1000, WHOLE, 0.5)],
+    cpu=None,
+    memory=None,
+    labels={},
+    runtimes=(),
+    request=Request(gpus=1),
+    selector=(),
+    container=False,
+)
+@example(  # an idle GPU of the other pool
+    gpu_list=[("A", "vgpu", 1000, WHOLE, 1.0)],
+    cpu=None,
+    memory=None,
+    labels={},
+    runtimes=(),
+    request=Request(gpus=1, pool="physical"),
+    selector=(),
+    container=False,
+)
+def test_fits_locally_is_host_fits_and_enough_serving_gpus(
+    gpu_list: list[tuple[str, str, int, int, float]],
+    cpu: int | None,
+    memory: int | None,
+    labels: dict[str, str],
+    runtimes: tuple[str, ...],
+    request: Request,
+    selector: tuple[tuple[str, str], ...],
+    container: bool,
+) -> None:
+    """Free memory drawn apart from free share (a whole GPU with its share free but not
+    all its memory is not idle), selectors, images and runtimes."""
+    views = [
+        GpuView(i, f"g{i}", model, pool, size, free, int(size * part))  # type: ignore[arg-type]
+        for i, (model, pool, size, free, part) in enumerate(gpu_list)
+    ]
+    node = NodeView("n0", 0, views, cpu, memory, labels, runtimes=runtimes)
+    request = replace_request(request, node_selector=selector, container=container)
+    serving = sum(1 for gpu in views if gpu_serves(request, gpu))
+    assert fits_locally(request, node) == (host_fits(request, node) and serving >= request.gpus)
+    # and on a host that has all the request asks of it, the GPUs alone decide
+    roomy = NodeView("n1", 1, views, None, None, {"zone": "a"}, runtimes=("podman",))
+    assert fits_locally(request, roomy) == (serving >= request.gpus)
 
 
 def reference_best_choice(
@@ -80,10 +170,15 @@ def reference_best_choice(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster=clusters(), sequence=st.lists(requests(), min_size=1, max_size=8))
+@example(  # the CPU a task takes leaves too little for a typical shape: the CPU class after
+    cluster=[NodeView("n0", 0, [GpuView(0, "g0", "A", "vgpu", 1000)], 4000, None)],
+    sequence=[Request(cpu_milli=1000), Request(gpus=1, cpu_milli=4000)],
+)
 def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: list[Request]) -> None:
-    """`after` edits the sorted state and `best_choice` tries one of each alike GPU; both
-    must give what re-sorting every GPU and trying every GPU gives (old logs re-made);
-    and the memoised Δ is the node's own, whichever node filled the memo."""
+    """`best_choice` changes lane sums instead of building the state after a choice, and
+    tries one of each alike GPU: it must give what re-sorting every GPU after each choice
+    and trying every GPU gives (old logs re-made); and the memoised Δ is the node's own,
+    whichever node filled the memo."""
     policy = FGD()
     context = Context(workload=workload_of(sequence))
     index = NodeIndex(cluster)
@@ -92,7 +187,6 @@ def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: lis
             if not fits_locally(request, node):
                 continue
             delta, chosen = policy.best_choice(node, request, context)
-            assert policy.after(node, request, chosen) == reference_after(node, request, chosen)
             assert (delta, [g.index for g in chosen]) == reference_best_choice(
                 policy, node, request, context
             )

@@ -3,12 +3,11 @@ choice causes, against the cluster's typical workload."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Self
 
 from gpuloom.placement.engine import Context
-from gpuloom.placement.fragmentation import FragmentationMeter, NodeState, Workload, node_state
+from gpuloom.placement.fragmentation import FragmentationMeter, Workload, node_state
 from gpuloom.placement.policies.base import PolicyBase
 from gpuloom.placement.resources import (
     GpuView,
@@ -60,31 +59,33 @@ class FragmentationAware(PolicyBase):
             self._meters = {id(workload): meter}
         return meter
 
-    def after(self, node: NodeView, request: Request, chosen: list[GpuView]) -> NodeState:
-        """The node's state (`node_state`) once `chosen` gave one slice each to `request`.
-
-        Edits the node's sorted GPU states in place of re-sorting them all: each chosen
-        GPU's (model, pool, free) gives way to the same with the share taken.
-        """
-        cpu, gpus = node_state(node)
-        if cpu is not None:
-            cpu -= request.cpu_milli
-        states = list(gpus)
-        for gpu in chosen:
-            states.remove((gpu.model, gpu.pool, gpu.milli_free))
-            bisect.insort(states, (gpu.model, gpu.pool, gpu.milli_free - request.gpu_milli))
-        return (cpu, tuple(states))
-
     def best_choice(
         self, node: NodeView, request: Request, context: Context
     ) -> tuple[int, list[GpuView]]:
         """(Δ numerator, GPUs): for a fraction the GPU whose use fragments least
-        (first index on ties); whole GPUs are interchangeable, the lowest idle ones."""
+        (first index on ties); whole GPUs are interchangeable, the lowest idle ones.
+
+        The state after a choice is never built: the node's lane sums change by the
+        lanes of the GPUs it takes, before and after (`FragmentationMeter.value`)."""
         meter = self.meter(context)
-        before = meter.of_state(node_state(node))
+        cpu, gpus = node_state(node)
+        counts, uses, idle = meter.sums(gpus)
+        before = meter.value(counts, uses, idle, meter.cpu_class(cpu))
+        fits = meter.cpu_class(cpu - request.cpu_milli if cpu is not None else None)
+        milli, lanes = request.gpu_milli, meter.lanes
+
+        def delta(chosen: list[GpuView]) -> int:
+            after_counts, after_uses = counts, uses
+            for gpu in chosen:
+                count, use = lanes(gpu.model, gpu.pool, gpu.milli_free)
+                taken_count, taken_use = lanes(gpu.model, gpu.pool, gpu.milli_free - milli)
+                after_counts += taken_count - count
+                after_uses += taken_use - use
+            return meter.value(after_counts, after_uses, idle - milli * len(chosen), fits) - before
+
         if request.gpus == 0 or not request.fractional:
             chosen = best_fit_gpus(request, node)
-            return meter.of_state(self.after(node, request, chosen)) - before, chosen
+            return delta(chosen), chosen
         best: tuple[int, list[GpuView]] | None = None
         tried: set[tuple[str, str, int]] = set()
         for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
@@ -95,13 +96,13 @@ class FragmentationAware(PolicyBase):
                 if alike in tried:
                     continue
                 tried.add(alike)
-                chosen = [gpu]
+                choice = [gpu]
             else:  # k slices: this GPU plus the best-fitting others
                 rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
-                chosen = [gpu, *rest[: request.gpus - 1]]
-            delta = meter.of_state(self.after(node, request, chosen)) - before
-            if best is None or delta < best[0]:
-                best = (delta, chosen)
+                choice = [gpu, *rest[: request.gpus - 1]]
+            change = delta(choice)
+            if best is None or change < best[0]:
+                best = (change, choice)
         assert best is not None
         return best
 
