@@ -217,10 +217,6 @@ class NodeIndex:
         return len(self.nodes)
 
 
-#: A heap's mark for a node group it has not scored yet (None: scored, does not fit).
-_UNSCORED = object()
-
-
 class _ShapeHeap:
     """Feasible nodes for one request shape, best first; stale entries are skipped."""
 
@@ -251,8 +247,9 @@ class _ShapeHeap:
             group = groups.get(name)
             if group is None:
                 group = index.group_of(node)  # may clear `scores` (in place)
-            score = scores.get(group, _UNSCORED)
-            if score is _UNSCORED:
+            if group in scores:
+                score = scores[group]
+            else:
                 score = scores[group] = (
                     score_of(node, request, context) if fits_locally(request, node) else None
                 )
