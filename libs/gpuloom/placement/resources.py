@@ -69,12 +69,16 @@ class NodeView:
     cached_gpus: tuple[tuple[str, str, int, int, int], ...] | None = field(
         default=None, compare=False
     )
+    #: (table, number): the signature's number in a policy's table of signatures
+    #: (`MemoisedDelta`), cleared with `cached_state`.
+    cached_signature: tuple[object, int] | None = field(default=None, compare=False)
 
     def forget(self) -> None:
         """Drop the memos of the view's state: every change of its free resources calls this
         (`take`, `give_back`, and what backfill and preemption do to the views)."""
         self.cached_state = None
         self.cached_gpus = None
+        self.cached_signature = None
 
     def state_key(self) -> tuple[object, ...]:
         """Everything a policy's node score may depend on, GPU order aside.

@@ -262,11 +262,16 @@ def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
     cpus=[None],
     sequence=[Request(gpus=2, gpu_milli=250), Request(gpus=1, gpu_milli=500, models=("B",))],
 )
+@pytest.mark.parametrize("limit", [500_000, 3])
 def test_memoised_delta_is_each_nodes_own(
-    gpu_lists: list[list[tuple[str, int]]], cpus: list[int | None], sequence: list[Request]
+    gpu_lists: list[list[tuple[str, int]]],
+    cpus: list[int | None],
+    sequence: list[Request],
+    limit: int,
 ) -> None:
     """Nodes that share GPU states (in two orders) but not free CPU, scored by one policy:
-    each node's memoised Δ is the Δ a fresh policy computes for that node."""
+    each node's memoised Δ is the Δ a fresh policy computes for that node; also when the
+    memo is forgotten every few entries, with the numbers its keys are made of."""
     nodes = []
     for number, (gpu_list, cpu, order) in enumerate(
         (g, c, o) for g in gpu_lists for c in cpus for o in (1, -1)
@@ -277,7 +282,7 @@ def test_memoised_delta_is_each_nodes_own(
         ]
         nodes.append(NodeView(f"n{number}", number, views, cpu, None))
     context = Context(workload=workload_of(sequence))
-    policy = FGD()
+    policy = FGD(cache_limit=limit)
     for request in sequence:
         plain = replace_request(request, replicas=1, locality="local-only")
         for node in nodes:

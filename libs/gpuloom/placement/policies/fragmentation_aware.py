@@ -123,36 +123,78 @@ class MemoisedDelta(FragmentationAware):
     across a shape's CPU request then share one Δ. The key determines Δ, so what the
     memo holds never depends on which node filled it (the audit, with a memo of its
     own, remakes the same decisions).
+
+    The key holds small numbers in place of the signature and the request's GPU fields
+    (each numbered once per node change and per request in this policy's tables), so
+    that looking Δ up, once per node a decision changed and per shape asked again,
+    hashes four integers instead of every GPU's fields.
     """
 
     def __init__(self, cache_limit: int = 500_000) -> None:
         super().__init__()
-        self._deltas: dict[tuple[object, ...], int] = {}
+        self._deltas: dict[tuple[int, int, int, int], int] = {}
         self._limit = cache_limit
         self._workload: object = None
+        #: The numbers of GPU signatures and of requests' GPU fields, forgotten with the
+        #: memo (which they key): a view remembers its signature's number with the table's
+        #: identity (`NodeView.cached_signature`), so a forgotten table's numbers are not read.
+        self._signatures: dict[tuple[tuple[str, str, int, int, int], ...], int] = {}
+        self._requests: dict[int, tuple[Request, int]] = {}
+        self._request_parts: dict[tuple[object, ...], int] = {}
 
-    def delta(self, node: NodeView, request: Request, context: Context) -> int:
-        if context.workload is not self._workload:
-            self._deltas.clear()
-            self._workload = context.workload
-        meter = self.meter(context)
-        cpu = node.cpu_free_milli
-        key = (
-            gpu_signature(node),
-            meter.cpu_class(cpu),
-            meter.cpu_class(cpu - request.cpu_milli if cpu is not None else None),
+    def _forget(self) -> None:
+        self._deltas = {}
+        self._signatures = {}
+        self._requests = {}
+        self._request_parts = {}
+
+    def _signature_number(self, node: NodeView) -> int:
+        cached = node.cached_signature
+        if cached is not None and cached[0] is self._signatures:
+            return cached[1]
+        signature = gpu_signature(node)
+        number = self._signatures.get(signature)
+        if number is None:
+            number = self._signatures[signature] = len(self._signatures)
+        node.cached_signature = (self._signatures, number)
+        return number
+
+    def _request_number(self, request: Request) -> int:
+        found = self._requests.get(id(request))
+        if found is not None and found[0] is request:
+            return found[1]
+        part = (
             request.gpus,
             request.gpu_milli,
             request.gpu_memory_mib,
             request.models,
             request.pool,
         )
+        number = self._request_parts.get(part)
+        if number is None:
+            number = self._request_parts[part] = len(self._request_parts)
+        self._requests[id(request)] = (request, number)
+        return number
+
+    def delta(self, node: NodeView, request: Request, context: Context) -> int:
+        if context.workload is not self._workload:
+            self._forget()
+            self._workload = context.workload
+        meter = self.meter(context)
+        cpu = node.cpu_free_milli
+        key = (
+            self._signature_number(node),
+            meter.cpu_class(cpu),
+            meter.cpu_class(cpu - request.cpu_milli if cpu is not None else None),
+            self._request_number(request),
+        )
         cached = self._deltas.get(key)
         if cached is None:
             cached = self.best_choice(node, request, context)[0]
-            if len(self._deltas) >= self._limit:
-                self._deltas.clear()
-            self._deltas[key] = cached
+            if max(len(self._deltas), len(self._signatures), len(self._requests)) < self._limit:
+                self._deltas[key] = cached
+            else:
+                self._forget()  # and the key's numbers with it: not filed
         return cached
 
 
