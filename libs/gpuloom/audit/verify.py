@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
-from gpuloom.audit.workers import can_fork, run_parts
+from gpuloom.audit.workers import can_fork, collector_paused, run_parts
 from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.index_cache import IndexCache
@@ -149,7 +149,9 @@ def audit(
         if part:
             fold.to(part[0])
 
-    for found in run_parts(parts, check, prepare):
+    with collector_paused():
+        results = run_parts(parts, check, prepare)
+    for found in results:
         report.verified += found.verified
         report.mismatches += found.mismatches
         report.snapshots += found.snapshots

@@ -8,6 +8,9 @@ third of its time in the collector (bench/placement_scale.py, docs/benchmarks.md
 A collection every 50,000 allocations, and older generations visited less
 often, still frees garbage cycles within milliseconds and costs little memory;
 reference counting, which frees everything else, is not affected.
+
+The audit pauses the collector while it re-makes decisions
+(`gpuloom.audit.workers.collector_paused`).
 """
 
 from __future__ import annotations
