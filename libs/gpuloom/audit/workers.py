@@ -90,12 +90,19 @@ def collector_paused() -> Iterator[None]:
     audit (docs/benchmarks.md). The audit makes no garbage cycles (a test holds it to
     that), so reference counting frees all it drops and nothing waits for a collection.
     Forked parts inherit the pause.
+
+    At the end, what survived moves to the oldest generation without being walked
+    (`gc.freeze` then `gc.unfreeze`, unless something else froze objects): otherwise the
+    first young collection after the pause would walk all of it at once, a second.
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         if enabled:
             gc.enable()
 

@@ -4,11 +4,13 @@ may hold threads other tests left, and the audit never forks such a process)."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
 
 from gpuloom.audit.verify import runs_of_points
+from gpuloom.audit.workers import collector_paused
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,3 +42,31 @@ def test_the_runs_are_contiguous_nonempty_and_about_equal_in_decisions() -> None
             assert sum(weight[p] for p in run) <= total / workers + max(weight.values())
     assert runs_of_points(points, by_basis, 2) == [[1, 3, 8], [9, 15, 20]]  # type: ignore[arg-type]
     assert runs_of_points([], {}, 4) == [[]]
+
+
+def test_the_paused_collector_moves_what_survived_to_the_oldest_generation() -> None:
+    """Nothing is collected inside; after, the survivors are in the oldest generation (no
+    young collection will walk them), nothing stays frozen, and the collector is as it
+    was; objects frozen by someone else stay frozen."""
+    gc.collect()
+    kept = []
+    with collector_paused():
+        assert not gc.isenabled()
+        kept = [[number] for number in range(10_000)]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    oldest = {id(item) for item in gc.get_objects(generation=2)}
+    assert all(id(item) in oldest for item in kept), "the survivors are in the oldest"
+    gc.disable()
+    with collector_paused():
+        pass
+    assert not gc.isenabled()
+    gc.enable()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_paused():
+            kept.append([0])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
