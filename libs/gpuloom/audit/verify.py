@@ -173,9 +173,16 @@ def runs_of_points(
     points: list[int], by_basis: Mapping[int, list[Recorded]], workers: int
 ) -> list[list[int]]:
     """`points` (sorted) cut into at most `workers` contiguous runs, each about an equal
-    share of the decisions to re-make (a point counts its decisions, plus one); never
-    an empty run, except the one run of no points."""
-    weights = [len(by_basis.get(point, ())) + 1 for point in points]
+    share of the work; never an empty run, except the one run of no points.
+
+    A point's work is its decisions, plus the decisions of the point before it, plus one:
+    re-making a cycle also re-scores, for each request shape asked again, the nodes the
+    cycle before it changed (about one per decision). A cycle of few decisions after a
+    big one costs about as much as a big one (docs/benchmarks.md, the audit on both cores).
+    """
+    decisions = [len(by_basis.get(point, ())) for point in points]
+    before = [0, *decisions][: len(decisions)]
+    weights = [count + earlier + 1 for count, earlier in zip(decisions, before, strict=True)]
     total = sum(weights)
     runs: list[list[int]] = [[]]
     done = 0
