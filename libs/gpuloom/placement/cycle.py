@@ -41,6 +41,7 @@ from gpuloom.placement.resources import (
     Placement,
 )
 from gpuloom.placement.scheduling import (
+    Candidate,
     Placed,
     Preempted,
     find_reservation,
@@ -131,10 +132,17 @@ def placement_cycle(
         if kept is None
         else kept.holdings.awaiting(state)
     )
+    classes: dict[str | None, bool] = {}  # whether each priority class may preempt
+
+    def candidate(job: JobState) -> Candidate:
+        allowed = classes.get(job.spec.priority_class)
+        if allowed is None:
+            allowed = classes[job.spec.priority_class] = may_preempt(state, job.spec)
+        return candidate_of(job, awaiting, allowed)
+
+    queued = queue_order(state) if kept is None else kept.queue.order(state)
     outcomes = schedule(
-        (  # made as needed
-            candidate_of(job, awaiting, may_preempt(state, job.spec)) for job in queue_order(state)
-        ),
+        (candidate(job) for job in queued),  # made as needed
         index,
         # built only if a job is blocked
         (lambda: holdings_of(state)) if kept is None else (lambda: kept.holdings.of(state)),

@@ -34,6 +34,7 @@ from gpuloom.placement.holdings import Holding
 from gpuloom.placement.inputs import KeptHoldings, node_view, node_views, schedulable
 from gpuloom.placement.released import KeptReleased
 from gpuloom.placement.resources import NodeView
+from gpuloom.queueing.kept_queue import KeptQueue
 from gpuloom.state import ClusterState
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the
@@ -57,6 +58,8 @@ class IndexCache:
         self.holdings = KeptHoldings()
         #: The views with everything running given back (`KeptReleased`).
         self._released = KeptReleased()
+        #: The queue's order (`KeptQueue`).
+        self.queue = KeptQueue()
 
     def views_of(self, state: ClusterState) -> list[NodeView]:
         """`node_views(state)`, with the kept index's view of each node that changed

@@ -225,13 +225,14 @@ class SchedulingPass:
         for candidate in candidates:
             if not self._goes_on():
                 break
-            decision = Context(self.context.seed, self.position, self.context.workload)
+            turn = self.position  # each step of this candidate decides at this position
             admitted = self._within_quotas(candidate)
             if admitted is None:
                 continue  # held by a quota, a GPU maximum, or every model or pool it may use
-            if self._place(admitted, decision) or self.reservation is not None:
+            if self._place(admitted, turn) or self.reservation is not None:
                 continue  # placed; or it waits (EASY: one reservation)
             self.blocked = True
+            decision = self._decision(turn)
             self._preempt_for(admitted, decision)
             self._reserve_for(admitted, decision)
             if self.backfill == "off":
@@ -263,14 +264,19 @@ class SchedulingPass:
             self._where = where_limited(self.index, quotas)
         return within_quota(candidate, quotas, self._where) if self._where else candidate
 
-    def _place(self, candidate: Candidate, decision: Context) -> bool:
+    def _decision(self, position: int) -> Context:
+        """What a decision at `position` of this pass may depend on: made only for the
+        candidates that get that far (most of a long queue is skipped before)."""
+        return Context(self.context.seed, position, self.context.workload)
+
+    def _place(self, candidate: Candidate, turn: int) -> bool:
         """Place it now if it fits (within the reservation's slack if it may outlast
         its start); charge its quotas; True when placed."""
         masked = must_leave_slack(candidate, self.reservation, self.protection, self.now)
         if (candidate.request, masked) in self._failed:
             return False  # the same request found no room earlier in this pass
         protection = self.protection if masked else None
-        placement = try_place(candidate, self.index, self.policy, decision, protection)
+        placement = try_place(candidate, self.index, self.policy, self._decision(turn), protection)
         if placement is None:
             self._failed.add((candidate.request, masked))
             return False

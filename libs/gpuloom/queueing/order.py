@@ -225,9 +225,17 @@ def queue_order(state: ClusterState) -> list[JobState]:
     """Queued jobs that placement may place (dependencies met), in queue order."""
     if priority_weights(state).plain:
         by_key = sorted((state.jobs[j] for j in state.queued), key=queue_key)
-        ordered = behind_their_preemptors(state, by_key, lambda job: job)
-    else:
-        ordered = [job for job, _ in pending_in_order(state)]
+        return placeable(state, by_key)
+    return placeable(state, [job for job, _ in pending_in_order(state)], reorder=False)
+
+
+def placeable(
+    state: ClusterState, ranked: list[JobState], *, reorder: bool = True
+) -> list[JobState]:
+    """Of the queued jobs `ranked` (by `queue_key` when `reorder`: each victim then goes
+    behind the job it yields to), those placement may place: not being cancelled, their
+    dependencies met."""
+    ordered = behind_their_preemptors(state, ranked, lambda job: job) if reorder else ranked
     return [
         job
         for job in ordered

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core.world import assert_kept_holdings, assert_released
+from core.world import assert_kept_holdings, assert_kept_queue, assert_released
 from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.placement.inputs import KeptHoldings
+from gpuloom.queueing.kept_queue import KeptQueue
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.retention import RETENTION
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
@@ -38,6 +39,7 @@ def watch(records: list, state: ClusterState | None = None) -> None:  # type: ig
             watching.index_for(views, policy, None)
             assert_released(watching, state)
         assert_kept_holdings(watching.holdings, state)
+        assert_kept_queue(watching.queue, state)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,6 +114,27 @@ def test_a_cache_that_missed_a_job_leaving_and_being_forgotten_reads_every_job_a
     assert "j1" not in state.tombstones and "j1" not in state.job_feed
     assert_kept_holdings(kept, state)
     assert [h.job_id for h in kept.of(state)] == ["j2"]
+
+
+def test_a_kept_queue_that_missed_a_job_leaving_and_being_forgotten_sorts_every_job_again() -> None:
+    """Between two looks of a kept queue, a job it saw queued is cancelled, leaves the
+    state and, a week later, is forgotten with its place in the fold's feed: the queue is
+    sorted again (`feed_trimmed`), as `queue_order` gives it."""
+    log = LogBuilder()
+    log.register("n1", 1)
+    for job_id in ["j1", "j2"]:
+        log.run_to_queue(job_id, gpus=2)  # too big for the node: they stay queued
+    state = fold(log.records)
+    kept = KeptQueue()
+    assert [job.job_id for job in kept.order(state)] == ["j1", "j2"]
+    seen = len(log.records)
+    log.cancel("j1")
+    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
+    for record in log.records[seen:]:
+        apply(state, record)
+    assert "j1" not in state.tombstones and "j1" not in state.job_feed
+    assert_kept_queue(kept, state)
+    assert [job.job_id for job in kept.order(state)] == ["j2"]
 
 
 def test_a_job_placed_again_between_two_looks_moves_to_its_new_place_in_the_order() -> None:

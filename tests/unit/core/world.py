@@ -34,6 +34,8 @@ from gpuloom.events import (
 from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.placement.holdings import HeldSum, release_all, scratch
 from gpuloom.placement.inputs import KeptHoldings, holdings_of
+from gpuloom.queueing.kept_queue import KeptQueue
+from gpuloom.queueing.order import queue_order
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -78,6 +80,13 @@ def assert_kept_holdings(kept: KeptHoldings, state: ClusterState) -> None:
     assert kept.awaiting(state) == preempted_for, "kept jobs awaiting their victims"
 
 
+def assert_kept_queue(kept: KeptQueue, state: ClusterState) -> None:
+    """What `kept` gives is `queue_order(state)`, job by job."""
+    assert [job.job_id for job in kept.order(state)] == [
+        job.job_id for job in queue_order(state)
+    ], "the kept queue's order"
+
+
 def assert_released(cache: IndexCache, state: ClusterState) -> None:
     """The cache's views with everything running given back are those `release_all` of
     every holding makes of a copy of its index (kept only while no replica spans nodes)."""
@@ -106,6 +115,7 @@ class World:
         #: Kept holdings that look only now and then (after every 5th event), so that
         #: several changes (a job preempted and placed again, say) come between looks.
         self.glancing = KeptHoldings()
+        self.glancing_queue = KeptQueue()
         self.record(QueuePolicySet(victims_yield=victims_yield))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
@@ -121,8 +131,10 @@ class World:
             self.watching.index_for(views, self.kept[0][0], None)
             assert_released(self.watching, self.state)
         assert_kept_holdings(self.watching.holdings, self.state)
+        assert_kept_queue(self.watching.queue, self.state)
         if len(self.log) % 5 == 0:
             assert_kept_holdings(self.glancing, self.state)
+            assert_kept_queue(self.glancing_queue, self.state)
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:
