@@ -92,6 +92,15 @@ def test_views_kept_for_one_state_are_not_taken_for_a_state_restored_from_a_snap
     watch(log.records[half:], decode_snapshot(encode_snapshot(fold(log.records[:half]))))
 
 
+def fold_a_week_on(log: LogBuilder, state: ClusterState, seen: int, forgotten: str) -> None:
+    """A week passes (a node registers then); fold onto `state` what `log` holds past its
+    first `seen` records: `forgotten` has left the state, its tombstone and the feed."""
+    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
+    for record in log.records[seen:]:
+        apply(state, record)
+    assert forgotten not in state.tombstones and forgotten not in state.job_feed
+
+
 def test_a_cache_that_missed_a_job_leaving_and_being_forgotten_reads_every_job_again() -> None:
     """Between two looks of a kept cache, a job it saw running ends, is charged, leaves
     the state and, a week later, is forgotten with its tombstone (and its place in the
@@ -108,10 +117,7 @@ def test_a_cache_that_missed_a_job_leaving_and_being_forgotten_reads_every_job_a
     seen = len(log.records)
     log.finish("j1", "n1", after=60)
     log.charge("j1", seconds=60)
-    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
-    for record in log.records[seen:]:
-        apply(state, record)
-    assert "j1" not in state.tombstones and "j1" not in state.job_feed
+    fold_a_week_on(log, state, seen, forgotten="j1")
     assert_kept_holdings(kept, state)
     assert [h.job_id for h in kept.of(state)] == ["j2"]
 
@@ -129,10 +135,7 @@ def test_a_kept_queue_that_missed_a_job_leaving_and_being_forgotten_sorts_every_
     assert [job.job_id for job in kept.order(state)] == ["j1", "j2"]
     seen = len(log.records)
     log.cancel("j1")
-    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
-    for record in log.records[seen:]:
-        apply(state, record)
-    assert "j1" not in state.tombstones and "j1" not in state.job_feed
+    fold_a_week_on(log, state, seen, forgotten="j1")
     assert_kept_queue(kept, state)
     assert [job.job_id for job in kept.order(state)] == ["j2"]
 
