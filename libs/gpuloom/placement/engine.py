@@ -230,7 +230,7 @@ class _ShapeHeap:
         self.scores: dict[int, int | None] = {}
         #: The live entry of each node that fitted when last offered; an entry in `entries`
         #: that is not its node's live one is stale. A node offered again with the same
-        #: score and rank keeps its entry (on a busy cluster most keep their bucket).
+        #: score and rank keeps its entry.
         self.current: dict[str, tuple[int, int, str]] = {}
 
     def offer_each(self, index: NodeIndex, names: Iterable[str]) -> None:
