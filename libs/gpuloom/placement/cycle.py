@@ -114,7 +114,7 @@ def placement_cycle(
     views = node_views(state) if kept is None else kept.views_of(state)
     if not views:
         return []
-    context = context_for(state, policy, 0)
+    context = context_for(state, policy, 0) if kept is None else kept.context_for(state, policy)
     if kept is None:
         index = NodeIndex(views)
     else:

@@ -111,16 +111,27 @@ def typical_workload(
     RECENT_SPECS_KEPT, and so modulo `every`, one of its divisors; fewer than `every`
     of them means fewer submissions ever.
     """
+    workload = typical_shapes(workload_specs(state, every, window))
+    return with_scarcity(workload, schedulable_gpu_models(state))
+
+
+def workload_specs(
+    state: ClusterState, every: int = 1, window: int = WORKLOAD_WINDOW
+) -> list[JobSpec]:
+    """The specs `typical_workload` reads, in submission order."""
     if RECENT_SPECS_KEPT % every:
         raise ValueError(f"the workload's cadence {every} does not divide {RECENT_SPECS_KEPT}")
     specs = state.recent_specs
     upto = _last_reading(len(specs), every)
-    latest = specs[max(0, upto - min(window, RECENT_SPECS_KEPT)) : upto]  # in submission order
-    workload = Workload.typical(Shape.of(request_of(spec)) for spec in latest)
-    return with_scarcity(workload, _schedulable_gpu_models(state))
+    return specs[max(0, upto - min(window, RECENT_SPECS_KEPT)) : upto]
 
 
-def _schedulable_gpu_models(state: ClusterState) -> Iterator[str]:
+def typical_shapes(specs: Iterable[JobSpec]) -> Workload:
+    """FGD's typical workload of these specs (without the scarce models)."""
+    return Workload.typical(Shape.of(request_of(spec)) for spec in specs)
+
+
+def schedulable_gpu_models(state: ClusterState) -> Iterator[str]:
     """The model of each GPU placement may use (ready, uncordoned nodes): the supply
     that `scarce` is measured against (counted, so their order does not matter)."""
     for node in state.nodes.values():

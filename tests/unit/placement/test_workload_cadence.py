@@ -41,10 +41,14 @@ def expected(specs: list[JobSpec], upto: int) -> Workload:
 
 
 def test_the_workload_is_read_every_hundred_submissions_and_at_powers_of_two_before() -> None:
+    """... and a kept index cache, which counts the shapes again only when the specs read
+    changed, reads the same (for both versions, each with its own cache)."""
     log = LogBuilder()
     submitted: list[JobSpec] = []
     state = ClusterState()
     checked = 0
+    kept = {version: IndexCache() for version in (1, 2)}
+    policies = {version: default_registry().get("fgd", version) for version in (1, 2)}
     for number in range(2_650):  # past the state's trim of its kept specs, at 2,000
         spec = spec_of(number)
         record = log.submit(f"j{number}", spec)
@@ -56,6 +60,8 @@ def test_the_workload_is_read_every_hundred_submissions_and_at_powers_of_two_bef
             last = count - count % 100 if count >= 100 else 1 << (count.bit_length() - 1)
             assert typical_workload(state, WORKLOAD_EVERY) == expected(submitted, last), count
             assert typical_workload(state) == expected(submitted, count), count  # version 1
+            assert kept[2].context_for(state, policies[2]).workload == expected(submitted, last)
+            assert kept[1].context_for(state, policies[1]).workload == expected(submitted, count)
             checked += 1
     assert checked > 180
 
