@@ -18,6 +18,7 @@ from typing import Any
 import nats
 import pytest
 from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import NoStreamResponseError
 from typer.testing import CliRunner
 
 from gpuloom.bus import EventBus, Outgoing, StreamMissingError, streams
@@ -83,8 +84,13 @@ async def _create(url: str, config: StreamConfig, attempts: int = 40) -> None:
         await nc.close()
 
 
-async def _service_connects_and_writes(url: str, replicas: int) -> None:
-    """What a service does (runtime.service.connect_bus with its settings), twice."""
+async def _service_connects_and_writes(url: str, replicas: int, attempts: int = 40) -> None:
+    """What a service does (runtime.service.connect_bus with its settings), twice.
+
+    Like a reactor, it publishes again after a failed publish (the same message id, so
+    the log holds it once): a stream just created in a cluster, with its leader elected
+    and its replicas current, still refused the first write with "no responders" under
+    load (CI, 2026-12-05, twice), until its subject's interest reached this server."""
     for _ in range(2):
         bus = await EventBus.connect(
             url, "GPULOOM", name="svc", dedup_window_s=7200, replicas=replicas
@@ -92,7 +98,15 @@ async def _service_connects_and_writes(url: str, replicas: int) -> None:
         try:
             event = JobSubmitted(job_id="j1", spec=make_job_spec())
             envelope = make_envelope(event, at=T0, by="test", event_id="evt-1")
-            await bus.publish(Outgoing(subject_for(event), encode(envelope), {"Nats-Msg-Id": "1"}))
+            message = Outgoing(subject_for(event), encode(envelope), {"Nats-Msg-Id": "1"})
+            for attempt in range(attempts):
+                try:
+                    await bus.publish(message)
+                    break
+                except NoStreamResponseError:
+                    if attempt == attempts - 1:
+                        raise
+                    await asyncio.sleep(0.25)
         finally:
             await bus.close()
 
