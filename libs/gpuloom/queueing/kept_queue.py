@@ -14,8 +14,6 @@ event of random logs).
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-
 from gpuloom.queueing.order import placeable, priority_weights, queue_key, queue_order
 from gpuloom.state import ClusterState, JobState
 
@@ -44,20 +42,28 @@ class KeptQueue:
     def _refresh(self, state: ClusterState) -> None:
         if state is self._state and state.seq == self._seq:
             return
-        keys, ordered = self._keys, self._sorted
+        keys = self._keys
         if state is not self._state or state.feed_trimmed > self._seq:
             # a new state, or a job left the feed that this cache never saw leave
             self._state = state
             keys = self._keys = {j: (queue_key(state.jobs[j]), j) for j in state.queued}
             self._sorted = sorted(keys.values())
         else:
+            left: set[str] = set()  # jobs whose old place goes
+            added: list[_Key] = []
             for job_id, seq in reversed(state.job_feed.items()):
                 if seq <= self._seq:
                     break
-                old = keys.pop(job_id, None)
-                if old is not None:
-                    del ordered[bisect_left(ordered, old)]
+                if keys.pop(job_id, None) is not None:
+                    left.add(job_id)
                 if job_id in state.queued:
                     key = keys[job_id] = (queue_key(state.jobs[job_id]), job_id)
-                    insort(ordered, key)
+                    added.append(key)
+            # one pass, and one sort of a sorted run and the few added (a placement
+            # cycle takes thousands of jobs out at once, a steady one a few)
+            if left:
+                self._sorted = [key for key in self._sorted if key[1] not in left]
+            if added:
+                self._sorted += added
+                self._sorted.sort()
         self._seq = state.seq
