@@ -86,9 +86,9 @@ def collector_paused() -> Iterator[None]:
 
     Re-making a long log's decisions allocates millions of objects that live on (jobs,
     views, heap entries), and each young collection walks every object that survived
-    since the last one to free nothing: at 50,000 jobs that was about a seventh of the
-    audit (docs/benchmarks.md). The audit makes no garbage cycles (a test holds it to
-    that), so reference counting frees all it drops and nothing waits for a collection.
+    since the last one, to free nothing (docs/benchmarks.md, run G). The audit makes no
+    garbage cycles (a test holds it to that), so reference counting frees all it drops
+    and nothing waits for a collection.
     Forked parts inherit the pause.
 
     At the end, what survived moves to the oldest generation without being walked
