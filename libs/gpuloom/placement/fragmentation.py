@@ -97,29 +97,11 @@ def node_state(node: NodeView) -> NodeState:
     return cached  # type: ignore[return-value]
 
 
-def _usable(shape: Shape, model: str, pool: str) -> bool:
-    if shape.models and model not in shape.models:
-        return False
-    return pool == "vgpu" or shape.gpu_milli >= WHOLE
-
-
-def shape_fragment(shape: Shape, cpu_free: int | None, gpus: tuple[GpuState, ...]) -> int:
-    """Free milli-GPU of the node that `shape` could not use: all of it when the shape
-    cannot run there (no GPU asked, too little CPU, too few GPUs it may use with room
-    for its share), else what the GPUs it cannot use hold. One pass over the GPUs."""
-    idle = unusable = fitting = 0
-    need = shape.gpu_milli
-    for model, pool, free in gpus:
-        idle += free
-        if free >= need and _usable(shape, model, pool):
-            fitting += 1
-        else:
-            unusable += free
-    if shape.gpus == 0 or fitting < shape.gpus:
-        return idle  # a CPU-only task uses no GPU: all of it is a fragment to it
-    if cpu_free is not None and cpu_free < shape.cpu_milli:
-        return idle
-    return unusable
+def usable(models: frozenset[str], share: int, model: str, pool: str) -> bool:
+    """May a shape asking `share` of a GPU of `models` (empty: any) use a GPU of `model` in
+    `pool`: its model allowed, and a vGPU, or a physical GPU for a whole-GPU shape. (Room
+    for the share is the caller's question.)"""
+    return (not models or model in models) and (pool == "vgpu" or share >= WHOLE)
 
 
 #: Bits of one part's lane in `FragmentationMeter.lanes`: GPUs that fit the part, and
@@ -133,8 +115,8 @@ _USE_MASK = (1 << _USE_BITS) - 1
 class FragmentationMeter:
     """F_n (numerator: milli-GPU x weight) of node states, memoised.
 
-    The workload's GPU shapes come in few GPU parts (count, share, models: what
-    `shape_fragment` reads besides CPU; most shapes differ only in CPU). Of a node's
+    The workload's GPU shapes come in few GPU parts (count, share, models: all a shape's
+    fragment reads besides CPU; most shapes differ only in CPU). Of a node's
     GPUs, a part can use those that fit it, when there are enough of them. So
 
         F_n = idle x W - sum over parts p of W_k[p] x use_p,
@@ -189,8 +171,7 @@ class FragmentationMeter:
         if found is None:
             counts = uses = 0
             for number, (_, share, models) in enumerate(self._parts):
-                usable = (not models or model in models) and (pool == "vgpu" or share >= WHOLE)
-                if usable and free >= share:
+                if free >= share and usable(models, share, model, pool):
                     counts |= 1 << (number * _COUNT_BITS)
                     uses |= free << (number * _USE_BITS)
             found = self._lanes[key] = (counts, uses)

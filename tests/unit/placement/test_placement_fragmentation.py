@@ -13,7 +13,6 @@ from gpuloom.placement.fragmentation import (
     Shape,
     Workload,
     node_state,
-    shape_fragment,
 )
 from gpuloom.placement.resources import Request
 
@@ -22,6 +21,13 @@ from .cluster import gpu, gpus, node
 # a node with 8000 CPU and four A vGPUs free 1000, 500, 200, 0: I_n = 1700
 STATE = (("A", "vgpu", 1000), ("A", "vgpu", 500), ("A", "vgpu", 200), ("A", "vgpu", 0))
 CPU = 8000
+
+
+def shape_fragment(
+    shape: Shape, cpu_free: int | None, gpus: tuple[tuple[str, str, int], ...]
+) -> int:
+    """The free milli-GPU `shape` could not use: the meter of a workload of that shape alone."""
+    return FragmentationMeter(Workload(((shape, 1),))).of_state((cpu_free, gpus))
 
 
 def test_case_1_cpu_only_shape_sees_every_free_gpu_as_fragment() -> None:
