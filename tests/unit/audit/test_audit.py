@@ -153,10 +153,11 @@ def test_the_audit_makes_no_garbage_cycles(policy: str) -> None:
 
 def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
     """fgd and loom v2 read the typical workload every 100 submissions, loom v3 leaves
-    used nodes of scarce models to the tasks bound to them; logs written by earlier
-    versions are still re-made by those versions, kept for them."""
+    used nodes of scarce models to the tasks bound to them, loom v4 values the gaps
+    shares leave; logs written by earlier versions are still re-made by those versions,
+    kept for them."""
     registry = default_registry()
-    assert registry.get("fgd").version == 2 and registry.get("loom").version == 3
+    assert registry.get("fgd").version == 2 and registry.get("loom").version == 4
     assert registry.get("fgd", 1).workload_every == 1
     assert registry.get("fgd", 9) is registry.get("fgd")  # unknown: the caller says what differs
     shapes: list[dict[str, object]] = [
@@ -165,7 +166,7 @@ def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
         {"gpus": 2},
         {"gpus": 1, "gpu_milli": 500, "gpu_model": ["T4"]},
     ] * 5
-    for name, versions in (("fgd", (1, 2)), ("loom", (1, 2, 3))):
+    for name, versions in (("fgd", (1, 2)), ("loom", (1, 2, 3, 4))):
         for version in versions:
             log = run_log(name, shapes, 2, version=version)
             placed = [r for r in log.records if isinstance(r.event, JobPlaced)]

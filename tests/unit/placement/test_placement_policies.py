@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
@@ -326,9 +327,10 @@ def test_fgd_buckets_near_deltas_together_and_rank_decides() -> None:
     assert FGD().best_choice(far, request, ctx)[0] == -1000
     assert FGD().score(near, request, ctx) == FGD().score(far, request, ctx) == 52
     assert hosts_of(place_on(request, cluster(), FGD(), ctx)) == ["near"]  # tie -> rank
-    # loom: the same bucket, doubled, +1 for a node holding work (both do here)
-    assert Loom().score(near, request, ctx) == Loom().score(far, request, ctx) == 52 * 2 + 1
-    assert hosts_of(place_on(request, cluster(), Loom(), ctx)) == ["near"]
+    # loom (v3): the same bucket, doubled, +1 for a node holding work (both do here)
+    loom = Loom.version_3
+    assert loom().score(near, request, ctx) == loom().score(far, request, ctx) == 52 * 2 + 1
+    assert hosts_of(place_on(request, cluster(), loom(), ctx)) == ["near"]
 
 
 def test_loom_prefers_a_used_node_inside_a_bucket() -> None:
@@ -386,6 +388,12 @@ def test_shipped_policies_are_named_and_grouped_except_random() -> None:
         "temperature_milli": 1000,
         "prefer_used_nodes": True,
         "scarce_pressure": "3/10",
+        "gap_competition": "1/5",
+    }
+    assert Loom.version_3().params == {
+        "temperature_milli": 1000,
+        "prefer_used_nodes": True,
+        "scarce_pressure": "3/10",
     }
     assert Loom.version_2().params == {"temperature_milli": 1000, "prefer_used_nodes": True}
 
@@ -399,15 +407,21 @@ def memory_twins() -> list[NodeView]:
     ]
 
 
-@pytest.mark.parametrize("policy_type", [FGD, Loom], ids=["fgd", "loom"])
-def test_fragmentation_policies_see_gpu_memory_per_node(policy_type: type[FGD]) -> None:
+@pytest.mark.parametrize(
+    ("make", "gaps"), [(FGD, (0, 0)), (Loom.version_3, (0, 0)), (Loom, (333, -500))]
+)
+def test_fragmentation_policies_see_gpu_memory_per_node(
+    make: Callable[[], FGD], gaps: tuple[int, int]
+) -> None:
     ctx = Context(workload=weights((ONE_WHOLE, 1)))
     request = Request(gpus=1, gpu_milli=500, gpu_memory_mib=1100)
     x, y = memory_twins()
     # x: its idle GPU -> 500 becomes a fragment (Δ = +500); y: 600 -> 100 (Δ = -500)
-    assert policy_type().best_choice(x, request, ctx)[0] == 500
-    assert policy_type().best_choice(y, request, ctx)[0] == -500
-    assert policy_type().score(y, request, ctx) > policy_type().score(x, request, ctx)
+    # loom v4 adds the gaps' values, W(f) = f where nothing fits and W(1000) = 167:
+    # x 167 -> 500 (+333), y 600 -> 100 (-500)
+    assert make().best_choice(x, request, ctx)[0] == 500 + gaps[0]
+    assert make().best_choice(y, request, ctx)[0] == -500 + gaps[1]
+    assert make().score(y, request, ctx) > make().score(x, request, ctx)
 
 
 @pytest.mark.parametrize("policy_type", [FGD, Loom], ids=["fgd", "loom"])

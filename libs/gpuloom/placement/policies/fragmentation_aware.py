@@ -8,6 +8,7 @@ from typing import Self
 
 from gpuloom.placement.engine import Context
 from gpuloom.placement.fragmentation import FragmentationMeter, Workload, node_state
+from gpuloom.placement.gap_value import GapValues
 from gpuloom.placement.policies.base import PolicyBase
 from gpuloom.placement.resources import (
     GpuView,
@@ -66,7 +67,9 @@ class FragmentationAware(PolicyBase):
         (first index on ties); whole GPUs are interchangeable, the lowest idle ones.
 
         The state after a choice is never built: the node's lane sums change by the
-        lanes of the GPUs it takes, before and after (`FragmentationMeter.value`)."""
+        lanes of the GPUs it takes, before and after (`FragmentationMeter.value`).
+        A policy that values gaps (`gap_values`, loom v4) adds, for a share on one GPU,
+        the change in what the GPU's free share is expected to end as, in Δ's units."""
         meter = self.meter(context)
         cpu, gpus = node_state(node)
         counts, uses, idle = meter.sums(gpus)
@@ -86,6 +89,7 @@ class FragmentationAware(PolicyBase):
         if request.gpus == 0 or not request.fractional:
             chosen = best_fit_gpus(request, node)
             return delta(chosen), chosen
+        gaps = self.gap_values(context) if request.gpus == 1 else None
         best: tuple[int, list[GpuView]] | None = None
         tried: set[tuple[str, str, int]] = set()
         for gpu in sorted(serving_gpus(request, node), key=lambda g: g.index):
@@ -101,10 +105,17 @@ class FragmentationAware(PolicyBase):
                 rest = [g for g in best_fit_gpus(request, node) if g.index != gpu.index]
                 choice = [gpu, *rest[: request.gpus - 1]]
             change = delta(choice)
+            if gaps is not None and (request.models or gpu.model not in gaps.bound_models):
+                free = gpu.milli_free
+                change += (gaps.values[free - milli] - gaps.values[free]) * meter.total
             if best is None or change < best[0]:
                 best = (change, choice)
         assert best is not None
         return best
+
+    def gap_values(self, context: Context) -> GapValues | None:
+        """What a GPU's free share will likely end as (loom version 4); None: not read."""
+        return None
 
     def pick(self, node: NodeView, request: Request, context: Context) -> list[GpuView]:
         if request.gpus == 0 or not request.fractional:
