@@ -68,17 +68,18 @@ class Loom(MemoisedDelta):
     @classmethod
     def version_3(cls) -> Self:
         """Version 3: scarce models left, gaps not valued."""
-        policy = cls()
-        policy.version = 3
-        policy.values_gaps = False
-        return policy
+        return cls._earlier(3, leaves_scarce_models=True)
 
     @classmethod
     def version_2(cls) -> Self:
         """Version 2: the workload read every 100 submissions, scarce models not left."""
+        return cls._earlier(2, leaves_scarce_models=False)
+
+    @classmethod
+    def _earlier(cls, version: int, *, leaves_scarce_models: bool) -> Self:
         policy = cls()
-        policy.version = 2
-        policy.leaves_scarce_models = False
+        policy.version = version
+        policy.leaves_scarce_models = leaves_scarce_models
         policy.values_gaps = False
         return policy
 
