@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuloom.placement.engine import Context
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.gap_value import GapValues, bound_models, gap_values
@@ -122,3 +125,24 @@ def test_loom_v4_reads_the_gaps_of_the_workload_in_its_context() -> None:
         found = policy.gap_values(Context(workload=workload))
         assert found is not None and found.values == gap_values(workload)
     assert Loom.version_3().gap_values(Context(workload=SHARES)) is None
+
+
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 1000), st.integers(0, 3), st.integers(1, 9)),
+        min_size=1,
+        max_size=8,
+    ),
+    competition=st.fractions(min_value=Fraction(1, 100), max_value=10),
+)
+def test_a_gap_ends_as_no_more_than_itself_and_unfillable_ones_as_all_of_it(
+    shapes: list[tuple[int, int, int]], competition: Fraction
+) -> None:
+    workload = Workload(tuple((Shape(0, milli, gpus), weight) for milli, gpus, weight in shapes))
+    values = gap_values(workload, competition)
+    smallest = min((milli for milli, gpus, _ in shapes if gpus), default=1001)
+    assert values[0] == 0
+    for free in range(1, 1001):
+        assert 0 <= values[free] <= free
+        if free < smallest:
+            assert values[free] == free
