@@ -40,7 +40,7 @@ def gap_values(workload: Workload, competition: Fraction = COMPETITION) -> tuple
     """W(f) for f = 0..1000 milli of one GPU, in milli (see the module's docstring)."""
     weights: Counter[int] = Counter()
     for shape, weight in workload.shapes:
-        if shape.gpus:
+        if shape.gpus and 0 < shape.gpu_milli <= WHOLE:  # a share of 0 would fill nothing
             weights[shape.gpu_milli] += weight * shape.gpus
     total = sum(weights.values())
     sizes = sorted(weights)

@@ -39,6 +39,8 @@ def test_gap_values_weigh_shapes_per_gpu_and_leave_cpu_only_shapes_out() -> None
     same values as one whole-GPU shape of twice the weight, beside the half."""
     two = Workload(((HALF, 2), (Shape(0, 1000, 2), 1), (Shape(4000, 0, 0), 50)))
     assert gap_values(two) == gap_values(Workload(((HALF, 2), (WHOLE_GPU, 2))))
+    nothing = Workload(((HALF, 2), (WHOLE_GPU, 2), (Shape(0, 0, 1), 5)))  # not a share
+    assert gap_values(nothing) == gap_values(Workload(((HALF, 2), (WHOLE_GPU, 2))))
     assert gap_values(two, Fraction(1)) != gap_values(two)
 
 
