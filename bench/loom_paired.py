@@ -36,7 +36,8 @@ def all_traces() -> list[str]:
 
 
 def policy_named(name: str) -> Policy:
-    """fgd, loom (current), loom-v2, loom-v3, or loom-c=F (current, gap competition F)."""
+    """fgd, loom (current), loom-v2 to loom-v4, loom-c=F (current, gap competition F), or
+    loom-s=F (current, stranding weight F)."""
     if name == "fgd":
         return FGD()
     if name == "loom":
@@ -45,9 +46,15 @@ def policy_named(name: str) -> Policy:
         return Loom.version_2()
     if name == "loom-v3":
         return Loom.version_3()
+    if name == "loom-v4":
+        return Loom.version_4()
     if name.startswith("loom-c="):
         policy = Loom()
         policy.gap_competition = Fraction(name.removeprefix("loom-c="))
+        return policy
+    if name.startswith("loom-s="):
+        policy = Loom()
+        policy.stranding_weight = Fraction(name.removeprefix("loom-s="))
         return policy
     raise SystemExit(f"unknown policy {name!r}")
 

@@ -170,9 +170,10 @@ def main() -> None:
     workload = typical_workload(tasks, nodes)
     runs: list[tuple[str, object, Workload]] = [
         ("fgd (published scoring)", FGD(), workload),
-        ("loom (bucket, then used node)", Loom.version_3(), workload),
+        ("loom v3 (bucket, then used node)", Loom.version_3(), workload),
         ("loom v2 (scarce models not left)", Loom.version_2(), workload),
-        ("loom v4 (gaps valued)", Loom(), workload),
+        ("loom v4 (gaps valued)", Loom.version_4(), workload),
+        ("loom v5 (CPU stranding counted)", Loom(), workload),
     ]
     rules = {**VARIANTS, **informed_variants(nodes, workload)}
     runs += [(name, Variant(name, rule), workload) for name, rule in rules.items()]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
 from gpuloom.placement.fragmentation import FragmentationMeter, Workload
-from gpuloom.placement.resources import WHOLE
+from gpuloom.placement.resources import WHOLE, Placement
 from gpuloom.sim.trace import TraceNode, TraceTask
 
 INFLATE = 1.3
@@ -69,28 +69,15 @@ def replay(
     workload: Workload,
 ) -> Run:
     started = time.perf_counter()
-    rng = random.Random(seed)
-    capacity = sum(n.gpus for n in nodes) * WHOLE
-    sequence = arrival_sequence(tasks, capacity, rng)
-    by_name = sorted(nodes, key=lambda n: n.name)
-    ranks = list(range(len(by_name)))
-    rng.shuffle(ranks)
-    views = [node.view(rank) for node, rank in zip(by_name, ranks, strict=True)]
-    index = NodeIndex(views)
+    sequence, index = seeded_start(nodes, tasks, seed)
     meter = FragmentationMeter(workload)
-    node_frag = {v.name: meter.of_node(v) for v in views}
+    node_frag = {v.name: meter.of_node(v) for v in index.nodes.values()}
     total_frag = sum(node_frag.values())
-    context = Context(seed=seed, workload=workload)
-    run = Run(policy.name, seed, capacity)
+    run = Run(policy.name, seed, sum(n.gpus for n in nodes) * WHOLE)
     arrived = allocated = 0
     for position, task in enumerate(sequence):
         arrived += task.demand_milli
-        placement = place(
-            task.request(),
-            index,
-            policy,
-            Context(seed, position, workload) if not policy.grouped else context,
-        )
+        placement = place_arrival(task, position, index, policy, seed, workload)
         if placement is None:
             run.failed[task.kind] += 1
         else:
@@ -106,3 +93,43 @@ def replay(
         run.fragmentation.append(meter.milli(total_frag))
     run.seconds = time.perf_counter() - started
     return run
+
+
+def seeded_start(
+    nodes: list[TraceNode], tasks: list[TraceTask], seed: int
+) -> tuple[list[TraceTask], NodeIndex]:
+    """The seed's arrival sequence and the empty cluster, nodes ranked by the seed (in the
+    published draw order: shuffle, resampling, node permutation)."""
+    rng = random.Random(seed)
+    sequence = arrival_sequence(tasks, sum(n.gpus for n in nodes) * WHOLE, rng)
+    by_name = sorted(nodes, key=lambda n: n.name)
+    ranks = list(range(len(by_name)))
+    rng.shuffle(ranks)
+    return sequence, NodeIndex([node.view(rank) for node, rank in zip(by_name, ranks, strict=True)])
+
+
+def place_arrival(
+    task: TraceTask, position: int, index: NodeIndex, policy: Policy, seed: int, workload: Workload
+) -> Placement | None:
+    """One attempt; a policy that is not grouped (random) draws from the arrival's position."""
+    return place(task.request(), index, policy, Context(seed, position, workload))
+
+
+def cluster_when_arrived(
+    nodes: list[TraceNode],
+    tasks: list[TraceTask],
+    policy: Policy,
+    seed: int,
+    workload: Workload,
+    arrived_milli: int,
+) -> NodeIndex:
+    """The cluster once the arrivals up to `arrived_milli` of GPU demand (the first that
+    reaches it included) were placed or failed."""
+    sequence, index = seeded_start(nodes, tasks, seed)
+    arrived = 0
+    for position, task in enumerate(sequence):
+        place_arrival(task, position, index, policy, seed, workload)
+        arrived += task.demand_milli
+        if arrived >= arrived_milli:
+            break
+    return index

@@ -26,12 +26,14 @@ from gpuloom.testing.builders import LogBuilder, make_job_spec
 POLICIES = ["bestfit", "spread", "dotprod", "pack", "random", "fgd", "loom"]
 
 
-def node(name: str, count: int, model: str, pool: str, lends: bool = False) -> NodeRegistered:
+def node(
+    name: str, count: int, model: str, pool: str, lends: bool = False, cpu_milli: int = 64_000
+) -> NodeRegistered:
     gpus = [
         GpuSpec(index=i, uuid=f"{name}-{i}", model=model, memory_mib=40_960, pool=pool)  # type: ignore[arg-type]
         for i in range(count)
     ]
-    spec = NodeSpec(gpus=gpus, cpu_milli=64_000, memory_mib=256_000, lends_remote_vgpu=lends)
+    spec = NodeSpec(gpus=gpus, cpu_milli=cpu_milli, memory_mib=256_000, lends_remote_vgpu=lends)
     return NodeRegistered(node=name, spec=spec)
 
 
@@ -54,15 +56,17 @@ def run_log(
     finish_every: int,
     pool_moves: list[tuple[str, int]] = (),  # type: ignore[assignment]
     version: int | None = None,
+    cpu_of_c: int = 64_000,
 ) -> LogBuilder:
     """A log as the services would write it: submit, admit, queue, placement cycles, runs,
     and an admin moving GPUs between pools (`pool_moves`, one per job, while they last);
-    decided by `policy_name`'s current version, or its earlier `version`."""
+    decided by `policy_name`'s current version, or its earlier `version`; node "c" has
+    `cpu_of_c` CPU milli, "a" and "b" 64,000."""
     policy = default_registry().get(policy_name, version)
     log = LogBuilder()
     log.append(node("a", 4, "A100", "physical"))
     log.append(node("b", 2, "T4", "vgpu", lends=True))
-    log.append(node("c", 2, "A100", "vgpu"))
+    log.append(node("c", 2, "A100", "vgpu", cpu_milli=cpu_of_c))
     running: list[tuple[str, str]] = []
     for number, fields in enumerate(shapes):
         job_id = f"j{number}"
@@ -154,10 +158,10 @@ def test_the_audit_makes_no_garbage_cycles(policy: str) -> None:
 def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
     """fgd and loom v2 read the typical workload every 100 submissions, loom v3 leaves
     used nodes of scarce models to the tasks bound to them, loom v4 values the gaps
-    shares leave; logs written by earlier versions are still re-made by those versions,
-    kept for them."""
+    shares leave, loom v5 counts what a node's CPU will strand; logs written by earlier
+    versions are still re-made by those versions, kept for them."""
     registry = default_registry()
-    assert registry.get("fgd").version == 2 and registry.get("loom").version == 4
+    assert registry.get("fgd").version == 2 and registry.get("loom").version == 5
     assert registry.get("fgd", 1).workload_every == 1
     assert registry.get("fgd", 9) is registry.get("fgd")  # unknown: the caller says what differs
     shapes: list[dict[str, object]] = [
@@ -166,7 +170,7 @@ def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
         {"gpus": 2},
         {"gpus": 1, "gpu_milli": 500, "gpu_model": ["T4"]},
     ] * 5
-    for name, versions in (("fgd", (1, 2)), ("loom", (1, 2, 3, 4))):
+    for name, versions in (("fgd", (1, 2)), ("loom", (1, 2, 3, 4, 5))):
         for version in versions:
             log = run_log(name, shapes, 2, version=version)
             placed = [r for r in log.records if isinstance(r.event, JobPlaced)]
@@ -174,6 +178,25 @@ def test_the_audit_re_makes_the_decisions_of_every_version() -> None:
             report = audit(log.records)
             assert report.ok, (name, version, report.mismatches[:3])
             assert report.verified >= len(placed)
+
+
+def test_the_audit_re_makes_loom_v5_where_stranding_decides() -> None:
+    """Node "c" has 12,000 CPU milli for its two GPUs while the one-GPU jobs ask 16,000
+    each: CPU decides here, so v5's decisions differ from v4's, and the audit re-makes
+    both."""
+    shapes: list[dict[str, object]] = [
+        {"gpus": 0, "cpu_milli": 4000},
+        *[{"gpus": 1, "cpu_milli": 16_000}] * 3,
+    ] * 4
+    hosts: dict[int, list[list[str]]] = {}
+    for version in (4, 5):
+        log = run_log("loom", shapes, 0, version=version, cpu_of_c=12_000)
+        placed = [r.event for r in log.records if isinstance(r.event, JobPlaced)]
+        hosts[version] = [[replica.host for replica in e.replicas] for e in placed]
+        report = audit(log.records)
+        assert report.ok, (version, report.mismatches[:3])
+        assert report.verified >= len(placed)
+    assert hosts[5] != hosts[4]
 
 
 def tampered(records: list[Recorded], index: int, **changes: object) -> list[Recorded]:

@@ -389,6 +389,13 @@ def test_shipped_policies_are_named_and_grouped_except_random() -> None:
         "prefer_used_nodes": True,
         "scarce_pressure": "3/10",
         "gap_competition": "1/5",
+        "stranding_weight": "1/1",
+    }
+    assert Loom.version_4().params == {
+        "temperature_milli": 1000,
+        "prefer_used_nodes": True,
+        "scarce_pressure": "3/10",
+        "gap_competition": "1/5",
     }
     assert Loom.version_3().params == {
         "temperature_milli": 1000,

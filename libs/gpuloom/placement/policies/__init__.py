@@ -29,7 +29,7 @@ def shipped_policies() -> list[Policy]:
 def retired_policies() -> list[Policy]:
     """Earlier versions of shipped policies, kept so that `gpuloom audit` re-makes the
     decisions of logs written with them (configuration picks only the current ones)."""
-    return [FGD.retired(), Loom.retired(), Loom.version_2(), Loom.version_3()]
+    return [FGD.retired(), Loom.retired(), Loom.version_2(), Loom.version_3(), Loom.version_4()]
 
 
 __all__ = [
