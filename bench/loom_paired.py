@@ -18,11 +18,14 @@ import argparse
 import math
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
-from gpuloom.placement.engine import Policy
+from gpuloom.placement.engine import Context, Policy
 from gpuloom.placement.policies import FGD, Loom
+from gpuloom.placement.resources import NodeView, Request
+from gpuloom.placement.stranding import CpuRate
 from gpuloom.sim.metrics import curves
 from gpuloom.sim.replay import replay
 from gpuloom.sim.trace import load_nodes, load_tasks, typical_workload
@@ -35,9 +38,20 @@ def all_traces() -> list[str]:
     return sorted(p.stem.removeprefix(prefix) for p in TRACE_DIR.glob(f"{prefix}*.csv"))
 
 
+class StrandingForAll(Loom):
+    """loom v5, with GPU tasks counting stranding where the workload names models too."""
+
+    def stranding_change(self, node: NodeView, request: Request, context: Context) -> float:
+        workload = context.workload
+        if self._cpu_rate is None or self._cpu_rate.workload is not workload:
+            self._cpu_rate = replace(CpuRate.of(workload), gpu_tasks_count=True)
+        return super().stranding_change(node, request, context)
+
+
 def policy_named(name: str) -> Policy:
-    """fgd, loom (current), loom-v2 to loom-v4, loom-c=F (current, gap competition F), or
-    loom-s=F (current, stranding weight F)."""
+    """fgd, loom (current), loom-v2 to loom-v4, loom-c=F (current, gap competition F),
+    loom-s=F (current, stranding weight F), or loom-s-all (GPU tasks count stranding even
+    where the workload names models: tried, not kept)."""
     if name == "fgd":
         return FGD()
     if name == "loom":
@@ -52,6 +66,8 @@ def policy_named(name: str) -> Policy:
         policy = Loom()
         policy.gap_competition = Fraction(name.removeprefix("loom-c="))
         return policy
+    if name == "loom-s-all":
+        return StrandingForAll()
     if name.startswith("loom-s="):
         policy = Loom()
         policy.stranding_weight = Fraction(name.removeprefix("loom-s="))

@@ -48,6 +48,10 @@ def test_stranded_is_the_gpu_the_free_cpu_cannot_carry_at_the_workloads_rate() -
 def test_a_workload_without_gpu_shapes_or_cpu_strands_nothing() -> None:
     assert CpuRate.of(Workload(((Shape(4000, 0, 0), 1),))).stranded(0, 8000) == 0
     assert CpuRate.of(Workload(((Shape(0, 1000, 1), 1),))).stranded(0, 8000) == 0
+    # a GPU shape with no share of it: CPU and no GPU to carry, not "all stranded"
+    assert CpuRate.of(Workload(((Shape(4000, 0, 1), 1),))).stranded(0, 8000) == 0
+    no_cpu = Context(workload=Workload(((Shape(0, 1000, 1), 1),)))
+    assert Loom().stranding_change(twins()[0], Request(gpus=0, cpu_milli=8000), no_cpu) == 0
 
 
 @given(
