@@ -21,10 +21,10 @@ nodes whose CPU is more than their GPUs will need.
 
 Where some shape of the workload names GPU models, only tasks without a GPU count S
 (`CpuRate.gpu_tasks_count`). The nodes with CPU to spare are those of a few models (on
-the trace, the T4 nodes), and S steered GPU tasks free to
-run anywhere onto them, taking the GPUs the model-bound tasks needed: on the trace's
-gpuspec variants counting S for GPU tasks was well above FGD, counting it for tasks
-without a GPU only was below it (docs/benchmarks.md, loom version 5).
+the trace, the T4 nodes), and S steered GPU tasks free to run anywhere onto them,
+taking the GPUs the model-bound tasks needed: on the trace's gpuspec variants counting
+S for GPU tasks was well above FGD, counting it for tasks without a GPU only was below
+it (docs/benchmarks.md, loom version 5).
 
 Integers throughout: S is returned as a numerator over `CpuRate.cpu`, so a score built
 on it is the same on every machine and the audit re-makes the decision.
