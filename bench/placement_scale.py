@@ -21,7 +21,11 @@ has a blocked job, so it pays what a blocked job costs (the reservation search,
 the preemption check) on top of placing the few jobs that fit.
 
   python bench/placement_scale.py [--nodes 5000] [--jobs 50000] [--policies bestfit,fgd]
-                                  [--steady 30] [--churn 20]
+                                  [--steady 30] [--churn 20] [--backfill-depth 500]
+
+`--backfill-depth N` records `QueuePolicySet(backfill_depth=N)` in the log, as the
+queue service does with GPULOOM_BACKFILL_DEPTH: each pass then tries at most N jobs
+behind the first that cannot start. Without it (0) every job is tried.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from gpuloom.events import (
     JobSubmitted,
     NodeRegistered,
     NodeSpec,
+    QueuePolicySet,
     Recorded,
     make_envelope,
 )
@@ -69,11 +74,13 @@ class Log:
         return record
 
 
-def build(nodes: int, jobs: int, seed: int) -> Log:
+def build(nodes: int, jobs: int, seed: int, backfill_depth: int = 0) -> Log:
     rng = random.Random(seed)
     trace_nodes = load_nodes(TRACE / "openb_node_list_gpu_node.csv")
     tasks = load_tasks(TRACE / "openb_pod_list_default.csv")
     log = Log()
+    if backfill_depth:  # as the queue service records GPULOOM_BACKFILL_DEPTH
+        log.append(QueuePolicySet(backfill_depth=backfill_depth))
     for n in range(nodes):
         like = trace_nodes[rng.randrange(len(trace_nodes))]
         name = f"node-{n:05d}"
@@ -160,6 +167,12 @@ def main() -> None:
     parser.add_argument("--steady", type=int, default=30, help="cycles on the full cluster")
     parser.add_argument("--churn", type=int, default=20, help="jobs ending and arriving per cycle")
     parser.add_argument(
+        "--backfill-depth",
+        type=int,
+        default=0,
+        help="QueuePolicySet.backfill_depth in the log (0: none, every job tried)",
+    )
+    parser.add_argument(
         "--audit-workers",
         default="1,2",
         help="the audit's processes, one timing per count (gpuloom audit --workers)",
@@ -167,7 +180,7 @@ def main() -> None:
     args = parser.parse_args()
     tune_collector()  # as the placement service and `gpuloom audit` do
     started = time.perf_counter()
-    log = build(args.nodes, args.jobs, args.seed)
+    log = build(args.nodes, args.jobs, args.seed, args.backfill_depth)
     state = ClusterState()
     for record in log.records:
         apply(state, record)

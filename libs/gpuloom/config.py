@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     #: "easy": EASY backfill around the blocked head's reservation; "off": strict order.
     backfill: Literal["easy", "off"] = "easy"
+    #: How many queued jobs behind the first that cannot start each placement pass
+    #: tries (Slurm's `bf_max_job_test`, whose default this is); 0: all of them.
+    backfill_depth: int = Field(default=500, ge=0, le=1_000_000)
     #: Blocked jobs may preempt lower preemptible classes and reclaim nominal quota.
     preemption: bool = True
     cancel_grace_s: float = 5.0

@@ -21,6 +21,7 @@ def configured_policy(settings: Settings) -> QueuePolicySet:
         max_age_s=settings.priority_max_age_s,
         fair_share_half_life_s=settings.fair_share_half_life_s,
         backfill=settings.backfill,
+        backfill_depth=settings.backfill_depth or None,
         preemption=settings.preemption,
         victims_yield=True,  # not a choice: without it a victim can be preempted again and again
     )

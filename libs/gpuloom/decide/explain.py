@@ -213,6 +213,12 @@ def explain(
             )
         else:
             reason, detail = "Priority", f"{len(ahead)} job(s) ahead in the queue"
+            depth = (state.queue_policy or QueuePolicySet()).backfill_depth
+            if depth is not None and position is not None and position > depth + 1:
+                detail += (
+                    f"; a placement pass tries at most {depth} jobs behind the first that"
+                    " cannot start (backfill depth)"
+                )
     else:
         reason, detail = "Resources", "no node has room for it now"
     if reason == "Resources" and estimate is None:

@@ -20,9 +20,9 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
             decisions.append(
                 Decision(JobCancelled(job_id=job_id), f"{job_id}:cancelled", job.last_event_id)
             )
-    for job_id in sorted(state.queued, key=lambda j: state.jobs[j].order):
+    for job_id in sorted(state.queued_with_dependencies, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
-        if not job.spec.depends_on or job.cancel_requested:
+        if job.cancel_requested:
             continue
         status, why = dependency_status(state, job)
         if status == "never":

@@ -52,6 +52,11 @@ class QueuePolicySet(Event):
     #: again, until its usage ranks it lower (`JobState.yields_to`). False in logs
     #: written before it: their decisions are re-made as they were made.
     victims_yield: bool = False
+    #: How many queued jobs behind the first that cannot start a placement pass tries
+    #: (Slurm's `bf_max_job_test`): a pass over a deep backlog then costs a bounded
+    #: time. None: every one (logs written before it: their decisions are re-made as
+    #: they were made).
+    backfill_depth: int | None = Field(default=None, ge=1, le=1_000_000)
 
     def aggregate_id(self) -> str:
         return "policy"

@@ -156,6 +156,7 @@ def placement_cycle(
         quotas=quota_book(state),
         current=current_reservation(state),
         limit=limit,
+        depth=queue_policy.backfill_depth,
     )
     common = {"basis_seq": state.seq, "policy": ref}
     decisions: list[Decision] = []

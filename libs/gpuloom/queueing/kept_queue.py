@@ -14,7 +14,10 @@ event of random logs).
 
 from __future__ import annotations
 
-from gpuloom.queueing.order import placeable, priority_weights, queue_key, queue_order
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+
+from gpuloom.queueing.order import placeable_in_turn, priority_weights, queue_key, queue_order
 from gpuloom.state import ClusterState, JobState
 
 _Key = tuple[tuple[int, tuple[int, int, str]], str]
@@ -30,14 +33,15 @@ class KeptQueue:
         self._keys: dict[str, _Key] = {}
         self._sorted: list[_Key] = []
 
-    def order(self, state: ClusterState) -> list[JobState]:
-        """`queue_order(state)`."""
+    def order(self, state: ClusterState) -> Iterator[JobState]:
+        """`queue_order(state)`, one job at a time as the placement pass asks for them
+        (`placeable_in_turn`): read it before `state` or this queue changes."""
         if not priority_weights(state).plain:
             self._state = None  # ranked afresh; when plain again, sorted afresh
-            return queue_order(state)
+            return iter(queue_order(state))
         self._refresh(state)
         jobs = state.jobs
-        return placeable(state, [jobs[job_id] for _, job_id in self._sorted])
+        return placeable_in_turn(state, (jobs[job_id] for _, job_id in self._sorted))
 
     def _refresh(self, state: ClusterState) -> None:
         if state is self._state and state.seq == self._seq:
@@ -49,21 +53,40 @@ class KeptQueue:
             keys = self._keys = {j: (queue_key(state.jobs[j]), j) for j in state.queued}
             self._sorted = sorted(keys.values())
         else:
-            left: set[str] = set()  # jobs whose old place goes
+            left: list[_Key] = []  # the old places of jobs fed since
             added: list[_Key] = []
             for job_id, seq in reversed(state.job_feed.items()):
                 if seq <= self._seq:
                     break
-                if keys.pop(job_id, None) is not None:
-                    left.add(job_id)
+                old = keys.pop(job_id, None)
+                if old is not None:
+                    left.append(old)
                 if job_id in state.queued:
                     key = keys[job_id] = (queue_key(state.jobs[job_id]), job_id)
                     added.append(key)
-            # one pass, and one sort of a sorted run and the few added (a placement
-            # cycle takes thousands of jobs out at once, a steady one a few)
-            if left:
-                self._sorted = [key for key in self._sorted if key[1] not in left]
-            if added:
-                self._sorted += added
-                self._sorted.sort()
+            self._sorted = _edited(self._sorted, left, added)
         self._seq = state.seq
+
+
+#: Up to this many keys are taken out or put in one by one (a binary search each);
+#: more, and the list is filtered or sorted once (a placement cycle takes thousands
+#: of jobs out at once, a steady one a few).
+_ONE_BY_ONE = 32
+
+
+def _edited(ordered: list[_Key], left: list[_Key], added: list[_Key]) -> list[_Key]:
+    """`ordered` (ascending, distinct keys) without the keys `left` (each in it), with
+    `added`: in ascending order, as sorting the result afresh would give it."""
+    if len(left) <= _ONE_BY_ONE:
+        for key in left:
+            del ordered[bisect_left(ordered, key)]
+    else:
+        gone = set(left)
+        ordered = [key for key in ordered if key not in gone]
+    if len(added) <= _ONE_BY_ONE:
+        for key in added:
+            insort(ordered, key)
+    else:
+        ordered += added
+        ordered.sort()
+    return ordered

@@ -8,7 +8,7 @@ decision and the read model all ask these; none of them decides anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal, TypeVar
 
 from gpuloom.events import JobSpec, QueuePolicySet
@@ -112,20 +112,21 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
 def behind_their_preemptors(
     state: ClusterState, ranked: list[_Ranked], job_of: Callable[[_Ranked], JobState]
 ) -> list[_Ranked]:
-    """`ranked` with each requeued victim that ranks before the job it was preempted
-    for moved right behind that job, when the log's queue policy says so
+    """`ranked` (every queued job) with each requeued victim that ranks before the job it
+    was preempted for moved right behind that job, when the log's queue policy says so
     (`QueuePolicySet.victims_yield`); the rest keep their ranks.
 
     What was freed for a job goes to it: the victim placed first would be preempted
-    again, and again (a cycle of jobs yielding to each other keeps its ranks)."""
-    policy = state.queue_policy
-    if policy is None or not policy.victims_yield:
+    again, and again (a cycle of jobs yielding to each other keeps its ranks). Only the
+    fold's few `queued_yielding` are looked at until one must move: a deep backlog is
+    not walked for them at every cycle."""
+    if not victims_may_yield(state):
         return ranked
-    preemptor_of = {job_of(item).job_id: job_of(item).yields_to for item in ranked}
+    preemptor_of = {job_id: state.jobs[job_id].yields_to for job_id in state.queued_yielding}
     yielding = {
         job_id: preemptor
         for job_id, preemptor in preemptor_of.items()
-        if preemptor in preemptor_of and not _yields_to_itself(job_id, preemptor_of)
+        if preemptor in state.queued and not _yields_to_itself(job_id, preemptor_of)
     }
     if not yielding:
         return ranked
@@ -148,6 +149,13 @@ def behind_their_preemptors(
         else:
             emit(item)
     return ordered
+
+
+def victims_may_yield(state: ClusterState) -> bool:
+    """Whether `behind_their_preemptors` may move a job: the log's policy lets victims
+    yield, and some queued job was preempted for another."""
+    policy = state.queue_policy
+    return policy is not None and policy.victims_yield and bool(state.queued_yielding)
 
 
 def yields_to(state: ClusterState, job: JobState) -> str | None:
@@ -235,10 +243,19 @@ def placeable(
     """Of the queued jobs `ranked` (by `queue_key` when `reorder`: each victim then goes
     behind the job it yields to), those placement may place: not being cancelled, their
     dependencies met."""
-    ordered = behind_their_preemptors(state, ranked, lambda job: job) if reorder else ranked
-    return [
-        job
-        for job in ordered
-        if not job.cancel_requested
-        and (not job.spec.depends_on or dependency_status(state, job)[0] == "met")
-    ]
+    return list(placeable_in_turn(state, ranked, reorder=reorder))
+
+
+def placeable_in_turn(
+    state: ClusterState, ranked: Iterable[JobState], *, reorder: bool = True
+) -> Iterator[JobState]:
+    """`placeable`, one job at a time as they are asked for: a placement pass that stops
+    early (its backfill depth, its limit) does not look at the rest of a deep backlog.
+    The state must not change while it is being read."""
+    if reorder and victims_may_yield(state):
+        ranked = behind_their_preemptors(state, list(ranked), lambda job: job)
+    for job in ranked:
+        if not job.cancel_requested and (
+            not job.spec.depends_on or dependency_status(state, job)[0] == "met"
+        ):
+            yield job

@@ -342,6 +342,13 @@ class ClusterState:
     uncharged: set[str] = field(default_factory=set)
     #: Pending jobs with a cancel request (queue's work list).
     cancel_pending: set[str] = field(default_factory=set)
+    #: Queued jobs that name dependencies (`spec.depends_on`): the queue's work list of
+    #: jobs that may have to be cancelled because a dependency can never be met. Kept
+    #: apart from `queued` so that a deep backlog is not walked at every decision.
+    queued_with_dependencies: set[str] = field(default_factory=set)
+    #: Queued jobs that were preempted for another job (`JobState.yields_to` set): the
+    #: few that `queueing.order.behind_their_preemptors` may move.
+    queued_yielding: set[str] = field(default_factory=set)
     idempotency_keys: dict[str, str] = field(default_factory=dict)
     #: Job arrays by id: how many tasks (`<id>-0` .. `<id>-<n-1>`).
     arrays: dict[str, int] = field(default_factory=dict)

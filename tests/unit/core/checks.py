@@ -80,6 +80,9 @@ def _check_indexes(state: ClusterState) -> None:
     assert state.submitted == phase_is("submitted")
     assert state.admitted == phase_is("admitted")
     assert state.queued == phase_is("queued")
+    queued = [state.jobs[j] for j in state.queued]
+    assert state.queued_with_dependencies == {j.job_id for j in queued if j.spec.depends_on}
+    assert state.queued_yielding == {j.job_id for j in queued if j.yields_to is not None}
     on_node = {(node, j) for node, jobs in state.on_node.items() for j in jobs}
     assert on_node == {(j.node, j.job_id) for j in state.jobs.values() if j.phase in ON_NODE_PHASES}
     assert state.cancel_pending == {

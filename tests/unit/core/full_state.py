@@ -52,6 +52,7 @@ def full_state() -> ClusterState:
     run.charged_by_model = {"H100-80GB": 1234}
     state.queued, state.submitted, state.admitted = {"q1", "q2"}, {"s1"}, {"ad1"}
     state.cancel_pending, state.arrays, state.dependents = {"q1"}, {"arr": 2}, {"a": {"b", "q1"}}
+    state.queued_with_dependencies, state.queued_yielding = {"q2"}, {"q1"}
     state.faults, state.skewed = 1, 2
     state.recent_voided.append(Voided(seq=7, type="JobStarted", reason="boom", fault=True))
     state.recent_skewed = [Voided(seq=8, type="JobFinished", reason="at 3 h ahead")]

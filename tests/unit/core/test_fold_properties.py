@@ -23,11 +23,16 @@ from .world import World
     gpus=st.integers(1, 4),
     actions=st.lists(ACTIONS, min_size=25, max_size=60),
     victims_yield=st.booleans(),
+    backfill_depth=st.none() | st.integers(1, 3),
 )
 def test_random_logs_keep_every_invariant(
-    models: list[str], gpus: int, actions: list[object], victims_yield: bool
+    models: list[str],
+    gpus: int,
+    actions: list[object],
+    victims_yield: bool,
+    backfill_depth: int | None,
 ) -> None:
-    world = World(models, gpus, victims_yield)
+    world = World(models, gpus, victims_yield, backfill_depth)
     for action in actions:
         world.play(action)
     world.check_replay()

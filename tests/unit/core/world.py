@@ -105,7 +105,13 @@ def assert_released(cache: IndexCache, state: ClusterState) -> None:
 
 
 class World:
-    def __init__(self, models: list[str], gpus: int, victims_yield: bool = True) -> None:
+    def __init__(
+        self,
+        models: list[str],
+        gpus: int,
+        victims_yield: bool = True,
+        backfill_depth: int | None = None,
+    ) -> None:
         self.log = LogBuilder()
         self.state = ClusterState()
         #: Policies that keep their node index between this world's cycles.
@@ -116,7 +122,7 @@ class World:
         #: several changes (a job preempted and placed again, say) come between looks.
         self.glancing = KeptHoldings()
         self.glancing_queue = KeptQueue()
-        self.record(QueuePolicySet(victims_yield=victims_yield))
+        self.record(QueuePolicySet(victims_yield=victims_yield, backfill_depth=backfill_depth))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
 

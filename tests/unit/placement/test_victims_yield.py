@@ -94,7 +94,8 @@ def test_victims_move_right_behind_their_preemptor_and_the_rest_keep_their_ranks
     log.run_to_queue("b", priority=3)
     state = log.state()
     for victim, preemptor in [("v1", "p"), ("v2", "p"), ("x", "y"), ("y", "x")]:
-        state.jobs[victim].yields_to = preemptor
+        state.jobs[victim].yields_to = preemptor  # by hand, with the fold's index of them
+        state.queued_yielding.add(victim)
     assert [j.job_id for j in queue_order(state)] == ["x", "y", "a", "p", "v1", "v2", "b"]
 
 

@@ -51,6 +51,14 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
             index.discard(job.job_id)
         if phase == member:
             index.add(job.job_id)
+    for subset, belongs in (
+        (state.queued_with_dependencies, bool(job.spec.depends_on)),
+        (state.queued_yielding, job.yields_to is not None),
+    ):
+        if phase == "queued" and belongs:
+            subset.add(job.job_id)
+        else:
+            subset.discard(job.job_id)
     if old in ("placed", "running") and phase not in ("placed", "running"):
         for name in job.nodes_held():
             state.on_node.get(name, set()).discard(job.job_id)

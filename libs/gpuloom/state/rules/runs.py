@@ -261,10 +261,10 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     release(state, job, recorded.envelope.at, ended)
     if outcome == "preempted" and not job.cancel_requested:
         by = job.preempted_by
+        job.yields_to = by  # before it is queued: `set_phase` files it among the yielding
         set_phase(state, job, "queued")
         forget_placement(state, job)
         job.reason = f"requeued: preempted by {by}"
-        job.yields_to = by
         return
     if outcome == "preempted":
         outcome, first_bad = "cancelled", ("cancelled", first_bad[1], "cancelled while preempted")
