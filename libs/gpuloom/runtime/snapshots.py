@@ -12,8 +12,7 @@ that fails is logged and tried again later. Serializing the state to JSON runs o
 event loop between two decisions (the state must not change under it; it is bounded
 by the live cluster: about 45 ms for 10,000 live jobs at an idle hour); compressing
 and checksumming it (a third of the cost) runs in a thread, and the upload beside the
-loop, one at a time. Each process writes at its own points of the log (`stagger`), so
-that processes sharing cores do not all pause at once.
+loop, one at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,19 +63,9 @@ def check_no_gap(service: str, state_seq: int, first_seq: int) -> None:
         )
 
 
-def stagger(key: str, every_events: int) -> int:
-    """Where in each stretch of `every_events` sequences the process named by `key` (its
-    snapshot bucket) writes: every process folds the same log at about the same moment,
-    and at the same points they would all pause to serialize at once, on cores they
-    share, each taking as much longer (eight services at 10,000 live jobs: 200 ms each,
-    docs/benchmarks.md). A hash spreads them; the same key always gets the same point."""
-    return zlib.crc32(key.encode()) % every_events if every_events > 0 else 0
-
-
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """When to write: each time the log passes a point `every_events` sequences after
-    the last (points staggered per process: `stagger`), or `every_s` seconds after the
+    """When to write: after `every_events` folded events, or `every_s` seconds after the
     last snapshot if anything was folded since; 0 turns that trigger off."""
 
     every_events: int = 10_000
@@ -98,7 +86,6 @@ class Snapshotter:
         *,
         base: SnapshotStore | None = None,
         clock: Callable[[], float] = time.monotonic,
-        phase: int | None = None,
     ) -> None:
         self.store = store
         #: The base snapshots (read only): where a process without its own starts once
@@ -106,9 +93,6 @@ class Snapshotter:
         self.base = base
         self.service = store.service
         self.policy = policy
-        #: Snapshots by events are written as the log passes seq `k * every_events -
-        #: phase` (the first fold at or past it), each process at its own points.
-        self.phase = stagger(store.bucket, policy.every_events) if phase is None else phase
         self.clock = clock
         self.written_seq = 0
         self.written_at = clock()
@@ -209,13 +193,9 @@ class Snapshotter:
         events = self.policy.every_events
         seconds = self.policy.every_s
         return bool(
-            (events > 0 and self._point(state.seq) > self._point(self.written_seq))
+            (events > 0 and state.seq - self.written_seq >= events)
             or (seconds > 0 and elapsed >= seconds)
         )
-
-    def _point(self, seq: int) -> int:
-        """How many of this process's snapshot points the log has passed at `seq`."""
-        return (seq + self.phase) // self.policy.every_events
 
     def maybe_write(self, state: ClusterState, *, replaying: bool = False) -> bool:
         """Encode `state` now and upload it in the background, when due and no upload
