@@ -93,8 +93,12 @@ def encode_snapshot(state: ClusterState, log: str = "") -> bytes:
 
 def serialize_state(state: ClusterState) -> bytes:
     """The first half of `encode_snapshot`: the state as JSON. It reads the live state,
-    so it runs where nothing folds meanwhile (on the event loop, between two events)."""
-    return state_codec().serializer.to_json(state, warnings="error")
+    so it runs where nothing folds meanwhile (on the event loop, between two events).
+
+    A field equal to its default is left out (decoding gives it back): most of a job's
+    fields are empty until it runs, and a queued array task's spec is mostly defaults.
+    That is a third of the bytes, and less time on the loop (docs/benchmarks.md)."""
+    return state_codec().serializer.to_json(state, warnings="error", exclude_defaults=True)
 
 
 def pack_snapshot(payload: bytes, seq: int, log: str = "") -> bytes:
