@@ -14,7 +14,7 @@ import time
 import zlib
 
 from gpuloom.state import ClusterState, fold
-from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
+from gpuloom.state.snapshot import decode_snapshot, encode_snapshot, serialize_state
 from gpuloom.state.snapshot_schema import state_codec
 from gpuloom.testing.builders import LogBuilder
 
@@ -68,14 +68,14 @@ def main() -> None:
         f"built {len(state.jobs)} jobs at seq {state.seq} in {time.perf_counter() - started:.1f} s"
     )
     data = encode_snapshot(state)
-    payload = state_codec().serializer.to_json(state)
+    payload = serialize_state(state)
     print(f"JSON payload {len(payload) / 1e6:8.2f} MB, snapshot (zlib 1) {len(data) / 1e6:.2f} MB")
     for level in (6, 9):
         print(f"  zlib {level}: {len(zlib.compress(payload, level)) / 1e6:.2f} MB")
     print(f"  lzma 0: {len(lzma.compress(payload, preset=0)) / 1e6:.2f} MB")
     timed("encode_snapshot", 5, lambda: encode_snapshot(state))
     timed("decode_snapshot", 5, lambda: decode_snapshot(data))
-    timed("  of which JSON serialize", 5, lambda: state_codec().serializer.to_json(state))
+    timed("  of which JSON serialize", 5, lambda: serialize_state(state))
     timed("  of which zlib 1", 5, lambda: zlib.compress(payload, 1))
     timed("  zlib 6 instead", 3, lambda: zlib.compress(payload, 6))
     timed("  lzma 0 instead", 3, lambda: lzma.compress(payload, preset=0))
