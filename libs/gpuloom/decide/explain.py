@@ -217,7 +217,7 @@ def explain(
             if depth is not None and position is not None and position > depth + 1:
                 detail += (
                     f"; a placement pass tries at most {depth} jobs behind the first that"
-                    " cannot start (backfill depth)"
+                    " cannot start (backfill depth), and this one may be further back"
                 )
     else:
         reason, detail = "Resources", "no node has room for it now"

@@ -79,7 +79,9 @@ def _edited(ordered: list[_Key], left: list[_Key], added: list[_Key]) -> list[_K
     `added`: in ascending order, as sorting the result afresh would give it."""
     if len(left) <= _ONE_BY_ONE:
         for key in left:
-            del ordered[bisect_left(ordered, key)]
+            at = bisect_left(ordered, key)
+            assert ordered[at] == key, f"{key} is not in the kept order"  # never a neighbour
+            del ordered[at]
     else:
         gone = set(left)
         ordered = [key for key in ordered if key not in gone]

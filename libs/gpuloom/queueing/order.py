@@ -153,9 +153,12 @@ def behind_their_preemptors(
 
 def victims_may_yield(state: ClusterState) -> bool:
     """Whether `behind_their_preemptors` may move a job: the log's policy lets victims
-    yield, and some queued job was preempted for another."""
+    yield, and some queued job was preempted for a job that is queued too."""
     policy = state.queue_policy
-    return policy is not None and policy.victims_yield and bool(state.queued_yielding)
+    if policy is None or not policy.victims_yield:
+        return False
+    jobs, queued = state.jobs, state.queued
+    return any(jobs[job_id].yields_to in queued for job_id in state.queued_yielding)
 
 
 def yields_to(state: ClusterState, job: JobState) -> str | None:

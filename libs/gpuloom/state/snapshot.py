@@ -97,8 +97,9 @@ def serialize_state(state: ClusterState) -> bytes:
 
     A field equal to its default is left out (decoding gives it back): most of a job's
     fields are empty until it runs, and most of a spec's are defaults. At 10,000 live
-    jobs that is 40 % of the JSON, so less to compress and, at a restart, to validate;
-    the time on the loop is about the same (docs/benchmarks.md)."""
+    jobs the JSON shrinks to about 40 %, so there is less to compress and, at a restart,
+    to validate; the time on the loop is about the same (docs/benchmarks.md). Defaults
+    are part of the schema's fingerprint, so a version with other defaults refuses it."""
     return state_codec().serializer.to_json(state, warnings="error", exclude_defaults=True)
 
 

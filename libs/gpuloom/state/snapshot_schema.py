@@ -5,8 +5,9 @@ hints rather than from a hand-written field list, so that a field added later is
 either carried by snapshots or makes a test fail, never silently dropped:
 
 - `schema_fingerprint`: a hash of the model's shape (every dataclass's and pydantic
-  model's field names and types, recursively, and each embedded event's schema
-  `VERSION`). A snapshot written under another shape is refused, never misread.
+  model's field names, types and defaults, recursively, and each embedded event's
+  schema `VERSION`). A snapshot written under another shape is refused, never misread
+  (a snapshot leaves out fields equal to their default, so a default is shape too).
 - `state_codec`: pydantic's validator and serializer of `ClusterState` (pydantic
   handles stdlib dataclasses), with three adjustments to its core schema so that the
   JSON round trip is exact and the bytes deterministic: fields declared with
@@ -30,7 +31,7 @@ from functools import cache
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter
-from pydantic_core import SchemaSerializer, SchemaValidator, core_schema
+from pydantic_core import PydanticUndefined, SchemaSerializer, SchemaValidator, core_schema
 
 from gpuloom.state.model import ClusterState
 
@@ -63,11 +64,23 @@ def _name(cls: type) -> str:
 def _shape(tp: object, shapes: dict[str, object]) -> object:
     """A JSON-able description of type `tp`; named classes are described once in `shapes`."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _class_shape(tp, _dataclass_fields(tp), {}, shapes)
+        defaults = {
+            f.name: _default(f.default, f.default_factory)
+            for f in dataclasses.fields(tp)
+            if f.compare
+        }
+        return _class_shape(tp, _dataclass_fields(tp), {"defaults": defaults}, shapes)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         hints: dict[str, object] = {n: f.annotation for n, f in tp.model_fields.items()}
+        extra: dict[str, object] = {
+            "defaults": {
+                n: _default(f.default, f.default_factory) for n, f in tp.model_fields.items()
+            }
+        }
         version = getattr(tp, "VERSION", None)
-        return _class_shape(tp, hints, {"VERSION": version} if version else {}, shapes)
+        if version:
+            extra["VERSION"] = version
+        return _class_shape(tp, hints, extra, shapes)
     if tp in LEAVES:
         return _name(tp)
     if tp is Any:  # a JSON value (a policy's parameters): carried as JSON reads it back
@@ -82,6 +95,17 @@ def _shape(tp: object, shapes: dict[str, object]) -> object:
     if origin in (dict, list, set, frozenset, tuple):
         return {origin.__name__: [_shape(arg, shapes) if arg is not ... else "..." for arg in args]}
     raise TypeError(f"snapshots cannot carry a field of type {tp!r}")
+
+
+def _default(value: object, factory: object) -> str | None:
+    """A field's default as fingerprinted: snapshots leave out a field equal to its
+    default (`serialize_state`), so a changed default must refuse older snapshots rather
+    than read them with the new one. None: the field has none (it is always written)."""
+    if callable(factory):
+        return f"factory {getattr(factory, '__qualname__', repr(factory))}"
+    if value is dataclasses.MISSING or value is PydanticUndefined:
+        return None
+    return repr(value)
 
 
 def _class_shape(

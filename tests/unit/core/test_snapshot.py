@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import create_model
 
 from gpuloom.events import AuditCompleted, Event
 from gpuloom.placement import BestFit, placement_cycle
@@ -171,7 +172,7 @@ class Grown(ClusterState):
     added: int = 0
 
 
-def nested(*inner_fields: tuple[str, type]) -> type:
+def nested(*inner_fields: tuple[str, type] | tuple[str, object, object]) -> type:
     """A dataclass `Outer` holding dataclasses `Inner` with `inner_fields`, two levels down."""
     inner = dataclasses.make_dataclass("Inner", inner_fields)
     return dataclasses.make_dataclass("Outer", [("inner", dict[str, list[inner]])])  # type: ignore[valid-type]
@@ -185,6 +186,21 @@ def test_the_fingerprint_changes_with_the_model() -> None:
     assert shape_fingerprint(nested(("a", int), ("b", str))) != before
     assert shape_fingerprint(nested(("a", str))) != before
     assert shape_fingerprint(nested(("b", int))) != before
+
+
+def test_the_fingerprint_changes_with_a_default() -> None:
+    """A snapshot leaves out fields equal to their default: a version whose default
+    differs must refuse it, not read the new default into it."""
+    before = shape_fingerprint(nested(("a", int, dataclasses.field(default=0))))
+    assert shape_fingerprint(nested(("a", int, dataclasses.field(default=0)))) == before
+    assert shape_fingerprint(nested(("a", int, dataclasses.field(default=1)))) != before
+    assert shape_fingerprint(nested(("a", int))) != before, "a default given or taken away"
+    made = shape_fingerprint(nested(("a", list[int], dataclasses.field(default_factory=list))))
+    assert made != shape_fingerprint(
+        nested(("a", list[int], dataclasses.field(default_factory=lambda: [1])))
+    )
+    spec = [shape_fingerprint(nested(("s", create_model("Spec", a=(int, a))))) for a in (0, 1)]
+    assert spec[0] != spec[1], "a pydantic model's default (a JobSpec's) counts too"
 
 
 def test_the_fingerprint_changes_with_an_embedded_events_version(
