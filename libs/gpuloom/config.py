@@ -25,6 +25,36 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
+
+    # --- The gateway's connections (services/gateway/connections.py; docs/security.md) ---
+    #: Open connections at most; more are refused (503), or the oldest idle one closed.
+    #: Lowered at start to what the file-descriptor limit leaves after the reserve.
+    gateway_max_connections: int = Field(default=4096, ge=8)
+    #: Open connections of one client address at most (429 beyond).
+    gateway_max_connections_per_client: int = Field(default=64, ge=1)
+    #: Connections with no request in progress (idle, or still sending headers) at
+    #: most, as a share of gateway_max_connections: the most clients that have not
+    #: sent a request yet (with or without a token) can hold.
+    gateway_idle_share: float = Field(default=0.25, gt=0, le=1)
+    #: Seconds a request's headers may take to arrive, from the connection or its
+    #: first byte (408 and closed after), and its whole body after them.
+    gateway_header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    gateway_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    #: Seconds an idle keep-alive connection stays open.
+    gateway_keepalive_s: float = Field(default=5.0, gt=0, le=300)
+    #: File descriptors kept free of connections (NATS, the database, logs, files).
+    gateway_fd_reserve: int = Field(default=256, ge=16)
+
+    # --- GET /v1/events budgets (services/gateway/stream_budget.py; 429 beyond) ---------
+    #: Event streams one user, and everyone, may hold open.
+    streams_per_user: int = Field(default=16, ge=1)
+    streams_total: int = Field(default=256, ge=1)
+    #: Streams replaying the log (starting over stream_replay_behind events back) at
+    #: once, per user and in all, and replays one user may start a minute.
+    stream_replays_per_user: int = Field(default=2, ge=1)
+    stream_replays_total: int = Field(default=8, ge=1)
+    stream_replays_per_minute: int = Field(default=10, ge=1)
+    stream_replay_behind: int = Field(default=1000, ge=0)
     #: How long a gateway read waits for its projection to include the gateway's own writes.
     read_your_writes_timeout_s: float = 2.0
     publish_timeout_s: float = 5.0
@@ -56,8 +86,20 @@ class Settings(BaseSettings):
     #: Seconds to wait before each retry of a failed delivery (Standard Webhooks'
     #: schedule); after the last one the delivery is given up.
     webhook_retry_s: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
-    #: How long one delivery attempt may take (connect and answer).
+    #: How long one delivery attempt may take in all (resolve, connect, send, answer).
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: The most webhooks one user may have (409 beyond).
+    webhook_max_per_owner: int = Field(default=20, ge=1)
+    #: Attempts in flight at once, in all and of one owner's webhooks (one per webhook:
+    #: each delivers in log order), so that one user's slow receivers cannot hold
+    #: every slot.
+    webhook_max_in_flight: int = Field(default=256, ge=1)
+    webhook_max_in_flight_per_owner: int = Field(default=8, ge=1)
+    #: A webhook is disabled when more deliveries than this wait *and* its receiver has
+    #: failed the oldest one for `webhook_backlog_grace_s`; a backlog to a receiver that
+    #: answers never disables it.
+    webhook_max_backlog: int = Field(default=10_000, ge=1)
+    webhook_backlog_grace_s: float = Field(default=3600.0, ge=0)
     #: The key that seals webhook secrets in the log (made on first start, mode 0600);
     #: None: <data_dir>/auth/webhook.key. Every gateway replica needs the same one.
     webhook_key_file: Path | None = None
@@ -92,13 +134,25 @@ class Settings(BaseSettings):
     nats_tls_key_file: Path | None = None
 
     # --- Who jobs run as (agent) --------------------------------------------------------
-    #: The unprivileged account jobs run as; None: "nobody" when the agent is root,
-    #: else the agent's own user (which cannot switch users). A root agent refuses to
-    #: start when it does not exist or is root's: jobs never run as root.
+    #: One unprivileged account every job runs as (users are then not kept apart);
+    #: None: a root agent runs each user's jobs as a uid of their own from
+    #: `agent_job_uid_range`; an agent that is not root runs them as itself. A root
+    #: agent refuses to start when it does not exist or is root's.
     agent_job_user: str | None = None
     #: Run each job as its submitting user's local account where that name exists
-    #: (as Slurm does) and is not root's, else as `agent_job_user`.
+    #: (as Slurm does) and is not root's, else as the user's uid from the range.
     agent_map_users: bool = False
+    #: The uids (and gids) a root agent gives gpuloom users, FIRST-LAST: each user
+    #: its own, never root, never one a local account or group has.
+    agent_job_uid_range: str = Field(default="200000-299999", pattern=r"^\d{1,10}-\d{1,10}$")
+    #: Per-job cgroups (memory, CPU, pids limits; the whole job ended with it):
+    #: `auto` where the agent is root and the host has them, `off` never.
+    agent_cgroups: Literal["auto", "off"] = "auto"
+    #: pids.max of each job's cgroup (processes and threads); 0: no limit.
+    agent_max_pids: int = Field(default=4096, ge=0)
+    #: The most bytes a job's stdout, and its stderr, may hold: past it the job is
+    #: stopped and fails naming the cap; 0: no cap.
+    agent_max_log_bytes: int = Field(default=100 * 1024 * 1024, ge=0)
     #: Where other nodes reach this node's jobs (a gang's MASTER_ADDR when its replica
     #: 0 runs here); None: the first non-loopback IPv4 address of the host's name.
     agent_address: str | None = Field(default=None, pattern=HOST_ADDRESS)

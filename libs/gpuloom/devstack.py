@@ -266,6 +266,7 @@ def main() -> None:
         signal.signal(signum, _interrupt)  # SIGINT too, even where a parent ignored it
     data_dir = Path(os.environ.get("GPULOOM_DATA_DIR", ".gpuloom")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    keep_private(data_dir)
     nats: NatsServer | None = None
     stack: Stack | None = None
     try:
@@ -312,6 +313,18 @@ def main() -> None:
         pass
     finally:
         shutdown(stack, nats)
+
+
+def keep_private(data_dir: Path) -> None:
+    """Keep the stack's files from its jobs (docs/operations.md, "Who jobs run as"):
+    everything the stack writes from here on is its user's only (umask 077), the data
+    dir can be passed through but not listed (0711: a job reaches its run folder
+    under `agent/`), and what an earlier start left there loses its other bits."""
+    os.umask(0o077)
+    data_dir.chmod(0o711)
+    for entry in data_dir.iterdir():
+        if entry.name != "agent" and not entry.is_symlink():
+            entry.chmod(entry.stat().st_mode & 0o700)
 
 
 #: Signals that stop `make run`: Ctrl-C, `kill`, and the terminal going away.

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,12 +36,15 @@ from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.tasks import cancel_and_wait
 from services.agent import fence, logs
 from services.agent.agent import Agent
+from services.agent.cgroups import UNCONFINED, Cgroups, detect, enable_node
 from services.agent.containers import ContainerError, Podman, find_podman
 from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
+from services.agent.hiding import process_hiding
 from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
 from services.agent.rendezvous import Rendezvous, node_address, parse_ports
+from services.agent.uids import UIDS_FILE, UidError, parse_uid_range
 
 log = logging.getLogger("services.agent")
 
@@ -133,12 +137,17 @@ async def serve(
     names = [n.name for n in nodes]
     root = settings.run_dir()
     root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:  # jobs pass through to their own folder; none lists the others
+        root.chmod(0o711)
     simulated = all(node.spec.simulated for node in nodes)
     probe = None if simulated else nvml_probe()
     guard, probe_every_s = make_fence(settings)
     if accounts is None:
-        accounts = job_accounts(settings.agent_job_user, settings.agent_map_users)
+        accounts = settings_accounts(settings)
     log.info("%s", accounts.describe())
+    cgroups = job_cgroups(settings, names)
+    hide, hiding = process_hiding()
+    log.info("%s", hiding)
     rendezvous = Rendezvous(
         settings.agent_address or node_address(), parse_ports(settings.agent_rendezvous_ports)
     )
@@ -151,6 +160,9 @@ async def serve(
         accounts=accounts,
         rendezvous=rendezvous,
         podman=podman,
+        cgroups=cgroups,
+        max_log_bytes=settings.agent_max_log_bytes,
+        hide=hide,
     )
     runner = agent.runner
     orphans = runner.scan(names)
@@ -189,6 +201,34 @@ async def serve(
         for sub in subscriptions:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+def settings_accounts(settings: Settings) -> Accounts:
+    """Who jobs run as (`identity.job_accounts`), from `settings`. Raises AccountError
+    or UidError when a root agent cannot run jobs as configured."""
+    return job_accounts(
+        settings.agent_job_user,
+        settings.agent_map_users,
+        settings.run_dir().resolve() / UIDS_FILE,
+        parse_uid_range(settings.agent_job_uid_range),
+    )
+
+
+def job_cgroups(settings: Settings, nodes: Sequence[str]) -> Cgroups | None:
+    """The per-job cgroups of this host, or None; says at start what is enforced."""
+    cap = settings.agent_max_log_bytes
+    log.info("log cap: %s", f"{cap} bytes per stream per job" if cap else "none")
+    if settings.agent_cgroups == "off":
+        log.warning("per-job cgroups are off (agent_cgroups=off): %s", UNCONFINED)
+        return None
+    cgroups, why = detect(settings.agent_max_pids)
+    if cgroups is None:
+        log.warning("no per-job cgroups (%s): %s", why, UNCONFINED)
+        return None
+    for node in nodes:
+        enable_node(cgroups, node)
+    log.info("per-job cgroups: %s", why)
+    return cgroups
 
 
 def with_runtimes(nodes: Sequence[ServedNode], runtimes: list[str]) -> list[ServedNode]:
@@ -236,9 +276,12 @@ def entrypoint(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from exc
     configured = load_settings()
     try:  # checked before connecting: jobs never run as root, nor as nobody known
-        accounts = job_accounts(configured.agent_job_user, configured.agent_map_users)
+        accounts = settings_accounts(configured)
     except AccountError as exc:
         print(f"agent: GPULOOM_AGENT_JOB_USER: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    except UidError as exc:
+        print(f"agent: GPULOOM_AGENT_JOB_UID_RANGE: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     try:
         podman = find_podman(

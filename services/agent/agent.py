@@ -29,6 +29,7 @@ from typing import Protocol
 
 from gpuloom.events import Decision
 from gpuloom.state import ClusterState
+from services.agent.cgroups import Cgroups
 from services.agent.containers import Podman
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
@@ -88,6 +89,9 @@ class Agent:
         accounts: Accounts | None = None,
         rendezvous: Rendezvous | None = None,
         podman: Podman | None = None,
+        cgroups: Cgroups | None = None,
+        max_log_bytes: int = 0,
+        hide: Sequence[str] = (),
     ) -> None:
         self.nodes = sorted(nodes)
         self.runner = Runner(
@@ -100,6 +104,9 @@ class Agent:
             accounts=accounts,
             rendezvous=rendezvous,
             podman=podman,
+            cgroups=cgroups,
+            max_log_bytes=max_log_bytes,
+            hide=hide,
         )
         self.outbox: dict[JobKey, Exited] = {}
         self._spawner = ThreadPoolExecutor(SPAWN_THREADS, thread_name_prefix="spawn")

@@ -4,6 +4,9 @@ before anything starts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from services.agent.cgroups import RECORD, JobGroup
 from services.agent.containers import (
     Podman,
     container_environment,
@@ -43,15 +46,34 @@ def start_problem(
 
 
 def spawn(
-    action: Ensure, run: RunDir, account: Account, env: dict[str, str], podman: Podman | None
+    action: Ensure,
+    run: RunDir,
+    account: Account,
+    env: dict[str, str],
+    podman: Podman | None,
+    group: JobGroup | None = None,
+    hide: Sequence[str] = (),
 ) -> int:
-    """Start the shim of `action` in `run` (see `shim.spawn_shim`); its pid."""
+    """Start the shim of `action` in `run` (see `shim.spawn_shim`), its command in the
+    cgroup `group` (made here, removed again if the shim cannot start); its pid.
+
+    An image job's `podman run` stays outside the group: the container runs in
+    podman's own cgroups, and podman's client would count against the job's memory.
+    """
     if podman is not None and action.spec.image is not None:
         launcher = container_launcher(podman, run, action, account, env)
         return spawn_shim(run, launcher, podman.environ)
-    start = process_start(run, list(action.spec.command), env, account)
+    folders = []
+    if group is not None:  # first: a group that cannot be made leaves nothing spawned
+        group.create()
+        run.file(RECORD).write_text(group.record())
+        folders = group.folders
     try:
-        return spawn_shim(run, start.argv, SHIM_ENV, start.stdin)
-    except OSError:  # no shim: nothing may say it was spawned (`RunDir.was_spawned`)
-        unspawned(run)
+        start = process_start(run, list(action.spec.command), env, account, hide=hide)
+        return spawn_shim(run, start.argv, SHIM_ENV, start.stdin, folders)
+    except Exception as exc:
+        if isinstance(exc, OSError):  # no shim: nothing may say it was spawned
+            unspawned(run)
+        if group is not None:
+            group.remove()
         raise

@@ -2,10 +2,12 @@
 
 A stop escalates in steps, each after a grace period: SIGTERM to the shim (which
 TERMs the job's group), then SIGUSR1 (the shim SIGKILLs the command and records its
-status), then SIGKILL of the whole group. The runner (`services.agent.runner`)
+status), then SIGKILL of the whole group and of the job's cgroup. The runner (`services.agent.runner`)
 decides when to stop a job; this module carries the steps out and tells when the
 shim has ended: by `waitid` for its own children, by the `exit` file or the shim's
-death for one adopted after a restart.
+death for one adopted after a restart. Once the shim has ended, whatever is left
+of the job is killed: its process group and, where the job has one, its cgroup
+(`services.agent.cgroups`), which also holds what left the group (`setsid`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.agent.cgroups import JobGroup
 from services.agent.reconcile import Status
 from services.agent.rendezvous import Master
 from services.agent.shim import RunDir
@@ -48,6 +51,8 @@ class Proc:
     master: Master | None = None
     #: The container of a job that names an image (`services.agent.containers`).
     container: str | None = None
+    #: The job's cgroup (None: the host has none for it, or an older agent started it).
+    cgroup: JobGroup | None = None
 
 
 def send(pid: int, sig: int, *, group: bool = False) -> None:
@@ -81,20 +86,31 @@ def escalate_stop(proc: Proc, grace_s: float, remove_container: Callable[[Proc],
     elif proc.stage == 2:
         proc.stage, proc.deadline = 3, None
         send(proc.pid, signal.SIGKILL, group=True)
+        sweep(proc)
         remove_container(proc)
 
 
+def sweep(proc: Proc) -> None:
+    """SIGKILL every process left in the job's cgroup (none without one)."""
+    if proc.cgroup is not None:
+        with contextlib.suppress(OSError):  # already removed
+            proc.cgroup.kill()
+
+
 def has_ended(proc: Proc) -> bool:
-    """Whether the shim has ended (its group is SIGKILLed then: nothing outlives it)."""
+    """Whether the shim has ended (its group and cgroup are SIGKILLed then: nothing
+    outlives it)."""
     if proc.own:
         try:
             info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
+            sweep(proc)
             return True
         if info is None:
             return False
         # The shim is a zombie: its pid (the group id) cannot be reused yet.
         send(proc.pid, signal.SIGKILL, group=True)
+        sweep(proc)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(proc.pid, 0)
         return True
@@ -108,4 +124,5 @@ def has_ended(proc: Proc) -> bool:
             return False
     if proc.status in (Status.STOPPING, Status.DROPPING):
         send(proc.pid, signal.SIGKILL, group=True)
+    sweep(proc)
     return True

@@ -4,7 +4,9 @@ A `Runner` holds the agent's local processes (one shim per `(job_id, attempt)`)
 and carries out the actions of `reconcile`. Its `run` loop polls every
 `poll_s`: it notices ended shims, enforces time limits and escalates stops
 (SIGTERM via the shim, after `grace_s` SIGKILL of the command, after another
-`grace_s` SIGKILL of the whole group). Each end is handed once to `on_exit` as
+`grace_s` SIGKILL of the whole group), and, with `cgroups`, holds each job in a
+cgroup of its own that is killed when the job ends (`services.agent.cgroups`) and
+stops jobs whose logs pass `max_log_bytes` (`services.agent.confinement`). Each end is handed once to `on_exit` as
 an `Exited`, except the ends of dropped processes, which are silent. How each
 step of a stop is carried out and an end is noticed: `services.agent.processes`.
 
@@ -21,11 +23,20 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuloom.events import Outcome
+from services.agent.cgroups import Cgroups, JobGroup
+from services.agent.confinement import (
+    LOG_CAP_GRACE_S,
+    adopted_group,
+    ended_in_group,
+    log_over_cap,
+    release,
+    release_leftover,
+)
 from services.agent.containers import (
     Podman,
     Removals,
@@ -70,6 +81,7 @@ from services.agent.shim import (
     parse_run_leaf,
 )
 from services.agent.starting import forget_launch
+from services.agent.uids import UIDS_FILE, UidError
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +98,7 @@ class Spawn:
     run: RunDir
     master: Master | None
     call: Callable[[], int]
+    group: JobGroup | None = None
 
 
 class Runner:
@@ -101,15 +114,28 @@ class Runner:
         accounts: Accounts | None = None,
         rendezvous: Rendezvous | None = None,
         podman: Podman | None = None,
+        cgroups: Cgroups | None = None,
+        max_log_bytes: int = 0,
+        hide: Sequence[str] = (),
     ) -> None:
         self.root = root.resolve()
+        #: Where each job's cgroup is made; None: jobs get none (see `cgroups.detect`).
+        self.cgroups = cgroups
+        #: The most bytes a job's stdout or stderr may hold; 0: no cap.
+        self.max_log_bytes = max_log_bytes
+        #: What hides other users' processes from a job (`services.agent.hiding`).
+        self.hide = list(hide)
+        self._logs_checked = 0.0
+        self._leftover: list[JobGroup] = []
         #: How jobs that name an image run here; None: they cannot.
         self.podman = podman
         self._removals = Removals(podman) if podman is not None else None
         #: Where gangs whose replica 0 runs here meet (the node's address, its ports).
         self.rendezvous = rendezvous or Rendezvous("127.0.0.1")
-        #: Who jobs run as (default: "nobody" when the agent is root, else itself).
-        self.accounts = accounts if accounts is not None else job_accounts()
+        #: Who jobs run as (default: a uid per user when the agent is root, else itself).
+        if accounts is None:
+            accounts = job_accounts(uid_file=self.root / UIDS_FILE)
+        self.accounts = accounts
         self.probe = probe
         self._memory_checked = 0.0
         self.on_exit = on_exit
@@ -193,7 +219,10 @@ class Runner:
         if action.phase != "placed":
             self._end(key, action.node, run, None, Ended("failed", None, "agent lost the process"))
             return Resumed(None)
-        account = self.accounts.for_user(action.spec.user)
+        try:
+            account = self.accounts.for_user(action.spec.user)
+        except UidError as exc:
+            return NotStarted(Ended("failed", None, f"could not start: {exc}"))
         master = action.master
         if len(action.hosts) > 1 and action.replica == 0:
             held = [p.master[1] for p in self._procs.values() if p.master is not None]
@@ -202,15 +231,22 @@ class Runner:
         env, never = start_problem(action, env, self.podman, self.base_env.get("PATH"), run)
         if never is not None:
             return NotStarted(never)
-        run.create()
+        run.create(account.gid if os.geteuid() == 0 else None)
         if master is not None and action.replica == 0:
             run.file("master").write_text(format_master(master))
         too_big = exec_size_problem(action.spec.command, env)
         if too_big is not None:
             return self._not_started(run, too_big)
         prepare_workdir(run.work, account)
-        podman = self.podman
-        return Spawn(action, run, master, lambda: spawn(action, run, account, env, podman))
+        podman, hide = self.podman, self.hide
+        group = None
+        if self.cgroups is not None and action.spec.image is None:
+            group = self.cgroups.group(action.node, *key, action.spec)
+
+        def call() -> int:
+            return spawn(action, run, account, env, podman, group, hide)
+
+        return Spawn(action, run, master, call, group)
 
     def _spawned(self, step: Spawn, pid: int | Exception) -> EnsureResult:
         """Take on the shim `step` spawned (its pid), or say why it did not start."""
@@ -236,6 +272,7 @@ class Runner:
             memory_limits=memory_limits(action),
             master=master if action.replica == 0 else None,
             container=read_name(run),
+            cgroup=step.group,
         )
         return Started(pid, master if action.replica == 0 else None)
 
@@ -261,13 +298,26 @@ class Runner:
             self._procs[key].memory_limits = memory_limits(action)
             self._procs[key].master = read_master(run.file("master"))
             self._procs[key].container = read_name(run)
+            self._procs[key].cgroup = adopted_group(run, action.spec, self.cgroups)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         name = read_name(run)
         if name is not None and self._removals is not None:
             self._removals.remove(name)
-        self._end(key, action.node, run, pid, read_end(run))
+        group = adopted_group(run, action.spec, self.cgroups)
+        if group is not None:
+            group.kill()
+        self._end(key, action.node, run, pid, self._read_end(run, group))
         return Resumed(None)
+
+    def _read_end(self, run: RunDir, group: JobGroup | None) -> Ended:
+        """How the run ended (its cgroup's limits told), its cgroup then removed."""
+        end = read_end(run)
+        if group is None:
+            return end
+        end = ended_in_group(end, group, run.read_reason() is not None)
+        release(group, self._leftover)
+        return end
 
     def stop(self, key: JobKey, outcome: Outcome, text: str, grace_s: float | None = None) -> None:
         """Record why, then SIGTERM the job's group; the end is reported as `outcome`.
@@ -340,10 +390,26 @@ class Runner:
             log.info("job %s attempt %d replica %d: %s", *key, reason)
             self.stop(key, "failed", reason)
 
+    def watch_logs(self, now: float) -> None:
+        """Stop jobs whose stdout or stderr passed the cap (see `confinement`)."""
+        if self.max_log_bytes <= 0 or now - self._logs_checked < LIVENESS_EVERY_S:
+            return
+        self._logs_checked = now
+        for key, proc in list(self._procs.items()):
+            if proc.status is Status.RUNNING:
+                over = log_over_cap(proc.run, self.max_log_bytes)
+                if over is not None:
+                    log.info("job %s attempt %d replica %d: %s", *key, over)
+                    self.stop(key, "failed", over, grace_s=LOG_CAP_GRACE_S)
+
     def poll(self) -> None:
-        """Notice ended processes, enforce time limits and GPU memory, escalate stops."""
+        """Notice ended processes, enforce time limits, GPU memory and log caps,
+        escalate stops."""
         now = time.monotonic()
         self.watch_memory(now)
+        self.watch_logs(now)
+        if self._leftover:
+            release_leftover(self._leftover)
         if self._removals is not None:
             self._removals.reap()
         for key, proc in list(self._procs.items()):
@@ -351,7 +417,8 @@ class Runner:
                 continue
             if has_ended(proc):
                 self._remove_container(proc)  # whatever podman's client left running
-                self._end(key, proc.node, proc.run, proc.pid, read_end(proc.run))
+                end = self._read_end(proc.run, proc.cgroup)
+                self._end(key, proc.node, proc.run, proc.pid, end)
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
 

@@ -52,12 +52,13 @@ from pathlib import Path
 from gpuloom.events import Outcome
 
 SHIM = r"""cd "$1" || exit 125
-shift
+g=$2
+shift 2
 t=
 i=
 trap 'i=1; if [ -z "$t" ]; then t=1; kill -TERM 0 2>/dev/null; fi' TERM
 trap 'i=1; kill -KILL "$c" 2>/dev/null' USR1
-(cd work && exec "$@") <&3 3<&- &
+(for d in $g; do echo 0 >"$d/cgroup.procs" || exit 125; done; cd work && exec "$@") <&3 3<&- &
 c=$!
 exec 3<&-
 echo $$ >pid
@@ -74,6 +75,10 @@ while :; do
 done
 echo "$s" >exit
 """
+# `$2`: the job's cgroup folders, separated by spaces (`services.agent.cgroups`), or
+# nothing. The child writes itself (`0`: the writer) into each before it runs
+# anything of the job's, so every process the job starts is inside; it refuses to
+# run the job (exit 125) if it cannot enter one. The shim stays outside.
 # `pid` is written once the child exists: the agent signals the shim only after it
 # reads `pid`, so a TERM (a cancel right after the start) always finds the child in
 # the group. Written before, a TERM could come while there was none to pass it to.
@@ -151,8 +156,19 @@ class RunDir:
         """Whether a shim was ever spawned here (spawning creates `stdout` first)."""
         return self.file("stdout").exists() or self.file("pid").exists()
 
-    def create(self) -> None:
+    def create(self, gid: int | None = None) -> None:
+        """Make the folder. The folders above it (node, job) can be passed through but
+        not listed (0711); the folder itself is the agent's, open to the job's group
+        only (0710, group `gid`: the job reaches its `work/` and HOME, other users'
+        jobs cannot enter); 0700 when `gid` is None (an agent that is not root)."""
         self.path.mkdir(parents=True, exist_ok=True)
+        for folder in (self.path.parent.parent, self.path.parent):
+            os.chmod(folder, 0o711)
+        if gid is None:
+            os.chmod(self.path, 0o700)
+            return
+        os.chown(self.path, -1, gid)
+        os.chmod(self.path, 0o710)
 
     def read_pid(self) -> int | None:
         """The shim's pid; None if not (yet) written. Tolerates a half-written file."""
@@ -269,10 +285,12 @@ def spawn_shim(
     launcher: Sequence[str],
     shim_env: Mapping[str, str] = SHIM_ENV,
     stdin: str = os.devnull,
+    cgroups: Sequence[Path] = (),
 ) -> int:
     """Start the shim in `run` (created beforehand, with its `work` folder) running
     `launcher` (`services.agent.starting`, or a container's `podman run`) with its
-    standard input from `stdin` (a file the agent's user opens); return its pid.
+    standard input from `stdin` (a file the agent's user opens), inside the cgroup
+    folders `cgroups` (made beforehand); return its pid.
 
     The shim gets a new session, stdin from /dev/null, stdout and stderr on the run
     folder's files, `shim_env` (never the job's own), default signal dispositions
@@ -285,7 +303,8 @@ def spawn_shim(
         (os.POSIX_SPAWN_OPEN, 1, str(run.file("stdout")), append, 0o600),
         (os.POSIX_SPAWN_OPEN, 2, str(run.file("stderr")), append, 0o600),
     ]
-    argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), *launcher]
+    folders = " ".join(str(path) for path in cgroups)
+    argv = ["/bin/sh", "-c", SHIM, SHIM_ARGV0, str(run.path), folders, *launcher]
     return os.posix_spawn(
         "/bin/sh",
         argv,

@@ -88,8 +88,10 @@ def process_start(
     env: dict[str, str],
     account: Account,
     setpriv: str | None = SETPRIV,
+    hide: Sequence[str] = (),
 ) -> Start:
-    """Write the run folder's `launch` file (mode 0600) and say what the shim runs."""
+    """Write the run folder's `launch` file (mode 0600) and say what the shim runs
+    (after `hide`, what hides other users' processes: `services.agent.hiding`)."""
     if account.uid == 0:  # `job_accounts` never gives root; this holds if it did
         raise ValueError("refusing to run a job as root")
     fd = os.open(run.file("launch"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -98,7 +100,7 @@ def process_start(
         with os.fdopen(fd, "wb") as handle:
             handle.write(os.fsencode(start_script(command, env)))
         give_logs(run, account)
-        return Start([*switch, "/bin/sh", "-s"], str(run.file("launch")))
+        return Start([*hide, *switch, "/bin/sh", "-s"], str(run.file("launch")))
     launch = Launch(
         [os.fsencode(word) for word in command],
         {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
@@ -109,7 +111,7 @@ def process_start(
     )
     with os.fdopen(fd, "wb") as handle:
         handle.write(encode(launch))
-    return Start([sys.executable, "-I", "-S", LAUNCHER, str(run.file("launch"))])
+    return Start([*hide, sys.executable, "-I", "-S", LAUNCHER, str(run.file("launch"))])
 
 
 def give_logs(run: RunDir, account: Account) -> None:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
-import pwd
 
 import pytest
 
 from gpuloom.testing.cluster import Cluster
+from services.agent.uids import DEFAULT_UID_RANGE, allocate, is_local_id
 
 pytestmark = pytest.mark.integration
 
-#: The stack's agents run as this test does: as root they run jobs as "nobody".
+#: The stack's agents run as this test does: as root they run alice's jobs as her own
+#: uid from the default range (services.agent.uids), else as themselves.
 AGENT_IS_ROOT = os.geteuid() == 0
-JOB_UID = pwd.getpwnam("nobody").pw_uid if AGENT_IS_ROOT else os.geteuid()
+JOB_UID = allocate("alice", {}, DEFAULT_UID_RANGE, is_local_id) if AGENT_IS_ROOT else os.geteuid()
 
 
 def test_a_job_runs_as_the_unprivileged_account_and_cannot_touch_another_jobs_folder(

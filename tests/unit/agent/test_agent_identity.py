@@ -40,9 +40,27 @@ def test_an_account_jobs_cannot_run_as_is_refused(name: str, problem: str) -> No
 
 
 @as_root
-def test_a_root_agent_runs_jobs_as_nobody_unless_configured() -> None:
-    assert job_accounts().for_user("alice") == resolve_account("nobody")
-    assert "jobs run as nobody (uid 65534)" in job_accounts().describe()
+def test_a_root_agent_runs_each_users_jobs_as_their_own_uid_unless_one_user_is_configured(
+    tmp_path: Path,
+) -> None:
+    accounts = job_accounts(uid_file=tmp_path / "uids.json")
+    alice, bob = accounts.for_user("alice"), accounts.for_user("bob")
+
+    assert alice.uid != bob.uid and 0 not in (alice.uid, bob.uid)
+    assert (alice.name, alice.gid, alice.groups) == ("alice", alice.uid, ())
+    assert "a uid of their user's own from 200000-299999" in accounts.describe()
+    shared = job_accounts("nobody")
+    assert shared.for_user("alice") == shared.for_user("bob") == resolve_account("nobody")
+    assert "not isolated from each other" in shared.describe()
+
+
+@as_root
+def test_mapped_local_accounts_win_over_the_uid_range(tmp_path: Path) -> None:
+    accounts = job_accounts(map_users=True, uid_file=tmp_path / "uids.json")
+
+    assert accounts.for_user("nobody") == resolve_account("nobody")
+    assert accounts.for_user("root").uid != 0  # root's name gets a uid of the range
+    assert accounts.for_user("root").uid in range(200_000, 300_000)
 
 
 @as_root

@@ -16,11 +16,17 @@ from services.agent.outcomes import Exited, NotStarted, Resumed, Started
 from services.agent.reconcile import Ensure, Status
 from services.agent.runner import Runner
 from services.agent.shim import Ended, RunDir
+from services.agent.uids import DEFAULT_UID_RANGE, allocate, is_local_id
 
 GRACE_S = 1.0
 ENVIRON = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/ann", "SECRET": "x"}
-#: Who jobs run as here: "nobody" for an agent that is root, else the agent's own user.
-JOB_USER = pwd.getpwnam("nobody") if os.geteuid() == 0 else pwd.getpwuid(os.geteuid())
+#: Who jobs of user "ann" run as here: for an agent that is root, ann's own uid from
+#: the default range (gid the same, no passwd entry), else the agent's own user.
+JOB_USER = (
+    pwd.struct_passwd(("ann", "x", ANN_UID, ANN_UID, "", "", ""))
+    if os.geteuid() == 0 and (ANN_UID := allocate("ann", {}, DEFAULT_UID_RANGE, is_local_id))
+    else pwd.getpwuid(os.geteuid())
+)
 
 
 def ensure(
