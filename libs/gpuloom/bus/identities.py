@@ -69,6 +69,7 @@ WRITERS: dict[str, tuple[str, str]] = {
     "WebhookRegistered": ("webhook", "gateway"),
     "WebhookDeleted": ("webhook", "gateway"),
     "WebhookDisabled": ("webhook", "gateway"),
+    "WebhookRenewed": ("webhook", "gateway"),
     # admission
     "JobAdmitted": ("job", "admission"),
     "JobRejected": ("job", "admission"),

@@ -47,7 +47,12 @@ from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityCla
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
 from gpuloom.events.subjects import subject_for
-from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
+from gpuloom.events.webhooks import (
+    WebhookDeleted,
+    WebhookDisabled,
+    WebhookRegistered,
+    WebhookRenewed,
+)
 
 __all__ = [
     "ALL_EVENT_CLASSES",
@@ -100,6 +105,7 @@ __all__ = [
     "WebhookDeleted",
     "WebhookDisabled",
     "WebhookRegistered",
+    "WebhookRenewed",
     "array_task_id",
     "decode",
     "encode",

@@ -27,7 +27,12 @@ from gpuloom.events.inventory import (
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
-from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
+from gpuloom.events.webhooks import (
+    WebhookDeleted,
+    WebhookDisabled,
+    WebhookRegistered,
+    WebhookRenewed,
+)
 
 ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobSubmitted,
@@ -63,6 +68,7 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     WebhookRegistered,
     WebhookDeleted,
     WebhookDisabled,
+    WebhookRenewed,
 )
 
 

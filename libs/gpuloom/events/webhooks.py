@@ -8,11 +8,14 @@ secret must not be.
 
 The filter is the event stream's (`GET /v1/events`): types, job, user, account, node;
 what the owner may see is decided with the owner's roles as they were when it was
-registered (`operator`).
+registered (`operator`), and operator powers only until the registering token expired
+(`operator_until`) or until the expiry of the token that renewed them
+(WebhookRenewed); after it the webhook sees what its owner sees as a plain user.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -45,8 +48,11 @@ class WebhookRegistered(WebhookEvent):
 
     TYPE: ClassVar[str] = "WebhookRegistered"
     owner: UserName
-    #: The owner was an operator when registering it (it sees every event).
+    #: The owner was an operator when registering it (it sees every event),
     operator: bool = False
+    #: until this time, when the registering token expired (its `exp`); None: no
+    #: expiry (authentication off, or registered before gpuloom recorded it).
+    operator_until: datetime | None = None
     url: str = Field(min_length=8, max_length=URL_MAX, pattern=VISIBLE_ASCII_PATTERN)
     types: list[Token] = Field(default_factory=list, max_length=TYPES_MAX)
     job: Token | None = None
@@ -69,3 +75,12 @@ class WebhookDisabled(WebhookEvent):
 
     TYPE: ClassVar[str] = "WebhookDisabled"
     reason: Remark
+
+
+class WebhookRenewed(WebhookEvent):
+    """The owner renewed the webhook's powers with a fresh token: it sees as an
+    operator (`operator`) until `operator_until`, the token's expiry."""
+
+    TYPE: ClassVar[str] = "WebhookRenewed"
+    operator: bool
+    operator_until: datetime | None = None

@@ -5,6 +5,8 @@
 - `outbox`: the durable consumer `webhooks` writes each event every webhook gets into
   the deliveries table, then acks it, so a restart neither loses nor repeats events;
 - `sender`: one worker per webhook delivers its rows in log order, with retries;
+- `transport`, `lanes`: one attempt (a total deadline, a bounded read, the address
+  checked and pinned); each webhook's own client and the slots in flight;
 - `routes`: `/v1/webhooks`.
 
 docs/webhooks.md is the subscriber's side.

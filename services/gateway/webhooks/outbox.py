@@ -33,10 +33,10 @@ from gpuloom.auth.policy import Accounts
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events.subjects import ALL_EVENTS
 from gpuloom.runtime.projector import Projector
-from gpuloom.store.models import WebhookDeliveryRow
+from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.store.upsert import insert_ignore
 from services.gateway.stream import Decoded, Owners
-from services.gateway.webhooks.policy import gets
+from services.gateway.webhooks.policy import backlog_problem, gets
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,11 @@ BATCH = 256
 ACK_WAIT_S = 10.0
 #: How long a batch waits for the projector to fold it (then it is left unacked).
 FOLD_WAIT_S = 5.0
-#: Pending deliveries one webhook may have before it is disabled (a receiver down for
-#: long while events flow must not fill the database).
+#: Pending deliveries one webhook may have before it is disabled if its receiver is
+#: failing too (`policy.backlog_problem`; `Settings.webhook_max_backlog`).
 MAX_BACKLOG = 10_000
+#: How long the receiver must have failed the oldest pending delivery.
+BACKLOG_GRACE_S = 3600.0
 
 Disable = Callable[[str, str], Awaitable[None]]
 
@@ -67,8 +69,13 @@ class Outbox:
         decoded: Decoded,
         notify: Callable[[], None],
         disable: Disable,
+        *,
+        max_backlog: int = MAX_BACKLOG,
+        backlog_grace_s: float = BACKLOG_GRACE_S,
     ) -> None:
         self.bus = bus
+        self.max_backlog = max_backlog
+        self.backlog_grace_s = backlog_grace_s
         self.projector = projector
         self.sessions = sessions
         self.owners = owners
@@ -153,7 +160,7 @@ class Outbox:
                 continue
             job_owner = await self.owners.of(event)
             for hook in hooks:
-                if gets(hook, seq, event, job_owner, accounts):
+                if gets(hook, seq, event, job_owner, accounts, meta.timestamp):
                     rows.append(
                         {
                             "webhook_id": hook.webhook_id,
@@ -185,6 +192,9 @@ class Outbox:
         self.covered_seq = max(self.covered_seq, _floor(info))
 
     async def _check_backlogs(self, hook_ids: list[str]) -> None:
+        """Disable the webhooks among `hook_ids` whose backlog is over the limit while
+        their receiver fails (`policy.backlog_problem`). Asked when rows are written:
+        a backlog grows only then."""
         async with self.sessions() as session:
             found = await session.execute(
                 select(WebhookDeliveryRow.webhook_id, func.count())
@@ -195,11 +205,41 @@ class Outbox:
                 .group_by(WebhookDeliveryRow.webhook_id)
             )
             counts = dict(found.tuples().all())
-        for hook_id, count in sorted(counts.items()):
-            if count > MAX_BACKLOG:
-                await self.disable(
-                    hook_id, f"{count} deliveries waiting (at most {MAX_BACKLOG} may)"
-                )
+            over = sorted(h for h, count in counts.items() if count > self.max_backlog)
+            failing = {hook_id: await _failing_since(session, hook_id) for hook_id in over}
+        now = datetime.now(UTC)
+        for hook_id in over:
+            problem = backlog_problem(
+                counts[hook_id], failing[hook_id], now, self.max_backlog, self.backlog_grace_s
+            )
+            if problem is not None:
+                await self.disable(hook_id, problem)
+
+
+async def _failing_since(session: Any, hook_id: str) -> datetime | None:
+    """When the receiver first failed the webhook's oldest pending delivery (the one
+    every later one waits for), or None when it has not been attempted yet."""
+    head = (
+        await session.execute(
+            select(WebhookDeliveryRow.id, WebhookDeliveryRow.attempts)
+            .where(
+                WebhookDeliveryRow.webhook_id == hook_id,
+                WebhookDeliveryRow.status == "pending",
+            )
+            .order_by(WebhookDeliveryRow.seq)
+            .limit(1)
+        )
+    ).first()
+    if head is None or head.attempts == 0:
+        return None
+    first: datetime | None = (
+        await session.execute(
+            select(func.min(WebhookAttemptRow.at)).where(WebhookAttemptRow.delivery_id == head.id)
+        )
+    ).scalar()
+    if first is not None and first.tzinfo is None:  # SQLite keeps no zone: they are UTC
+        first = first.replace(tzinfo=UTC)
+    return first
 
 
 def _floor(info: ConsumerInfo) -> int:

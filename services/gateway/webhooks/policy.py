@@ -24,20 +24,30 @@ Outcome = Literal["delivered", "retry", "gone"]
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def owner_of(hook: Webhook) -> Principal:
-    """Who the webhook sees as: its owner, with the roles it had when registering it."""
-    return Principal(hook.owner, frozenset({OPERATOR}) if hook.operator else frozenset())
+def owner_of(hook: Webhook, at: datetime) -> Principal:
+    """Who the webhook sees as at `at` (an event's time in the log): its owner, an
+    operator only while the registering (or renewing) token had not expired."""
+    operator = hook.operator and (hook.operator_until is None or at < hook.operator_until)
+    return Principal(hook.owner, frozenset({OPERATOR}) if operator else frozenset())
 
 
 def gets(
-    hook: Webhook, seq: int, event: Event, job_owner: Owner | None, accounts: Accounts
+    hook: Webhook,
+    seq: int,
+    event: Event,
+    job_owner: Owner | None,
+    accounts: Accounts,
+    at: datetime,
 ) -> bool:
-    """Whether the event at `seq` goes to `hook`: written after it was registered, while
-    it delivers, passing its filter, and one its owner may see."""
+    """Whether the event at `seq`, stored in the log at `at`, goes to `hook`: written
+    after it was registered, while it delivers, passing its filter, and one its owner
+    may see (`owner_of`; account membership as it is now)."""
     if seq <= hook.registered_seq or hook.disabled is not None:
         return False
     wanted = StreamFilter(frozenset(hook.types), hook.job, hook.user, hook.account, hook.node)
-    return wanted.wants(event, job_owner) and visible(owner_of(hook), event, job_owner, accounts)
+    return wanted.wants(event, job_owner) and visible(
+        owner_of(hook, at), event, job_owner, accounts
+    )
 
 
 def outcome(status_code: int) -> Outcome:
@@ -95,6 +105,36 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+#: IPv6 ranges whose addresses carry an IPv4 address (RFC 4291, 6052, 8215, 3056, 4380,
+#: 2765): the address reaches, through some translator or tunnel, an IPv4 host that the
+#: IPv4 rule would have to judge. They are refused outright, whatever the embedded
+#: address and whatever `allow_private` says: a receiver has a plain address of its own.
+#: IPv4-mapped addresses (::ffff:0:0/96) are not among them: a socket that connects to
+#: one connects to the IPv4 address itself, so that address is judged instead.
+EMBEDS_IPV4: tuple[tuple[ipaddress.IPv6Network, str], ...] = tuple(
+    (ipaddress.IPv6Network(net), name)
+    for net, name in (
+        ("::/96", "IPv4-compatible (deprecated)"),
+        ("::ffff:0:0:0/96", "IPv4-translated (SIIT)"),
+        ("64:ff9b::/96", "NAT64 (well-known prefix)"),
+        ("64:ff9b:1::/48", "NAT64 (local-use prefix)"),
+        ("2002::/16", "6to4"),
+        ("2001::/32", "Teredo"),
+    )
+)
+
+
+def embedded_ipv4_form(address: Address) -> str | None:
+    """The name of the IPv4-embedding form `address` has, or None (`EMBEDS_IPV4`;
+    `::` and `::1`, inside ::/96, are the IPv6 unspecified and loopback addresses)."""
+    if not isinstance(address, ipaddress.IPv6Address) or int(address) in (0, 1):
+        return None
+    for network, name in EMBEDS_IPV4:
+        if address in network:
+            return name
+    return None
+
+
 def address_problem(address: Address, allow_private: bool) -> str | None:
     """Why a delivery must not go to `address`, or None.
 
@@ -102,9 +142,15 @@ def address_problem(address: Address, allow_private: bool) -> str | None:
     requests, and it must not reach the cluster's own network (NATS, the database, the
     node agents, a cloud's metadata service at 169.254.169.254). An operator may allow
     the others (a receiver inside the cluster; the test stack), never an unspecified or
-    multicast one."""
+    multicast one, nor an IPv6 address that embeds an IPv4 one (`EMBEDS_IPV4`)."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address_problem(address.ipv4_mapped, allow_private)
+    form = embedded_ipv4_form(address)
+    if form is not None:
+        return (
+            f"{address} is an IPv6 address that embeds an IPv4 one ({form}); "
+            "such addresses are never delivered to: give the receiver a plain address"
+        )
     if address.is_unspecified or address.is_multicast:
         return f"{address} is not an address one can deliver to"
     if address.is_global or allow_private:
@@ -112,4 +158,38 @@ def address_problem(address: Address, allow_private: bool) -> str | None:
     return (
         f"{address} is not a public address (loopback, private, link-local or reserved); "
         "an operator may allow such receivers with GPULOOM_WEBHOOK_ALLOW_PRIVATE=true"
+    )
+
+
+def redacted(url: str) -> str:
+    """What of `url` may be logged: its scheme, host and port; never the path or the
+    query, which may carry a receiver's secret."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<not a URL>"
+    host = parts.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def backlog_problem(
+    pending: int, failing_since: datetime | None, now: datetime, limit: int, grace_s: float
+) -> str | None:
+    """Why a webhook's backlog disables it, or None.
+
+    A backlog alone never does: a burst of events (one user's 10,000-task array) to a
+    receiver that answers is delivered at the receiver's pace. It disables a webhook
+    when it is over `limit` *and* the receiver is failing: the delivery at the head of
+    the queue (the one every later one waits for) has been failing since
+    `failing_since`, at least `grace_s` ago."""
+    if pending <= limit or failing_since is None:
+        return None
+    failing_s = (now - failing_since).total_seconds()
+    if failing_s < grace_s:
+        return None
+    return (
+        f"{pending} deliveries waiting (more than {limit}) and the receiver has failed "
+        f"the oldest one for {int(failing_s)} s"
     )

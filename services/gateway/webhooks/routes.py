@@ -1,18 +1,25 @@
 """/v1/webhooks: register a URL to receive the log's events, signed (docs/webhooks.md).
 
-Anyone authenticated may register webhooks (at most `PER_OWNER`); a webhook gets what
+Anyone authenticated may register webhooks (at most `Settings.webhook_max_per_owner`); a webhook gets what
 its owner may see of the event stream, with the stream's filters. Its owner and the
 operators see it, its deliveries and their answers, and may delete it; to anyone else
 it does not exist (404). The secret is answered once, when it is registered.
+
+An operator's webhook sees everything only until the registering token expires
+(`operator_until`, its `exp`); its owner renews that with a fresh operator token
+(`POST /v1/webhooks/{id}/renew`, event WebhookRenewed). After it, it sees what its
+owner sees as a plain user.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+import jwt
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
@@ -21,10 +28,16 @@ from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.registry import EVENT_TYPES
 from gpuloom.events.text import Remark
-from gpuloom.events.webhooks import TYPES_MAX, URL_MAX, WebhookDeleted, WebhookRegistered
+from gpuloom.events.webhooks import (
+    TYPES_MAX,
+    URL_MAX,
+    WebhookDeleted,
+    WebhookRegistered,
+    WebhookRenewed,
+)
 from gpuloom.state.model import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
-from services.gateway.auth import PrincipalDep
+from services.gateway.auth import PrincipalDep, bearer
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
 from services.gateway.schemas import Problem
@@ -44,8 +57,6 @@ _PORT = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][
 #: What a webhook URL looks like: no credentials, no IPv6 literal (use a name), a port
 #: in range. `policy.url_problem` says why another is refused, for the log's readers.
 URL_PATTERN = rf"^https?://[A-Za-z0-9]([A-Za-z0-9.-]{{0,251}}[A-Za-z0-9])?(:{_PORT})?([/?][!-~]*)?$"
-#: The most webhooks one owner may have.
-PER_OWNER = 20
 Token = Annotated[str, Field(pattern=SUBJECT_TOKEN.pattern)]
 #: An event type's name (the schema lists them; `_check` names an unknown one).
 EventType = Annotated[str, Field(json_schema_extra={"enum": sorted(EVENT_TYPES)})]
@@ -92,6 +103,11 @@ class WebhookView(BaseModel):
     after_seq: int
     #: Why it no longer delivers (a 410 from its receiver, a backlog), or null.
     disabled: str | None
+    #: It sees every event (its owner registered or renewed it with an operator token),
+    operator: bool
+    #: until then (that token's expiry; null: no end). After it: what its owner sees as
+    #: a plain user, until the owner renews it.
+    operator_until: datetime | None
 
 
 class WebhookCreated(WebhookView):
@@ -141,7 +157,28 @@ def _view(hook: Webhook) -> dict[str, Any]:
         "created_at": hook.registered_at,
         "after_seq": hook.registered_seq,
         "disabled": hook.disabled,
+        "operator": hook.operator,
+        "operator_until": hook.operator_until,
     }
+
+
+async def token_expiry(
+    gateway: GatewayDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> datetime | None:
+    """The `exp` of the request's bearer token (verified by `authenticate` already), or
+    None with authentication off."""
+    if gateway.settings.auth == "off" or credentials is None:
+        return None
+    try:
+        claims = jwt.decode(credentials.credentials, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    exp = claims.get("exp")
+    return datetime.fromtimestamp(exp, UTC) if isinstance(exp, int | float) else None
+
+
+ExpiryDep = Annotated[datetime | None, Depends(token_expiry)]
 
 
 def _hooks(gateway: Gateway) -> dict[str, Webhook]:
@@ -189,15 +226,20 @@ async def _check(body: WebhookBody, gateway: Gateway) -> None:
         409: {"model": Problem, "description": "too many webhooks"},
     },
 )
-async def register(body: WebhookBody, gateway: GatewayDep, principal: PrincipalDep) -> Any:
+async def register(
+    body: WebhookBody, gateway: GatewayDep, principal: PrincipalDep, expiry: ExpiryDep
+) -> Any:
     """Register a webhook (event WebhookRegistered): the events written from now on that
     pass its filter and that you may see are POSTed to `url`, signed with its secret."""
     await _check(body, gateway)
     await gateway.catch_up()
     owned = sum(1 for hook in _hooks(gateway).values() if hook.owner == principal.name)
-    if owned >= PER_OWNER:
+    most = gateway.settings.webhook_max_per_owner
+    if owned >= most:  # the state of your webhooks, not a rate: 409, delete one first
         raise HTTPException(
-            status_code=409, detail=f"{principal.name} has {owned} webhooks; at most {PER_OWNER}"
+            status_code=409,
+            detail=f"{principal.name} has {owned} webhooks, at most {most} may be registered "
+            "(disabled ones count): delete one first",
         )
     hook_id = new_event_id()
     secret = body.secret or new_secret()
@@ -205,6 +247,7 @@ async def register(body: WebhookBody, gateway: GatewayDep, principal: PrincipalD
         webhook_id=hook_id,
         owner=principal.name,
         operator=principal.operator,
+        operator_until=expiry if principal.operator else None,
         url=body.url,
         types=body.types,
         job=body.job,
@@ -248,6 +291,36 @@ async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: Princi
     await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal)
     await gateway.catch_up()
     return Response(status_code=204)
+
+
+@router.post(
+    "/v1/webhooks/{hook_id}/renew",
+    response_model=WebhookView,
+    responses={
+        **ERRORS,
+        403: {"model": Problem, "description": "not its owner, or not an operator token"},
+    },
+)
+async def renew(
+    hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep, expiry: ExpiryDep
+) -> Any:
+    """Renew an operator webhook's powers (event WebhookRenewed): with its owner's fresh
+    operator token it sees every event again, until that token's expiry."""
+    await gateway.catch_up()
+    hook = _mine(gateway, hook_id, principal)
+    if hook.owner != principal.name:
+        raise HTTPException(
+            status_code=403, detail=f"only {hook.owner} renews this webhook (its powers are theirs)"
+        )
+    if not principal.operator:
+        raise HTTPException(
+            status_code=403,
+            detail="renewing needs an operator token; without one the webhook sees what you see",
+        )
+    event = WebhookRenewed(webhook_id=hook_id, operator=True, operator_until=expiry)
+    await publish(gateway, event, principal=principal)
+    await gateway.catch_up()
+    return _view(_mine(gateway, hook_id, principal))
 
 
 @router.get("/v1/webhooks/{hook_id}/deliveries", response_model=DeliveryList, responses={**ERRORS})

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 from typing import Any
 
-import httpx
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -30,6 +29,7 @@ from gpuloom.state import ClusterState
 from gpuloom.state.model import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.tasks import cancel_and_wait
+from services.gateway.webhooks.lanes import Lanes
 from services.gateway.webhooks.outbox import Disable
 from services.gateway.webhooks.policy import next_delay, outcome, retry_after_s
 from services.gateway.webhooks.sealing import Sealer, SealError
@@ -73,7 +73,7 @@ class Sender:
         self._stop = asyncio.Event()
         self._finished = 0
         self._waking: set[asyncio.Task[None]] = set()
-        self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        self.lanes = Lanes(settings.webhook_max_in_flight, settings.webhook_max_in_flight_per_owner)
 
     def notify(self) -> None:
         async def wake() -> None:
@@ -94,13 +94,14 @@ class Sender:
                     await asyncio.wait_for(stop.wait(), IDLE_S)
         finally:
             await cancel_and_wait(*self._workers.values())
-            await self.client.aclose()
+            await self.lanes.close_all()
 
     async def _sync_workers(self) -> None:
         hooks = self.state().webhooks
         live = {i for i, hook in hooks.items() if hook.disabled is None}
         for hook_id in sorted(set(self._workers) - live):
-            self._workers.pop(hook_id).cancel()
+            await cancel_and_wait(self._workers.pop(hook_id))
+            await self.lanes.close(hook_id)
             await self._retire(hook_id, deleted=hook_id not in hooks)
         for hook_id in sorted(live - set(self._workers)):
             self._workers[hook_id] = asyncio.create_task(self._work(hook_id))
@@ -174,6 +175,20 @@ class Sender:
         if rows[0].next_at > now:
             return float((rows[0].next_at - now).total_seconds())
         due = list(takewhile(lambda row: row.next_at <= now, rows))
+        async with self.lanes.slot(hook.owner):  # owner's first, then a shared one
+            answers = await self._claim_and_send(hook, due)
+        if answers is None:
+            return IDLE_S
+        ids = [row.id for row in due]
+        await self._record(hook, answers, unsent=ids[len(answers) :])
+        return 0.0
+
+    async def _claim_and_send(
+        self, hook: Webhook, due: list[WebhookDeliveryRow]
+    ) -> list[tuple[WebhookDeliveryRow, Answer]] | None:
+        """Claim `due`, then attempt them in order until one fails; None: another
+        replica holds some of them."""
+        now = datetime.now(UTC)
         ids = [row.id for row in due]
         claim_until = now + timedelta(seconds=self.settings.webhook_timeout_s * len(due) + 30)
         try:
@@ -193,15 +208,14 @@ class Sender:
                 if claimed.rowcount != len(ids):
                     raise Contended  # another replica has some: leave them all (rolled back)
         except Contended:
-            return IDLE_S
+            return None
         answers: list[tuple[WebhookDeliveryRow, Answer]] = []
         for row in due:
             answer = await self._attempt(hook, row)
             answers.append((row, answer))
             if answer.status_code is None or outcome(answer.status_code) != "delivered":
                 break  # the next ones wait for this one (log order)
-        await self._record(hook, answers, unsent=ids[len(answers) :])
-        return 0.0
+        return answers
 
     async def _attempt(self, hook: Webhook, row: WebhookDeliveryRow) -> Answer:
         try:
@@ -211,7 +225,7 @@ class Sender:
         body = row.body.encode()
         headers = signed_headers(secret, row.event_id, int(datetime.now(UTC).timestamp()), body)
         return await send(
-            self.client,
+            self.lanes.client(hook.webhook_id),
             hook.url,
             body,
             headers,

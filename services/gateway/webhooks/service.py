@@ -17,6 +17,7 @@ from services.gateway.publish import publish
 from services.gateway.routes_events import owner_lookup
 from services.gateway.stream import Owners
 from services.gateway.webhooks.outbox import Outbox
+from services.gateway.webhooks.policy import redacted
 from services.gateway.webhooks.sealing import load_sealer
 from services.gateway.webhooks.sender import Sender
 
@@ -31,6 +32,9 @@ async def run_webhooks(
 ) -> None:
     """Deliver webhooks until `stop`, once the projector has read the log up to where it
     ended at the gateway's start (the webhooks registered so far are known then)."""
+    # httpx logs every request's URL at INFO: a receiver's path and query may hold its
+    # secret, so only warnings of it are logged (ours name the webhook and its host).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     while not stop.is_set() and not await projector.wait_for(gateway.start_seq, timeout=1.0):
         pass
 
@@ -38,7 +42,7 @@ async def run_webhooks(
         hook = projector.state.webhooks.get(hook_id)
         if hook is None or hook.disabled is not None:
             return
-        log.warning("webhooks: disabling %s: %s", hook_id, reason)
+        log.warning("webhooks: disabling %s (%s): %s", hook_id, redacted(hook.url), reason)
         try:
             await publish(
                 gateway, WebhookDisabled(webhook_id=hook_id, reason=reason), principal=GATEWAY
@@ -63,6 +67,8 @@ async def run_webhooks(
         gateway.streams.decoded,
         sender.notify,
         disable,
+        max_backlog=gateway.settings.webhook_max_backlog,
+        backlog_grace_s=gateway.settings.webhook_backlog_grace_s,
     )
     tasks = [asyncio.create_task(outbox.run(stop)), asyncio.create_task(sender.run(stop))]
     try:

@@ -4,15 +4,24 @@ The host is resolved here and every address it has is checked; the request then 
 to the checked address itself (with the URL's host in `Host` and, for https, in the TLS
 server name, so the certificate is still verified against it). A name that resolves to
 a public address when checked and to 127.0.0.1 when connecting (DNS rebinding) so gets
-no chance. Redirects are not followed: a 3xx is a failed attempt.
+no chance. Redirects are not followed: a 3xx is a failed attempt (so no second address
+is ever reached without being checked).
+
+An attempt cannot be turned against the gateway: resolving, connecting, sending and
+reading the answer together have one deadline (a receiver that drips a byte at a time
+does not hold it longer), and at most `READ_MAX` bytes of the answer are read, raw
+(the gateway asks for no compression, so nothing is inflated); a connection whose
+answer was cut short or ran out of time is closed, not kept for the next attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,6 +30,10 @@ import httpx
 from services.gateway.webhooks.policy import RESPONSE_KEPT, Address, address_problem
 
 USER_AGENT = "gpuloom-webhooks/1"
+#: The most bytes of an answer's body read (the rest is never read: the connection is
+#: closed); `RESPONSE_KEPT` characters of them are kept.
+READ_MAX = 4096
+_URL = re.compile(r"https?://\S*")
 
 
 class Refused(Exception):
@@ -91,12 +104,29 @@ async def send(
     allow_private: bool,
     timeout_s: float,
 ) -> Answer:
-    """POST `body` to `url` once; never raises for the receiver's failures."""
+    """POST `body` to `url` once, within `timeout_s` in all; never raises for the
+    receiver's failures."""
     started = time.perf_counter()
 
     def took() -> int:
         return int((time.perf_counter() - started) * 1000)
 
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _post(client, url, body, headers, allow_private, timeout_s, took)
+    except TimeoutError:
+        return Answer(None, f"no complete answer within {timeout_s:g} s", None, None, took())
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    allow_private: bool,
+    timeout_s: float,
+    took: Callable[[], int],
+) -> Answer:
     try:
         address = await checked_address(url, allow_private)
     except Refused as exc:
@@ -109,17 +139,39 @@ async def send(
         "Host": host_header,
         "Content-Type": "application/cloudevents+json",
         "User-Agent": USER_AGENT,
+        "Accept-Encoding": "identity",
     }
+    request = client.build_request(
+        "POST",
+        pinned_url(url, address),
+        content=body,
+        headers=request_headers,
+        timeout=timeout_s,
+        extensions=extensions,
+    )
     try:
-        answer = await client.post(
-            pinned_url(url, address),
-            content=body,
-            headers=request_headers,
-            timeout=timeout_s,
-            extensions=extensions,
-        )
+        answer = await client.send(request, stream=True)
+        try:
+            head = await _head(answer)
+        finally:
+            await answer.aclose()  # unread: the connection is closed, not pooled
     except httpx.HTTPError as exc:
-        return Answer(None, f"{type(exc).__name__}: {exc}"[:500], None, None, took())
-    text = answer.text[:RESPONSE_KEPT] if answer.content else None
+        return Answer(None, _error(exc), None, None, took())
+    text = head.decode("utf-8", errors="replace")[:RESPONSE_KEPT] if head else None
     error = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
     return Answer(answer.status_code, error, text, answer.headers.get("retry-after"), took())
+
+
+async def _head(answer: httpx.Response) -> bytes:
+    """The first `READ_MAX` bytes of the answer's body (raw), never more."""
+    kept = bytearray()
+    async for chunk in answer.aiter_raw():
+        kept += chunk[: READ_MAX - len(kept)]
+        if len(kept) >= READ_MAX:
+            break
+    return bytes(kept)
+
+
+def _error(exc: httpx.HTTPError) -> str:
+    """What went wrong, without the URL (its path and query may hold a secret)."""
+    return _URL.sub("<url>", f"{type(exc).__name__}: {exc}")[:500]

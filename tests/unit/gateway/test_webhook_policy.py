@@ -14,14 +14,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuloom.events import Event, JobFinished, NodeCordoned, Recorded, make_envelope
-from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
+from gpuloom.events.webhooks import (
+    WebhookDeleted,
+    WebhookDisabled,
+    WebhookRegistered,
+    WebhookRenewed,
+)
 from gpuloom.state import fold
 from gpuloom.state.fold import apply
 from services.gateway.webhooks.policy import (
     address_problem,
+    backlog_problem,
     gets,
     next_delay,
     outcome,
+    redacted,
     retry_after_s,
     url_problem,
 )
@@ -119,6 +126,68 @@ def test_only_public_addresses_unless_allowed(address: str, public: bool) -> Non
         assert address_problem(ipaddress.ip_address(never), allow_private=True) is not None
 
 
+@pytest.mark.parametrize(
+    ("address", "form"),
+    [
+        ("::10.0.0.1", "IPv4-compatible"),
+        ("::8.8.8.8", "IPv4-compatible"),
+        ("::ffff:0:10.0.0.1", "SIIT"),
+        ("::ffff:0:8.8.8.8", "SIIT"),
+        ("64:ff9b::10.0.0.1", "NAT64 (well-known"),
+        ("64:ff9b::169.254.169.254", "NAT64 (well-known"),
+        ("64:ff9b::8.8.8.8", "NAT64 (well-known"),
+        ("64:ff9b:1::a00:1", "NAT64 (local-use"),
+        ("64:ff9b:1:808:800::", "NAT64 (local-use"),
+        ("2002:a00:1::1", "6to4"),  # 10.0.0.1
+        ("2002:808:808::1", "6to4"),  # 8.8.8.8
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "Teredo"),  # client 10.0.0.1
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),  # a public one
+    ],
+)
+def test_ipv6_forms_that_embed_ipv4_are_refused_whatever_they_embed(
+    address: str, form: str
+) -> None:
+    ip = ipaddress.ip_address(address)
+    for allow_private in (False, True):
+        problem = address_problem(ip, allow_private=allow_private)
+        assert problem is not None and form in problem, problem
+
+
+def test_ipv4_mapped_is_judged_as_its_ipv4_and_plain_ipv6_is_not_caught() -> None:
+    mapped_public = ipaddress.ip_address("::ffff:8.8.8.8")
+    assert address_problem(mapped_public, allow_private=False) is None
+    assert address_problem(ipaddress.ip_address("::ffff:10.0.0.1"), allow_private=False)
+    assert address_problem(ipaddress.ip_address("::1"), allow_private=True) is None  # loopback
+    for public in ("2606:4700::1111", "2a00:1450:4001::200e", "2001:4860:4860::8888"):
+        assert address_problem(ipaddress.ip_address(public), allow_private=False) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "logged"),
+    [
+        ("https://hooks.example.org/T0/B1/s3cret?token=s3cret", "https://hooks.example.org"),
+        ("http://10.0.0.5:8080/x/s3cret", "http://10.0.0.5:8080"),
+        ("http://[::1]:9/s3cret", "http://[::1]:9"),
+        ("http://example.org:99999/s3cret", "<not a URL>"),
+    ],
+)
+def test_what_is_logged_of_a_url_is_its_host(url: str, logged: str) -> None:
+    assert redacted(url) == logged
+
+
+def test_a_backlog_disables_only_a_webhook_whose_receiver_fails() -> None:
+    limit, grace = 100, 3600.0
+    hour_ago = NOW - timedelta(hours=1, seconds=1)
+    # a burst to a receiver that answers: the head delivery was never failed
+    assert backlog_problem(10_000, None, NOW, limit, grace) is None
+    # failing, but not for long (a receiver restarting)
+    assert backlog_problem(10_000, NOW - timedelta(minutes=5), NOW, limit, grace) is None
+    # failing for long, but little waits
+    assert backlog_problem(limit, hour_ago, NOW, limit, grace) is None
+    problem = backlog_problem(limit + 1, hour_ago, NOW, limit, grace)
+    assert problem is not None and "101 deliveries waiting" in problem and "3601 s" in problem
+
+
 def registered(**fields: object) -> WebhookRegistered:
     base: dict[str, object] = {
         "webhook_id": "wh1", "owner": "alice", "url": "https://h.example/x",
@@ -133,13 +202,15 @@ def test_the_fold_keeps_webhooks_and_what_they_get() -> None:
     assert (hook.registered_seq, hook.types, hook.disabled) == (5, ("JobFinished",), None)
     finished = JobFinished(job_id="j1", node="n1", attempt=1, exit_code=0, outcome="succeeded")
     alices, bobs = ("alice", "research"), ("bob", "research")
-    assert gets(hook, 6, finished, alices, {})
-    assert not gets(hook, 5, finished, alices, {})  # written before it was registered
-    assert not gets(hook, 6, finished, bobs, {})  # not alice's to see
-    assert not gets(hook, 6, NodeCordoned(node="n1", reason="x"), None, {})  # not a type it asked
+    assert gets(hook, 6, finished, alices, {}, NOW)
+    assert not gets(hook, 5, finished, alices, {}, NOW)  # written before it was registered
+    assert not gets(hook, 6, finished, bobs, {}, NOW)  # not alice's to see
+    assert not gets(
+        hook, 6, NodeCordoned(node="n1", reason="x"), None, {}, NOW
+    )  # not a type it asked
     anything = fold([recorded(registered(), seq=5, at=NOW)]).webhooks["wh1"]
-    assert gets(anything, 6, NodeCordoned(node="n1", reason="x"), None, {})
-    assert not gets(anything, 7, WebhookDeleted(webhook_id="wh2"), None, {})  # operators only
+    assert gets(anything, 6, NodeCordoned(node="n1", reason="x"), None, {}, NOW)
+    assert not gets(anything, 7, WebhookDeleted(webhook_id="wh2"), None, {}, NOW)  # operators only
     state = fold(
         [
             recorded(registered(), seq=5, at=NOW),
@@ -148,7 +219,7 @@ def test_the_fold_keeps_webhooks_and_what_they_get() -> None:
         ]
     )
     assert state.webhooks["wh1"].disabled == "410"
-    assert not gets(state.webhooks["wh1"], 8, finished, alices, {})
+    assert not gets(state.webhooks["wh1"], 8, finished, alices, {}, NOW)
     gone = fold(
         [
             recorded(registered(), seq=5, at=NOW),
@@ -156,6 +227,38 @@ def test_the_fold_keeps_webhooks_and_what_they_get() -> None:
         ]
     )
     assert gone.webhooks == {}
+
+
+def test_operator_powers_end_when_the_registering_token_expires_until_renewed() -> None:
+    expires = NOW + timedelta(hours=1)
+    bobs_job = JobFinished(job_id="j1", node="n1", attempt=1, exit_code=0, outcome="succeeded")
+    bob, ops = ("bob", "research"), ("ops", "research")
+    state = fold(
+        [recorded(registered(owner="ops", operator=True, operator_until=expires), seq=5, at=NOW)]
+    )
+    hook = state.webhooks["wh1"]
+    assert gets(hook, 6, bobs_job, bob, {}, NOW + timedelta(minutes=59))  # an operator's
+    later = expires + timedelta(seconds=1)
+    assert not gets(hook, 7, bobs_job, bob, {}, later)  # a plain user's now: not theirs
+    assert gets(hook, 7, bobs_job, ops, {}, later)  # their own job's still
+    assert gets(hook, 7, NodeCordoned(node="n1", reason="x"), None, {}, later)
+    renewed = NOW + timedelta(hours=9)
+    apply(
+        state,
+        recorded(
+            WebhookRenewed(webhook_id="wh1", operator=True, operator_until=renewed),
+            seq=8,
+            at=later,
+        ),
+    )
+    hook = state.webhooks["wh1"]
+    assert (hook.operator, hook.operator_until) == (True, renewed)
+    assert gets(hook, 9, bobs_job, bob, {}, later)
+    assert not gets(hook, 9, bobs_job, bob, {}, renewed)
+    forever = fold([recorded(registered(owner="ops", operator=True), seq=5, at=NOW)])
+    assert gets(forever.webhooks["wh1"], 6, bobs_job, bob, {}, NOW + timedelta(days=999))
+    apply(state, recorded(WebhookRenewed(webhook_id="nope", operator=True), seq=10, at=later))
+    assert state.recent_voided[-1].seq == 10
 
 
 def test_a_second_registration_or_an_unknown_webhook_is_void() -> None:

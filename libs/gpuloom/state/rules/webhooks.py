@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuloom.events import Recorded
-from gpuloom.events.webhooks import WebhookDeleted, WebhookDisabled, WebhookRegistered
+from gpuloom.events.webhooks import (
+    WebhookDeleted,
+    WebhookDisabled,
+    WebhookRegistered,
+    WebhookRenewed,
+)
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState, Webhook
 from gpuloom.state.rules.common import Rule, rule
@@ -21,6 +26,7 @@ def _registered(state: ClusterState, event: WebhookRegistered, recorded: Recorde
         webhook_id=event.webhook_id,
         owner=event.owner,
         operator=event.operator,
+        operator_until=event.operator_until,
         url=event.url,
         types=tuple(event.types),
         job=event.job,
@@ -47,8 +53,18 @@ def _disabled(state: ClusterState, event: WebhookDisabled, recorded: Recorded) -
         state.webhooks[event.webhook_id] = replace(hook, disabled=event.reason)
 
 
+def _renewed(state: ClusterState, event: WebhookRenewed, recorded: Recorded) -> None:
+    hook = state.webhooks.get(event.webhook_id)
+    if hook is None:
+        raise Invalid(f"webhook {event.webhook_id} does not exist")
+    state.webhooks[event.webhook_id] = replace(
+        hook, operator=event.operator, operator_until=event.operator_until
+    )
+
+
 RULES: tuple[Rule, ...] = (
     rule(WebhookRegistered, _registered),
     rule(WebhookDeleted, _deleted),
     rule(WebhookDisabled, _disabled),
+    rule(WebhookRenewed, _renewed),
 )
