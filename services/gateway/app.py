@@ -38,6 +38,7 @@ from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics
 from services.gateway.problems import add_problem_handlers
 from services.gateway.routes_deadletters import router as dead_letters_router
+from services.gateway.stream_budget import StreamBudget
 from services.gateway.ui.routes import add_dashboard
 from services.gateway.webhooks.routes import router as webhooks_router
 from services.gateway.webhooks.service import run_webhooks
@@ -71,7 +72,17 @@ async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
 def create_app(settings: Settings) -> FastAPI:
     engine = make_engine(settings.database_url)
     gateway = Gateway(
-        settings=settings, sessions=make_sessionmaker(engine), verifier=make_verifier(settings)
+        settings=settings,
+        sessions=make_sessionmaker(engine),
+        verifier=make_verifier(settings),
+        stream_budget=StreamBudget(
+            per_user=settings.streams_per_user,
+            total=settings.streams_total,
+            replays_per_user=settings.stream_replays_per_user,
+            replays_total=settings.stream_replays_total,
+            replays_per_minute=settings.stream_replays_per_minute,
+            replay_behind=settings.stream_replay_behind,
+        ),
     )
 
     @contextlib.asynccontextmanager

@@ -18,6 +18,7 @@ from gpuloom.placement.inputs import request_of
 from gpuloom.runtime.projector import Projector
 from gpuloom.state import ClusterState
 from services.gateway.stream import Streams
+from services.gateway.stream_budget import StreamBudget
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Gateway:
     start_seq: int = 0
     #: What the streams of `GET /v1/events` share: each event decoded once, the hub.
     streams: Streams = field(default_factory=Streams)
+    #: How many streams and replays each user and everyone may hold (`create_app` sets it).
+    stream_budget: StreamBudget = field(default_factory=StreamBudget)
     #: `resources_problem`'s answers by request shape, while the nodes stay the same.
     feasibility: Feasibility = field(default_factory=lambda: Feasibility())
     extra: dict[str, Any] = field(default_factory=dict)

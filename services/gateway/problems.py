@@ -44,6 +44,7 @@ MEANINGS: dict[int, str] = {
     409: "The request conflicts with the current state (the detail says which)",
     413: "The request body (or the event it makes) is too large",
     422: "A parameter or a field of the body is invalid (`errors` names each)",
+    429: "Over a budget of the caller's (streams, replays): retry after Retry-After",
     502: "A node agent answered with an error",
     503: "The event log (NATS) is unreachable, or the gateway has not read it yet: "
     "retry after Retry-After",
@@ -53,6 +54,13 @@ _HEADERS: dict[int, dict[str, Any]] = {
         "WWW-Authenticate": {
             "description": 'The challenge (RFC 6750): `Bearer realm="gpuloom"`, and '
             '`error="invalid_token"` with a description when a token came',
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    429: {
+        "Retry-After": {
+            "description": "Seconds to wait before retrying",
             "required": True,
             "schema": {"type": "string"},
         }

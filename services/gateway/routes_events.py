@@ -10,6 +10,7 @@ its start. Filters narrow it; what a principal may see is `services.gateway.stre
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -18,6 +19,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from nats.errors import Error as NatsError
 from sqlalchemy import select
+from starlette.background import BackgroundTask
 
 from gpuloom.auth.policy import Accounts
 from gpuloom.bus import EventBus
@@ -35,6 +37,7 @@ from services.gateway.stream import (
     Streams,
     event_stream,
 )
+from services.gateway.stream_budget import Ticket
 
 router = APIRouter(tags=["events"])
 
@@ -79,10 +82,12 @@ class StreamRequest:
     owners: Owners
     accounts: Callable[[], Accounts]
     shared: Streams
+    ticket: Ticket
 
 
 async def stream_request(
     gateway: GatewayDep,
+    principal: PrincipalDep,
     types: Annotated[
         list[str] | None,
         Query(alias="type", description="event types to keep (repeat it), e.g. JobFinished"),
@@ -108,11 +113,14 @@ async def stream_request(
     if projector is None:
         raise unavailable("the gateway has not read the log yet")
     start = resume_point(last_event_id, after)
+    try:
+        log_end = await bus.last_seq()
+    except (NatsError, TimeoutError) as exc:
+        raise unavailable(f"could not read the log: {exc}") from exc
     if start is None:
-        try:
-            start = await bus.last_seq()
-        except (NatsError, TimeoutError) as exc:
-            raise unavailable(f"could not read the log: {exc}") from exc
+        start = log_end
+    replay = gateway.stream_budget.is_replay(start, log_end, one_job=job is not None)
+    ticket = gateway.stream_budget.take(principal.name, replay, time.monotonic())
 
     def state() -> ClusterState:
         return projector.state
@@ -124,7 +132,7 @@ async def stream_request(
     shared = gateway.streams
     if shared.owners is None:
         shared.owners = Owners(state, owner_lookup(gateway))
-    return StreamRequest(bus, start, wanted, shared.owners, accounts, shared)
+    return StreamRequest(bus, start, wanted, shared.owners, accounts, shared, ticket)
 
 
 @router.get(
@@ -137,6 +145,7 @@ async def stream_request(
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         422: {},
+        429: {},
         503: {},
     },
 )
@@ -145,7 +154,9 @@ async def events(
     request: Annotated[StreamRequest, Depends(stream_request)],
 ) -> StreamingResponse:
     """Events of the log as CloudEvents, then new ones as they are written (see the
-    module doc); an `error` event says why a stream ends (`gone`, `slow`).
+    module doc); an `error` event says why a stream ends (`gone`, `slow`). Each user
+    holds a bounded number of streams and replays (429 with Retry-After past it:
+    `services.gateway.stream_budget`).
 
     The stream writes its own SSE (`services.gateway.stream`): every event waiting for
     a client goes in one write, where FastAPI's SSE would make one per event."""
@@ -157,9 +168,11 @@ async def events(
         request.owners,
         request.accounts,
         request.shared,
+        request.ticket,
     )
     return StreamingResponse(
         chunks,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(request.ticket.close),  # if the stream never started
     )

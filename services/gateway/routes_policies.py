@@ -19,7 +19,9 @@ from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.policies import MEMBERS_MAX, PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import INT32_MAX, Remark, UserName
 from gpuloom.queueing.classes import classes, default_class
+from gpuloom.queueing.limits import cluster_limits, default_limits
 from gpuloom.state import ClusterState
+from gpuloom.state.model import IdentityLimits
 from gpuloom.state.model import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import Gateway, GatewayDep
@@ -31,7 +33,7 @@ router = APIRouter(tags=["policies"])
 ClassName = Annotated[
     str, Path(pattern=SUBJECT_TOKEN.pattern, description="a priority class's name")
 ]
-Scope = Literal["user", "account"]
+Scope = Literal["user", "account", "default", "cluster"]
 ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": Problem, "description": "not an operator"},
     503: {"model": Problem, "description": "NATS unreachable, or the log not read yet"},
@@ -67,7 +69,10 @@ class PriorityClassList(BaseModel):
 
 
 class LimitsBody(BaseModel):
-    """The limits of one user or account; null (or absent): unlimited."""
+    """The limits of one user or account, the defaults of every user or account
+    (scope `default`, name `user` or `account`), or the cluster's total (scope
+    `cluster`, name `all`: `max_submit_jobs` only); null (or absent): not set here, so
+    the default's, else the built-in one (`defaults` in the list says which apply)."""
 
     #: Jobs submitted and not final (pending and running); an array counts its tasks.
     max_submit_jobs: int | None = Field(default=None, ge=0, le=INT32_MAX)
@@ -84,7 +89,11 @@ class LimitsView(LimitsBody):
 
 
 class LimitsList(BaseModel):
+    #: What operators set (LimitsSet), by scope and name.
     limits: list[LimitsView]
+    #: What applies where nothing more specific is set: `user` and `account` (each
+    #: limit the operators' default, else the built-in one) and `cluster`.
+    defaults: dict[str, LimitsBody]
 
 
 def _state(gateway: Gateway) -> ClusterState:
@@ -156,23 +165,28 @@ async def delete_priority_class(
 
 
 def _limits_list(state: ClusterState) -> LimitsList:
+    def body(limits: IdentityLimits) -> dict[str, int | None]:
+        return {
+            "max_submit_jobs": limits.max_submit_jobs,
+            "max_array_size": limits.max_array_size,
+            "max_gpus": limits.max_gpus,
+        }
+
     return LimitsList(
         limits=[
-            LimitsView(
-                scope="user" if scope == "user" else "account",
-                name=name,
-                max_submit_jobs=limits.max_submit_jobs,
-                max_array_size=limits.max_array_size,
-                max_gpus=limits.max_gpus,
-            )
+            LimitsView(scope=scope, name=name, **body(limits))
             for (scope, name), limits in sorted(state.limits.items())
-        ]
+        ],
+        defaults={
+            scope: LimitsBody(**body(default_limits(state, scope))) for scope in ("user", "account")
+        }
+        | {"cluster": LimitsBody(**body(cluster_limits(state)))},
     )
 
 
 @router.get("/v1/limits", response_model=LimitsList)
 async def list_limits(gateway: GatewayDep) -> LimitsList:
-    """Every user's and account's limits (those without any are unlimited)."""
+    """The limits operators set, and the defaults that hold where they set none."""
     await gateway.catch_up()
     return _limits_list(_state(gateway))
 
@@ -190,8 +204,9 @@ async def set_limits(
     gateway: GatewayDep,
     principal: PrincipalDep,
 ) -> LimitsList:
-    """Set every limit of one user or account (event LimitsSet): operators only. A
-    limit left out or null is unlimited; all null removes the entry."""
+    """Set every limit of one user or account, of the defaults or of the cluster
+    (event LimitsSet): operators only. A limit left out or null falls back to the
+    default's, then the built-in one; all null removes the entry."""
     try:
         event = LimitsSet(scope=scope, name=name, **body.model_dump())
     except ValidationError as exc:

@@ -44,6 +44,7 @@ from gpuloom.events.subjects import job_subjects
 from gpuloom.state import ClusterState
 from gpuloom.state.retention import owner
 from services.gateway.fanout import Batch, Feed, Hub
+from services.gateway.stream_budget import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,7 @@ async def event_stream(
     owners: Owners,
     accounts: Callable[[], Accounts],
     shared: Streams | None = None,
+    ticket: Ticket | None = None,
 ) -> AsyncIterator[bytes]:
     """The events after sequence `after` that `principal` may see and asked for, then
     the new ones as they are written, as SSE events with the sequence as their id:
@@ -275,6 +277,8 @@ async def event_stream(
             f"{figures.first_seq} (older events are in its archive)",
             figures.first_seq - 1,
         )
+        if ticket is not None:
+            ticket.close()
         return
     shared = shared or Streams()
     if wanted.job is not None:
@@ -341,6 +345,8 @@ async def event_stream(
                 linger = last_write + LINGER_S - loop.time()
                 if linger > 0:
                     await asyncio.sleep(linger)
+            if ticket is not None and ticket.replaying and feed.on_hub:
+                ticket.caught_up()  # no longer a replay: it reads the shared hub
             pieces = []
             for batch in feed.take(CHUNK_EVENTS):
                 sent = batch.last_seq
@@ -351,5 +357,7 @@ async def event_stream(
                 last_write = loop.time()
                 yield b"".join(pieces) if len(pieces) > 1 else pieces[0]
     finally:
+        if ticket is not None:
+            ticket.close()
         with contextlib.suppress(Exception):
             await feed.close()

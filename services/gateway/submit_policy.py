@@ -1,6 +1,6 @@
 """A submission's priority class, priority and limits, checked before it is published.
 
-The rules are pure (`gpuloom.queueing.classes`, `gpuloom.auth.policy`); this module
+The rules are pure (`gpuloom.queueing.classes`, `.limits`, `gpuloom.auth.policy`); this module
 reads the gateway's folded state and answers in HTTP: an unknown class, a class
 the job's user and account may not use, a priority over the class's (but for an
 operator), or a submission over `max_submit_jobs` or `max_array_size` is 403 with
@@ -13,7 +13,7 @@ submission order, and is what holds when two submissions race past a stale check
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
@@ -21,15 +21,10 @@ from fastapi import HTTPException
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import priority_problem
 from gpuloom.events import JobSpec
-from gpuloom.queueing.classes import (
-    active_counts,
-    class_named,
-    class_use_problem,
-    classes,
-    default_class,
-    submit_limit_problem,
-)
+from gpuloom.queueing.classes import class_named, class_use_problem, classes, default_class
+from gpuloom.queueing.limits import active_counts, identities, submit_limit_problem
 from gpuloom.state import ClusterState
+from gpuloom.state.model import CLUSTER_TOTAL
 from services.gateway.auth import forbidden
 from services.gateway.deps import Gateway
 
@@ -37,6 +32,9 @@ if TYPE_CHECKING:
     from services.gateway.routes_submit import JobRequest
 
 log = logging.getLogger(__name__)
+
+#: The limits an operator may set for everyone (they apply to every submission).
+OPERATOR_DEFAULTS = (("default", "user"), ("default", "account"), CLUSTER_TOTAL)
 
 
 def _state(gateway: Gateway) -> ClusterState:
@@ -76,36 +74,33 @@ def submission_spec(
 
 
 async def check_submit_limits(gateway: Gateway, spec: JobSpec) -> None:
-    """403 when the submission would pass its user's or account's `max_submit_jobs`
-    or `max_array_size`. The gateway first folds its own writes, but only when such a
-    limit exists: submissions of everyone else never wait for it."""
-    identities = (("user", spec.user), ("account", spec.account))
-    if not any(identity in _state(gateway).limits for identity in identities):
-        return
-    await gateway.catch_up()
-    state = _state(gateway)
-    counts = active_counts(state, with_submitted=True)
-    adding = spec.array or 1
-    forbidden(submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts))
+    """403 when the submission would pass a `max_submit_jobs` or `max_array_size` of
+    its user, its account or the cluster (`gpuloom.queueing.limits`)."""
+    await _check(gateway, [spec], lambda number, problem: problem)
 
 
 async def check_batch_limits(gateway: Gateway, specs: Sequence[JobSpec]) -> None:
-    """`check_submit_limits` of a batch: each job counts the batch's jobs before it.
-    403 names the first job (`jobs[i]`) that would pass a limit."""
-    identities = {(kind, name) for spec in specs for kind, name in _identities(spec)}
-    if not identities & set(_state(gateway).limits):
-        return
-    await gateway.catch_up()
+    """`check_submit_limits` of a batch, counted by its tasks: each job counts the
+    batch's jobs before it. 403 names the first job (`jobs[i]`) that would pass a limit."""
+    await _check(gateway, specs, lambda number, problem: f"jobs[{number}]: {problem}")
+
+
+async def _check(
+    gateway: Gateway, specs: Sequence[JobSpec], say: Callable[[int, str], str]
+) -> None:
+    """Hold `specs` to the limits. The gateway first folds its own writes where an
+    operator set a limit that applies; the built-in defaults it checks against what it
+    has folded, so that submissions never wait for them (admission holds them exactly)."""
     state = _state(gateway)
+    applying = {*OPERATOR_DEFAULTS, *(i for spec in specs for i in identities(spec)[:2])}
+    if not applying.isdisjoint(state.limits):
+        await gateway.catch_up()
+        state = _state(gateway)
     counts = active_counts(state, with_submitted=True)
     for number, spec in enumerate(specs):
         adding = spec.array or 1
         problem = submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts)
         if problem is not None:
-            forbidden(f"jobs[{number}]: {problem}")
-        for identity in _identities(spec):
+            forbidden(say(number, problem))
+        for identity in identities(spec):
             counts[identity] += adding
-
-
-def _identities(spec: JobSpec) -> tuple[tuple[str, str], tuple[str, str]]:
-    return (("user", spec.user), ("account", spec.account))

@@ -8,6 +8,8 @@ answers 403 otherwise):
     gpuloom priority-class delete urgent
     gpuloom limits set user alice --max-submit-jobs 100 --max-gpus 8
     gpuloom limits set account research --max-array-size 1000
+    gpuloom limits set default user --max-submit-jobs 500   # every user without their own
+    gpuloom limits set cluster all --max-submit-jobs 50000
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ def _limits_table(answer: LimitsList) -> Table:
             _dash(row["max_submit_jobs"]),
             _dash(row["max_array_size"]),
             _dash(row["max_gpus"]),
+        )
+    for scope, limits in sorted(answer.get("defaults", {}).items()):
+        table.add_row(
+            "in force",
+            "every " + scope if scope != "cluster" else "the cluster",
+            _dash(limits["max_submit_jobs"]),
+            _dash(limits["max_array_size"]),
+            _dash(limits["max_gpus"]),
         )
     return table
 
@@ -134,7 +144,7 @@ def delete_class(
 
 @limits_app.command("list")
 def list_limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Every user's and account's limits (anyone not listed is unlimited)."""
+    """The limits operators set, then those in force where they set none."""
     with gateway(ctx) as client:
         answer = client.limits()
     _show(answer, as_json, _limits_table(answer))
@@ -143,8 +153,16 @@ def list_limits(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 @limits_app.command("set")
 def set_limits(
     ctx: typer.Context,
-    scope: Annotated[str, typer.Argument(help="user or account.", show_default=False)],
-    name: Annotated[str, typer.Argument(help="The user's or account's name.", show_default=False)],
+    scope: Annotated[
+        str, typer.Argument(help="user, account, default or cluster.", show_default=False)
+    ],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The user's or account's name; for default: user or account; for cluster: all.",
+            show_default=False,
+        ),
+    ],
     max_submit_jobs: Annotated[
         int | None, typer.Option(min=0, help="Jobs submitted and not ended (pending, running).")
     ] = None,
@@ -154,10 +172,11 @@ def set_limits(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Set every limit of one user or account (operators); a limit not given is
-    unlimited, and none given removes them all."""
-    if scope not in ("user", "account"):
-        fail(f"scope must be user or account, not {scope!r}", 2)
+    """Set every limit of one user or account, the defaults or the cluster's total
+    (operators); a limit not given falls back to the default's, then the built-in one,
+    and none given removes the entry."""
+    if scope not in ("user", "account", "default", "cluster"):
+        fail(f"scope must be user, account, default or cluster, not {scope!r}", 2)
     body = {
         "max_submit_jobs": max_submit_jobs,
         "max_array_size": max_array_size,

@@ -248,8 +248,15 @@ class Limits(TypedDict):
     max_gpus: int | None
 
 
+class LimitBody(TypedDict):
+    max_submit_jobs: int | None
+    max_array_size: int | None
+    max_gpus: int | None
+
+
 class LimitsList(TypedDict):
     limits: list[Limits]
+    defaults: dict[str, LimitBody]
 
 
 class DeadLetter(TypedDict):

@@ -8,7 +8,8 @@ from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
-from gpuloom.queueing.classes import SubmitTally, class_problem
+from gpuloom.queueing.classes import class_problem
+from gpuloom.queueing.limits import SubmitTally
 from gpuloom.state import FINAL_PHASES, ClusterState
 from gpuloom.state.retention import dependency_unknown, final_phase
 

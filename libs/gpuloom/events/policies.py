@@ -79,11 +79,23 @@ class PriorityClassDeleted(Event):
         return self.name
 
 
-LimitScope = Literal["user", "account"]
+LimitScope = Literal["user", "account", "default", "cluster"]
+#: The names a scope takes beside user and account names: ("default", "user") holds
+#: what every user gets where their own limit is None, ("default", "account") the same
+#: for accounts, ("cluster", "all") the cluster's total.
+SCOPE_NAMES: dict[str, tuple[str, ...]] = {
+    "default": ("user", "account"),
+    "cluster": ("all",),
+}
 
 
 class LimitsSet(Event):
-    """An operator set the limits of one user or one account; None: unlimited.
+    """An operator set the limits of one user, one account, the defaults or the cluster.
+
+    None is "not set here": a user's or account's unset limit is the default scope's
+    ("default", "user" or "account"), and where that is unset too, the built-in one
+    (`gpuloom.queueing.limits.BUILT_IN`); the cluster's (`("cluster", "all")`, only
+    `max_submit_jobs`: jobs not final of everyone together) likewise.
 
     - `max_submit_jobs`: jobs submitted and not yet final (pending and running);
       a job array counts as its number of tasks;
@@ -94,9 +106,11 @@ class LimitsSet(Event):
 
     Each LimitsSet replaces every limit of its scope and name; all None removes them.
     The subject's id is the scope (a user name need not be a subject token).
+    `max_gpus` is per user or account only (the default and cluster scopes refuse it).
     """
 
     TYPE: ClassVar[str] = "LimitsSet"
+    VERSION: ClassVar[int] = 2
     AGGREGATE: ClassVar[str] = "limits"
     scope: LimitScope
     name: UserName
@@ -108,6 +122,16 @@ class LimitsSet(Event):
     def _account_name(self) -> LimitsSet:
         if self.scope == "account" and not SUBJECT_TOKEN.match(self.name):
             raise ValueError(f"{self.name!r} is not an account name")
+        names = SCOPE_NAMES.get(self.scope)
+        if names is not None:
+            if self.name not in names:
+                raise ValueError(
+                    f"the {self.scope} scope's name is {' or '.join(names)}, not {self.name!r}"
+                )
+            if self.max_gpus is not None:
+                raise ValueError(f"max_gpus is set per user or account, not in {self.scope}")
+        if self.scope == "cluster" and self.max_array_size is not None:
+            raise ValueError("max_array_size is set per user or account, or as a default")
         return self
 
     def aggregate_id(self) -> str:

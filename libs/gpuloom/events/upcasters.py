@@ -25,6 +25,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("AccountCreated", 1): sanitize.remark("description"),
     ("AccountUsersSet", 1): sanitize.account_users,
     ("NodeCordoned", 1): sanitize.remark("reason"),
+    # v2 adds the scopes "default" and "cluster": every v1 payload is a v2 one as it is
+    ("LimitsSet", 1): dict,
 }
 
 

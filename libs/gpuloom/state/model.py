@@ -271,6 +271,10 @@ class PriorityClass:
     default: bool = False
 
 
+#: The key of the whole cluster's count and limits beside ("user", u) and ("account", a).
+CLUSTER_TOTAL = ("cluster", "all")
+
+
 @dataclass(frozen=True)
 class IdentityLimits:
     """One user's or account's limits (LimitsSet); None: unlimited."""
@@ -301,6 +305,9 @@ class Webhook:
     registered_at: datetime
     #: Why deliveries stopped (WebhookDisabled), or None.
     disabled: str | None = None
+    #: When its operator powers end (the registering or renewing token's `exp`);
+    #: None: they do not (`operator` says whether it has them at all).
+    operator_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -370,8 +377,13 @@ class ClusterState:
     decayed_usage: dict[str, DecayedUsage] = field(default_factory=dict)
     #: Priority classes by name (PriorityClassSet, PriorityClassDeleted).
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
-    #: Limits by (scope, name): ("user", "alice"), ("account", "team-a") (LimitsSet).
+    #: Limits by (scope, name): ("user", "alice"), ("account", "team-a"), ("default",
+    #: "user"), CLUSTER_TOTAL (LimitsSet).
     limits: dict[tuple[str, str], IdentityLimits] = field(default_factory=dict)
+    #: Jobs not final (submitted to running) per ("user", u), ("account", a) and
+    #: CLUSTER_TOTAL, kept as jobs are submitted and end (`max_submit_jobs` reads them;
+    #: an identity leaves when its count is 0).
+    live_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     #: Webhooks by id (WebhookRegistered, WebhookDisabled; WebhookDeleted removes one).
     webhooks: dict[str, Webhook] = field(default_factory=dict)
     #: Jobs that ended and were forgotten (retention.py), for RETENTION after they left.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import Counter
 
 from gpuloom.events import Recorded
 from gpuloom.state import (
@@ -13,6 +14,7 @@ from gpuloom.state import (
     ClusterState,
     apply,
 )
+from gpuloom.state.model import CLUSTER_TOTAL
 
 
 def apply_expecting_void(state: ClusterState, recorded: Recorded, reason: str) -> None:
@@ -83,6 +85,11 @@ def _check_indexes(state: ClusterState) -> None:
     queued = [state.jobs[j] for j in state.queued]
     assert state.queued_with_dependencies == {j.job_id for j in queued if j.spec.depends_on}
     assert state.queued_yielding == {j.job_id for j in queued if j.yields_to is not None}
+    live: Counter[tuple[str, str]] = Counter()
+    for job in state.jobs.values():
+        if not job.is_final:
+            live.update([("user", job.spec.user), ("account", job.spec.account), CLUSTER_TOTAL])
+    assert state.live_jobs == dict(live)
     on_node = {(node, j) for node, jobs in state.on_node.items() for j in jobs}
     assert on_node == {(j.node, j.job_id) for j in state.jobs.values() if j.phase in ON_NODE_PHASES}
     assert state.cancel_pending == {

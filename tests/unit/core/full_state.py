@@ -82,12 +82,14 @@ def full_state() -> ClusterState:
         ("user", "alice"): IdentityLimits(max_submit_jobs=10, max_array_size=5, max_gpus=3),
         ("account", "team,a"): IdentityLimits(max_gpus=8),
     }
+    state.live_jobs = {("user", "alice"): 2, ("account", "team,a"): 1, ("cluster", "all"): 2}
     state.webhooks = {
         "wh1": Webhook(
             webhook_id="wh1", owner="alice", operator=True, url="https://h.example/x",
             types=("JobFinished",), job="j1", user="alice", account="team-a", node="n1",
             secret_sealed="v1.a.b", description="ci", registered_seq=7,
             registered_at=at.astimezone(east), disabled="410 Gone",
+            operator_until=at.astimezone(east),
         )
     }  # fmt: skip
     state.last_audit = AuditCompleted(

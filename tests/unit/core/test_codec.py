@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -50,6 +51,7 @@ from gpuloom.events import (
     WebhookDeleted,
     WebhookDisabled,
     WebhookRegistered,
+    WebhookRenewed,
     decode,
     encode,
     json_schemas,
@@ -149,6 +151,9 @@ EXAMPLES: dict[type[Event], Event] = {
     ),
     WebhookDeleted: WebhookDeleted(webhook_id="wh1"),
     WebhookDisabled: WebhookDisabled(webhook_id="wh1", reason="the receiver answered 410 Gone"),
+    WebhookRenewed: WebhookRenewed(
+        webhook_id="wh1", operator=True, operator_until=datetime(2026, 12, 5, tzinfo=UTC)
+    ),
 }
 
 
@@ -316,6 +321,12 @@ def test_decode_upcasts_an_old_payload_through_the_registered_chain(
     recorded = decode(3, envelope_bytes("JobQueued", 0, {"job": "j1", "prio": 4}))
     assert recorded.event == JobQueued(job_id="j1", priority=4)
     assert recorded.envelope.v == 0, "the envelope keeps the version it was written at"
+
+
+def test_a_v1_limits_set_reads_as_v2_unchanged() -> None:
+    payload = {"scope": "user", "name": "alice", "max_submit_jobs": 3}
+    recorded = decode(3, envelope_bytes("LimitsSet", 1, payload))
+    assert recorded.event == LimitsSet(scope="user", name="alice", max_submit_jobs=3)
 
 
 def test_every_event_class_has_a_complete_upcaster_chain() -> None:

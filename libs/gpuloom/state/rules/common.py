@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 
 from gpuloom.events import Event, QueuePolicySet, Recorded
 from gpuloom.state.errors import Invalid
-from gpuloom.state.model import ClusterState, JobPhase, JobState
+from gpuloom.state.model import CLUSTER_TOTAL, ClusterState, JobPhase, JobState
 from gpuloom.state.retention import unknown_job
 from gpuloom.state.usage import DecayedUsage
 
@@ -65,9 +65,23 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
     if phase in ("placed", "running"):
         for name in job.nodes_held():
             state.on_node.setdefault(name, set()).add(job.job_id)
+    was_final = job.is_final
     job.phase = phase
+    if job.is_final and not was_final:
+        count_live(state, job, -1)
     if job.is_final or phase in ("placed", "running"):
         state.cancel_pending.discard(job.job_id)
+
+
+def count_live(state: ClusterState, job: JobState, change: int) -> None:
+    """Add `change` to the live jobs of the job's user, account and the cluster."""
+    live = state.live_jobs
+    for identity in (("user", job.spec.user), ("account", job.spec.account), CLUSTER_TOTAL):
+        left = live.get(identity, 0) + change
+        if left:
+            live[identity] = left
+        else:
+            live.pop(identity, None)
 
 
 def touch(state: ClusterState, job: JobState, recorded: Recorded) -> None:

@@ -18,7 +18,16 @@ from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState, JobState
 from gpuloom.state.retention import known, spec_submitted, task_added
-from gpuloom.state.rules.common import Rule, job_of, release, require_phase, rule, set_phase, touch
+from gpuloom.state.rules.common import (
+    Rule,
+    count_live,
+    job_of,
+    release,
+    require_phase,
+    rule,
+    set_phase,
+    touch,
+)
 
 
 def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> None:
@@ -76,6 +85,7 @@ def _add_job(
     )
     state.jobs[job_id] = job
     state.submitted.add(job_id)
+    count_live(state, job, +1)
     for dependency in spec.depends_on:
         state.dependents.setdefault(dependency.job, set()).add(job_id)
     if key is not None:
