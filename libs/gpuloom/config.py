@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     gateway_keepalive_s: float = Field(default=5.0, gt=0, le=300)
     #: File descriptors kept free of connections (NATS, the database, logs, files).
     gateway_fd_reserve: int = Field(default=256, ge=16)
+    #: Host names (and addresses) a request's `Host` may name; anything else is 400, so
+    #: a page on another site that rebinds its name to the gateway's address gets
+    #: nothing. None: localhost, 127.0.0.1 and ::1 while the gateway listens on
+    #: loopback, any otherwise (set it then: a proxy's name, the Service's). "*": any.
+    gateway_allowed_hosts: list[str] | None = None
 
     # --- GET /v1/events budgets (services/gateway/stream_budget.py; 429 beyond) ---------
     #: Event streams one user, and everyone, may hold open.
@@ -79,7 +84,7 @@ class Settings(BaseSettings):
     #: The largest request body the gateway reads (413 above it), bytes.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
-    # --- Webhooks (gateway; docs/webhooks.md) -----------------------------------------
+    # --- Webhooks (the webhooks process; the gateway's routes; docs/webhooks.md) ------
     #: Deliver to loopback, private, link-local and other non-public addresses too
     #: (refused by default: a webhook must not reach into the cluster's own network).
     webhook_allow_private: bool = False
@@ -101,7 +106,8 @@ class Settings(BaseSettings):
     webhook_max_backlog: int = Field(default=10_000, ge=1)
     webhook_backlog_grace_s: float = Field(default=3600.0, ge=0)
     #: The key that seals webhook secrets in the log (made on first start, mode 0600);
-    #: None: <data_dir>/auth/webhook.key. Every gateway replica needs the same one.
+    #: None: <data_dir>/auth/webhook.key. The gateway seals with it, the webhooks
+    #: process signs with what it opens: every replica of both needs the same one.
     webhook_key_file: Path | None = None
 
     # --- Who is asking (gateway): bearer tokens ---------------------------------------
@@ -122,8 +128,10 @@ class Settings(BaseSettings):
     auth_leeway_s: float = Field(default=60.0, ge=0, le=600)
     #: The longest lifetime (exp - iat) a token may have, seconds (`gpuloom token issue` too).
     auth_max_ttl_s: int = Field(default=30 * 24 * 3600, ge=60)
-    #: Whether the gateway's /metrics answers without a token (for a Prometheus scraper).
-    metrics_public: bool = True
+    #: Whether the gateway's /metrics on its API port answers without a token. Off by
+    #: default: a Prometheus scrapes GPULOOM_METRICS_PORT (no token, its own address:
+    #: loopback unless GPULOOM_METRICS_HOST says otherwise), or sends a token.
+    metrics_public: bool = False
 
     # --- This process's identity on the bus (NATS) --------------------------------------
     #: The nkey seed file of this process's NATS identity (None: connect without one).

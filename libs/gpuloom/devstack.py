@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("inventory", "admission", "queue", "placement", "accounting", "gateway")
+SERVICES = ("inventory", "admission", "queue", "placement", "accounting", "gateway", "webhooks")
 assert set(SERVICES) == set(BUS_SERVICES), "every service has its identity on the bus"
 #: The operator token the banner prints lives this long (`gpuloom token issue` makes more).
 BANNER_TOKEN_TTL_S = 8 * 3600

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
@@ -35,13 +37,12 @@ from services.gateway.auth import authenticate, make_verifier
 from services.gateway.deps import Gateway
 from services.gateway.freshness import Freshness
 from services.gateway.limits import BodyLimit
-from services.gateway.metrics import add_metrics
+from services.gateway.metrics import add_metrics, serve_scrapes
 from services.gateway.problems import add_problem_handlers
 from services.gateway.routes_deadletters import router as dead_letters_router
 from services.gateway.stream_budget import StreamBudget
 from services.gateway.ui.routes import add_dashboard
 from services.gateway.webhooks.routes import router as webhooks_router
-from services.gateway.webhooks.service import run_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +58,22 @@ async def attach_projector(gateway: Gateway, bus: EventBus) -> Projector:
     return projector
 
 
+def allowed_hosts(settings: Settings) -> list[str]:
+    """The `Host` names the gateway answers (`Settings.gateway_allowed_hosts`)."""
+    if settings.gateway_allowed_hosts is not None:
+        return settings.gateway_allowed_hosts
+    try:
+        loopback = ipaddress.ip_address(settings.gateway_host).is_loopback
+    except ValueError:
+        loopback = settings.gateway_host == "localhost"
+    return ["localhost", "127.0.0.1", "::1", "[::1]"] if loopback else ["*"]
+
+
 async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
     bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
     projector = await attach_projector(gateway, bus)
     log.info("gateway connected to %s", gateway.settings.nats_url)
-    webhooks = asyncio.create_task(run_webhooks(gateway, bus, projector, stop))
-    try:
-        await projector.run(stop)
-    finally:
-        stop.set()
-        await webhooks
+    await projector.run(stop)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -89,9 +96,14 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         task = asyncio.create_task(_connect_and_project(gateway, stop))
+        scrapes = None
+        if settings.metrics_port:
+            scrapes = await serve_scrapes(scrape, settings.metrics_host, settings.metrics_port)
         try:
             yield
         finally:
+            if scrapes is not None:
+                scrapes.close()
             stop.set()
             try:
                 await asyncio.wait_for(task, 15)  # its last snapshot: FINAL_WRITE_TIMEOUT_S
@@ -115,6 +127,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.gateway = gateway
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Freshness, gateway=gateway)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))
 
     add_problem_handlers(app)
 
@@ -138,5 +151,7 @@ def create_app(settings: Settings) -> FastAPI:
     add_api_docs(app)
     add_dashboard(app)  # /ui: static pages, outside `authenticate`; their data calls carry a token
     add_openapi(app)
-    add_metrics(app, gateway, dependencies=[] if settings.metrics_public else authenticated)
+    scrape = add_metrics(
+        app, gateway, dependencies=[] if settings.metrics_public else authenticated
+    )
     return app

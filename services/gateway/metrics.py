@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
 
@@ -181,13 +181,17 @@ def exposition(registries: Iterable[CollectorRegistry]) -> bytes:
     return b"".join(generate_latest(registry) for registry in registries)
 
 
+Scrape = Callable[[], Awaitable[bytes]]
+
+
 def add_metrics(
     app: FastAPI,
     gateway: Gateway,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     dependencies: Sequence[Any] = (),
-) -> None:
-    """Serve GET /metrics on `app`: the process-wide registry, then `gateway`'s cluster.
+) -> Scrape:
+    """Serve GET /metrics on `app`: the process-wide registry, then `gateway`'s cluster;
+    return the scrape itself (for `serve_scrapes` on a port of its own).
 
     `dependencies`: what guards it (authentication, unless metrics are public)."""
     cluster = CollectorRegistry()
@@ -195,8 +199,57 @@ def add_metrics(
     stream = StreamCollector()
     cluster.register(stream)
 
+    async def scrape() -> bytes:
+        await refresh_stream_seq(gateway, stream)
+        return exposition([REGISTRY, cluster])
+
     @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))
     async def metrics() -> Response:
-        await refresh_stream_seq(gateway, stream)
         # The classic text format, which every Prometheus reads (no content negotiation).
-        return Response(exposition([REGISTRY, cluster]), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return Response(await scrape(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+    return scrape
+
+
+#: Scrapes answered at once on the metrics port, and how long a request may take to come.
+SCRAPES_AT_ONCE = 8
+SCRAPE_REQUEST_TIMEOUT_S = 5.0
+
+
+async def serve_scrapes(scrape: Scrape, host: str, port: int) -> asyncio.Server:
+    """Answer `GET /metrics` on `host`:`port` without a token, for a Prometheus that
+    scrapes the pod (GPULOOM_METRICS_PORT; loopback unless GPULOOM_METRICS_HOST says
+    otherwise): the API's own port asks a token for /metrics.
+
+    A minimal HTTP/1.1 server on the gateway's event loop (the collectors read the folded
+    state there, never from a thread): one request per connection, its head within 16 KiB
+    and `SCRAPE_REQUEST_TIMEOUT_S`, at most `SCRAPES_AT_ONCE` answered at once (the
+    others wait for the accept queue), anything but GET /metrics 404."""
+    turns = asyncio.Semaphore(SCRAPES_AT_ONCE)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with turns, asyncio.timeout(SCRAPE_REQUEST_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+                words = head.split(b"\r\n", 1)[0].split()
+                wanted = len(words) == 3 and words[0] == b"GET"
+                if wanted and words[1].split(b"?", 1)[0] == b"/metrics":
+                    status, kind, body = b"200 OK", CONTENT_TYPE_PLAIN_0_0_4, await scrape()
+                else:
+                    status, kind, body = b"404 Not Found", "text/plain", b"only GET /metrics\n"
+                writer.write(
+                    b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n"
+                    b"connection: close\r\n\r\n%s" % (status, kind.encode(), len(body), body)
+                )
+                await writer.drain()
+        except (
+            TimeoutError,
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+        ):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, host, port, limit=16 * 1024)

@@ -18,25 +18,18 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from nats.errors import Error as NatsError
-from sqlalchemy import select
 from starlette.background import BackgroundTask
 
 from gpuloom.auth.policy import Accounts
+from gpuloom.auth.visibility import LookupOwner, Owners, StreamFilter
 from gpuloom.bus import EventBus
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.registry import EVENT_TYPES
 from gpuloom.state import ClusterState
-from gpuloom.store.models import JobRow
+from gpuloom.store.owners import read_model_owner
 from services.gateway.auth import PrincipalDep, accounts_of
 from services.gateway.deps import Gateway, GatewayDep, unavailable
-from services.gateway.stream import (
-    LookupOwner,
-    Owner,
-    Owners,
-    StreamFilter,
-    Streams,
-    event_stream,
-)
+from services.gateway.stream import Streams, event_stream
 from services.gateway.stream_budget import Ticket
 
 router = APIRouter(tags=["events"])
@@ -59,16 +52,7 @@ def resume_point(last_event_id: str | None, after: int | None) -> int | None:
 
 def owner_lookup(gateway: Gateway) -> LookupOwner:
     """Who owns a job, from the read model (for a job the gateway's fold forgot)."""
-
-    async def lookup(job_id: str) -> Owner | None:
-        async with gateway.sessions() as session:
-            found = await session.execute(
-                select(JobRow.user, JobRow.account).where(JobRow.id == job_id)
-            )
-            row = found.first()
-        return (row[0], row[1]) if row is not None else None
-
-    return lookup
+    return read_model_owner(gateway.sessions)
 
 
 @dataclass(frozen=True, slots=True)

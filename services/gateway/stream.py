@@ -17,10 +17,11 @@ its stream ends with an `error` event (`reason: slow`, and the sequence to resum
 after) instead of holding a consumer for ever. A position the log no longer holds
 (its start was archived and dropped) gets an `error` event (`reason: gone`) at once.
 
-Who sees what (docs/security.md): an operator every event; a user the events of the
-jobs they may read the events of (their own, and those of accounts they coordinate),
-of the accounts they belong to or coordinate, and of the cluster (nodes, pools,
-queue policy, priority classes, limits); audits and webhooks are for operators.
+Who sees what (docs/security.md) is `gpuloom.auth.visibility`, the webhooks' rule
+too: an operator every event; a user the events of the jobs they may read the events
+of (their own, and those of accounts they coordinate), of the accounts they belong to
+or coordinate, and of the cluster (nodes, pools, queue policy, priority classes,
+limits); audits and webhooks are for operators.
 """
 
 from __future__ import annotations
@@ -29,20 +30,19 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import orjson
 from fastapi.sse import format_sse_event
 
 from gpuloom.auth import Principal
-from gpuloom.auth.policy import Accounts, coordinates, is_member, job_problem
+from gpuloom.auth.policy import Accounts
+from gpuloom.auth.visibility import Owners, StreamFilter, visible
 from gpuloom.bus import EventBus, Incoming
-from gpuloom.events import Event, JobArraySubmitted, JobEvent, JobSubmitted, MalformedEvent, decode
+from gpuloom.events import Event, MalformedEvent, decode
 from gpuloom.events.cloud import to_cloudevent
 from gpuloom.events.subjects import job_subjects
-from gpuloom.state import ClusterState
-from gpuloom.state.retention import owner
 from services.gateway.fanout import Batch, Feed, Hub
 from services.gateway.stream_budget import Ticket
 
@@ -66,104 +66,6 @@ CHUNK_EVENTS = 256
 #: second, not 35,000. A quiet stream's event goes at once. The hub batches for the
 #: streams at the log's end (`Hub.linger_s`); this is for those behind it.
 LINGER_S = 0.1
-#: Aggregates only operators see: audits, and webhooks (whose URLs are their owners').
-OPERATORS_ONLY = frozenset({"audit", "webhook"})
-#: Owners of jobs one stream remembers (learned from submissions it passed).
-OWNERS_KEPT = 10_000
-
-Owner = tuple[str, str]
-#: The (user, account) of a job the gateway's fold no longer knows (the read model).
-LookupOwner = Callable[[str], Awaitable[Owner | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class StreamFilter:
-    """What a client asked for; empty fields ask for everything."""
-
-    types: frozenset[str] = frozenset()
-    job: str | None = None
-    user: str | None = None
-    account: str | None = None
-    node: str | None = None
-
-    def wants(self, event: Event, job_owner: Owner | None) -> bool:
-        if self.types and event.TYPE not in self.types:
-            return False
-        if self.job is not None and not _about_job(event, self.job):
-            return False
-        if self.node is not None and getattr(event, "node", None) != self.node:
-            return False
-        user, account = job_owner if job_owner is not None else (None, None)
-        if event.AGGREGATE == "account":
-            account = event.aggregate_id()
-        if self.user is not None and user != self.user:
-            return False
-        return self.account is None or account == self.account
-
-
-def _about_job(event: Event, job_id: str) -> bool:
-    """The job's own events (an array's id: the array's own, its submission and
-    cancellation)."""
-    return isinstance(event, JobEvent) and event.job_id == job_id
-
-
-def visible(
-    principal: Principal, event: Event, job_owner: Owner | None, accounts: Accounts
-) -> bool:
-    """Whether `principal` may see `event` (see the module doc)."""
-    if principal.operator:
-        return True
-    if isinstance(event, JobEvent):
-        return job_owner is not None and (
-            job_problem(principal, "events", job_owner[0], job_owner[1], accounts) is None
-        )
-    if event.AGGREGATE == "account":
-        account = event.aggregate_id()
-        return is_member(principal.name, account, accounts) or coordinates(
-            principal, account, accounts
-        )
-    return event.AGGREGATE not in OPERATORS_ONLY
-
-
-_SUBMISSIONS = (JobSubmitted, JobArraySubmitted)
-
-
-class Owners:
-    """Who owns each job a stream passes: from the submissions it saw, the gateway's
-    fold, then the read model (an ended job the fold forgot); bounded."""
-
-    def __init__(self, state: Callable[[], ClusterState], lookup: LookupOwner) -> None:
-        self.state = state
-        self.lookup = lookup
-        self._known: OrderedDict[str, Owner | None] = OrderedDict()
-
-    def learn(self, event: Event) -> None:
-        if isinstance(event, _SUBMISSIONS):
-            self._remember(event.job_id, (event.spec.user, event.spec.account))
-
-    async def of(self, event: Event) -> Owner | None:
-        if not isinstance(event, JobEvent):
-            return None
-        job_id = event.job_id
-        if job_id in self._known:
-            self._known.move_to_end(job_id)
-            return self._known[job_id]
-        state = self.state()
-        found = owner(state, job_id)
-        if found is None and job_id in state.arrays:  # an array's own id
-            found = owner(state, f"{job_id}-0")
-        if found is None:
-            found = await self.lookup(job_id)
-        self._remember(job_id, found)
-        return found
-
-    def _remember(self, job_id: str, found: Owner | None) -> None:
-        self._known[job_id] = found
-        self._known.move_to_end(job_id)
-        while len(self._known) > OWNERS_KEPT:
-            self._known.popitem(last=False)
-
-
 #: The principal and the filter of a stream: streams of one kind get the same events.
 Kind = tuple[str, frozenset[str], StreamFilter]
 #: Kinds of streams numbered before the table starts anew.

@@ -151,7 +151,15 @@ def test_audit_proves_the_snapshot_of_every_process(cluster: Cluster) -> None:
     stack = cluster.stack
     assert stack is not None
     run_jobs(cluster, 3, "before")
-    processes = ("admission", "queue", "placement", "inventory", "accounting", "gateway")
+    processes = (
+        "admission",
+        "queue",
+        "placement",
+        "inventory",
+        "accounting",
+        "gateway",
+        "webhooks",
+    )
     for name in (*processes, "agent-a", "agent-b"):
         stack.kill(name, signal.SIGTERM)
         stack.restart(name)

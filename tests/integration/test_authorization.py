@@ -75,6 +75,8 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("GET", "/v1/webhooks/{hook_id}"): (ANYONE, None),
     ("DELETE", "/v1/webhooks/{hook_id}"): (ANYONE, None),
     ("GET", "/v1/webhooks/{hook_id}/deliveries"): (ANYONE, None),
+    # the owner with an operator token renews; another's is a 404 (test_webhook_hostile.py)
+    ("POST", "/v1/webhooks/{hook_id}/renew"): (ANYONE, None),
     ("GET", "/v1/usage"): (ANYONE, None),
     ("GET", "/v1/usage/jobs"): (ANYONE, None),
     ("GET", "/v1/accounts"): (ANYONE, None),
@@ -90,7 +92,7 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("PUT", "/v1/limits/{scope}/{name}"): (OPERATOR_ONLY, {"max_gpus": None}),
     ("GET", "/v1/projections"): (OPERATOR_ONLY, None),
     ("GET", "/v1/deadletters"): (OPERATOR_ONLY, None),
-    ("GET", "/metrics"): (PUBLIC, None),  # metrics_public, the default
+    ("GET", "/metrics"): (ANYONE, None),  # a token, unless metrics_public (its own port is open)
     ("GET", "/healthz"): (PUBLIC, None),
     ("GET", "/readyz"): (PUBLIC, None),
     ("GET", "/docs"): (PUBLIC, None),

@@ -32,6 +32,8 @@ from gpuloom.events import (
     JobStarted,
     JobSubmitted,
     PolicyRef,
+    WebhookDisabled,
+    WebhookRegistered,
     encode,
     make_envelope,
     subject_for,
@@ -144,6 +146,38 @@ def test_a_forged_placement_from_the_gateway_or_an_agent_never_reaches_the_log(
         outcome = asyncio.run(try_publish(url, identity, subject_for(placed), body(placed), STREAM))
         assert outcome.startswith("timeout") and "permissions violation" in outcome.lower(), outcome
     assert asyncio.run(count_on(url, job_subjects("forged-placement"))) == 0
+
+
+def test_only_the_webhooks_process_disables_a_webhook_and_it_writes_nothing_else(
+    shared_cluster: Cluster,
+) -> None:
+    """Issue #36: webhook delivery runs as its own identity. The gateway may no longer
+    write WebhookDisabled; the webhooks identity may, and nothing else."""
+    url = shared_cluster.nats_url
+    disabled = WebhookDisabled(webhook_id="forged-hook", reason="forged")
+    outcome = asyncio.run(
+        try_publish(url, "gateway", subject_for(disabled), body(disabled), STREAM)
+    )
+    assert "permissions violation" in outcome.lower(), outcome
+    submitted = JobSubmitted(job_id="from-webhooks", spec=make_job_spec(gpus=1))
+    registered = WebhookRegistered(
+        webhook_id="forged-hook",
+        owner="mallory",
+        url="https://example.org/x",
+        secret_sealed="v1.x.y",
+    )
+    placed = placed_event("from-webhooks")
+    for event in (submitted, registered, placed):
+        outcome = asyncio.run(try_publish(url, "webhooks", subject_for(event), body(event), STREAM))
+        assert "permissions violation" in outcome.lower(), (event.TYPE, outcome)
+    assert asyncio.run(count_on(url, job_subjects("from-webhooks"))) == 0
+    assert asyncio.run(count_on(url, "gpuloom.evt.webhook.forged-hook.>")) == 0
+    # its own event passes the server (the fold voids it: no such webhook)
+    outcome = asyncio.run(
+        try_publish(url, "webhooks", subject_for(disabled), body(disabled), STREAM)
+    )
+    assert outcome == "stored", outcome
+    assert asyncio.run(count_on(url, "gpuloom.evt.webhook.forged-hook.>")) == 1
 
 
 def test_an_agent_writes_only_for_its_own_nodes_and_the_fold_voids_the_rest(

@@ -28,8 +28,17 @@ from gpuloom.testing.cluster import Cluster
 pytestmark = pytest.mark.integration
 
 #: Every process that folds the whole log: the reactors, the agents (one letter for
-#: both: same service name, same seq) and the gateway's projector.
-FOLDERS = {"inventory", "admission", "queue", "placement", "accounting", "agent", "gateway"}
+#: both: same service name, same seq), the gateway's projector and the webhooks process.
+FOLDERS = {
+    "inventory",
+    "admission",
+    "queue",
+    "placement",
+    "accounting",
+    "agent",
+    "gateway",
+    "webhooks",
+}
 GARBAGE = b"\xff\xfe\x00 not an envelope"
 
 

@@ -28,7 +28,14 @@ from urllib.parse import urlsplit
 import nats
 import pytest
 
-from gpuloom.devstack import REPO_ROOT, NatsServer, free_port, operator_token, wait_http
+from gpuloom.devstack import (
+    REPO_ROOT,
+    SERVICES,
+    NatsServer,
+    free_port,
+    operator_token,
+    wait_http,
+)
 from gpuloom.natsserver import PortTakenError
 from gpuloom.supervision import Restarts, supervise_nats
 
@@ -91,7 +98,9 @@ def make_run_under_tee(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes]
         while "gpuloom is running" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         running = stack_processes(data_dir).values()
-        assert sum(" -m services." in command for command in running) == 8, running
+        # every service (the webhooks process included) and the two agents
+        assert sum(" -m services." in command for command in running) == len(SERVICES) + 2
+        assert any(" -m services.webhooks" in command for command in running), running
         assert any("nats-server" in command for command in running), running
         yield shell, data_dir, log
     finally:

@@ -66,7 +66,7 @@ def mounted(gateway: Gateway) -> httpx.AsyncClient:
     app.include_router(router, dependencies=[Depends(authenticate)])
     app.include_router(public)
     app.dependency_overrides[authenticate] = lambda: Principal("ops", frozenset({OPERATOR}))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
 
 
 async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
@@ -145,7 +145,7 @@ async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
     auth = {"Authorization": f"Bearer {token}"}
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://gw", headers=auth) as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost", headers=auth) as http,
     ):
         job = {"name": "n", "user": "u", "account": "a", "command": ["true"], "gpus": 0}
         for _ in range(200):  # the gateway connects to NATS in the background
@@ -177,7 +177,7 @@ async def test_reads_say_they_are_stale_until_the_replay_reaches_the_end_of_the_
     app.include_router(public)
     app.dependency_overrides[authenticate] = lambda: Principal("ops", frozenset({OPERATOR}))
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         before = await http.get("/v1/projections")  # no connection to the log yet
         assert before.headers["gpuloom-stale"] == "unavailable"

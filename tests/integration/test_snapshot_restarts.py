@@ -26,7 +26,16 @@ from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-PROCESSES = ("admission", "queue", "placement", "inventory", "accounting", "gateway", "agent-a")
+PROCESSES = (
+    "admission",
+    "queue",
+    "placement",
+    "inventory",
+    "accounting",
+    "gateway",
+    "webhooks",
+    "agent-a",
+)
 
 
 def _log(cluster: Cluster, service: str) -> str:

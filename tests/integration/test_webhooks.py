@@ -1,7 +1,9 @@
 """Webhooks against a real stack and a real HTTP receiver: signatures checked by this
 file's own reading of the Standard Webhooks spec, retries until the receiver answers,
 each event delivered once and in log order, a user's webhook gets nothing of another
-user's jobs, a 410 disables, and a gateway killed mid-way loses nothing."""
+user's jobs, a 410 disables, a gateway killed mid-way stops nothing, and the webhooks
+process killed with deliveries pending (and events written while it is down) loses
+none of them."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from gpuloom.devstack import wait_http
 from gpuloom.testing.cluster import Cluster
+from gpuloom.testing.servers import nats_jetstream
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +108,8 @@ def test_deliveries_are_signed_retried_in_order_private_and_survive_a_restart(
     cluster.wait_final([first])
     wait_until(lambda: len(flaky.delivered()) == 3)
 
-    # a gateway killed with deliveries still to make loses none of them
+    # a gateway killed with deliveries still to make stops none of them (the webhooks
+    # process delivers, apart from it)
     second = cluster.submit(name="w-2", command=["true"], user="alice")
     assert cluster.stack is not None
     cluster.stack.kill("gateway", signal.SIGKILL)
@@ -176,3 +180,57 @@ def test_bad_registrations_get_422_naming_the_field(webhook_cluster: Cluster) ->
     # a name that does not resolve yet is taken: each attempt will say so
     later = client.post("/v1/webhooks", json={"url": "http://not-yet.invalid/x"})
     assert later.status_code == 201, later.text
+
+
+def test_the_webhooks_process_killed_with_deliveries_pending_loses_none(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """kill -9 of the webhooks process while its receiver fails every attempt: the
+    pending deliveries are in the database and the events written while it is down are
+    held by its durable consumer, so once it is back and the receiver answers, each is
+    delivered once, in log order."""
+    from conftest import running_cluster
+
+    base = tmp_path_factory.mktemp("webhooks-kill")
+    # retries for two minutes: nothing is given up while the test looks
+    env = {"GPULOOM_WEBHOOK_RETRY_S": json.dumps([0.3] * 400)}
+    with (
+        nats_jetstream(base / "nats") as url,
+        running_cluster(
+            url, f"sqlite+aiosqlite:///{base}/gpuloom.db", base / "data", env
+        ) as cluster,
+    ):
+        assert cluster.stack is not None
+        alice = cluster.client_for("alice")
+        down = Receiver(failures=10**9)  # 500 to everything, until told otherwise
+        hook = register(alice, url=down.url, types=["JobSubmitted", "JobFinished"])
+        first = cluster.submit(name="k-1", command=["true"], user="alice")
+        cluster.wait_final([first])
+        wait_until(lambda: len(down.requests) >= 3)  # retried: its deliveries are pending
+
+        cluster.stack.kill("webhooks", signal.SIGKILL)
+        second = cluster.submit(name="k-2", command=["true"], user="alice")
+        cluster.wait_final([second])  # written to the log while nothing delivers
+        with down.lock:
+            down.failures = 0
+            tried = len(down.requests)
+        time.sleep(1.0)
+        assert len(down.requests) == tried, "a killed process delivered"
+        cluster.stack.restart("webhooks")
+
+        wanted = [
+            r
+            for r in cluster.read_log()
+            if r.event.TYPE in ("JobSubmitted", "JobFinished")
+            and getattr(r.event, "job_id", None) in (first, second)
+        ]
+        wait_until(lambda: len(down.delivered()) >= len(wanted), timeout=90)
+        time.sleep(1.0)  # nothing more comes
+        got = down.delivered()
+        assert [e["id"] for e in got] == [r.envelope.id for r in wanted]  # once, in order
+        assert [e["gpuloomseq"] for e in got] == [r.seq for r in wanted]
+        deliveries = alice.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+        assert sorted(d["status"] for d in deliveries) == ["delivered"] * len(wanted)
+        oldest = deliveries[-1]
+        assert oldest["attempts"][0]["status_code"] == 500  # tried before the kill
+        assert oldest["attempts"][-1]["status_code"] == 200

@@ -38,7 +38,7 @@ from gpuloom.events.subjects import (
 )
 
 #: The gpuloom services, each its own identity (the agents are added per process).
-SERVICES = ("gateway", "admission", "queue", "placement", "inventory", "accounting")
+SERVICES = ("gateway", "admission", "queue", "placement", "inventory", "accounting", "webhooks")
 ADMIN = "admin"
 READER = "reader"
 #: Writers that are not services: the node agents (any agent identity) and the admin's
@@ -68,7 +68,6 @@ WRITERS: dict[str, tuple[str, str]] = {
     "LimitsSet": ("limits", "gateway"),
     "WebhookRegistered": ("webhook", "gateway"),
     "WebhookDeleted": ("webhook", "gateway"),
-    "WebhookDisabled": ("webhook", "gateway"),
     "WebhookRenewed": ("webhook", "gateway"),
     # admission
     "JobAdmitted": ("job", "admission"),
@@ -87,6 +86,8 @@ WRITERS: dict[str, tuple[str, str]] = {
     "NodeRecovered": ("node", "inventory"),
     # accounting
     "UsageCharged": ("job", "accounting"),
+    # webhooks: a receiver that answered 410, or a failing one's backlog
+    "WebhookDisabled": ("webhook", "webhooks"),
     # node agents, each for its own nodes only (NODE_BOUND_TYPES)
     "JobStarted": ("job", AGENT),
     "JobFinished": ("job", AGENT),
@@ -97,10 +98,10 @@ WRITERS: dict[str, tuple[str, str]] = {
 #: Durable consumers on the log (name -> owner). Every process follows the log with
 #: ephemeral consumers of its own (`gpuloom.bus.follower`). `accounting-ledger` is the
 #: ledger's of versions before 2026-12-05 (`services.accounting.ledger.RETIRED_DURABLE`,
-#: a test checks it): its owner deletes it. `webhooks` is the gateway's webhook outbox
-#: (`services.gateway.webhooks.outbox`): it makes it, pulls and acknowledges. Every other
-#: identity is denied each of them (`others_durables`).
-DURABLES = {"accounting-ledger": "accounting", "webhooks": "gateway"}
+#: a test checks it): its owner deletes it. `webhooks` is the webhooks process's outbox
+#: (`services.webhooks.outbox`): it makes it, pulls and acknowledges. Every other
+#: identity, the gateway included, is denied each of them (`others_durables`).
+DURABLES = {"accounting-ledger": "accounting", "webhooks": "webhooks"}
 #: Services whose dead-letter subject differs from their identity: the gateway's
 #: projector dead-letters as "gateway"; every agent as "agent" (one subject for all
 #: agents: see the module's notes in docs/operations.md).

@@ -19,6 +19,7 @@ SERVICES: tuple[str, ...] = (
     "placement",
     "inventory",
     "accounting",
+    "webhooks",
     "agent",
 )
 

@@ -3,7 +3,7 @@
 A webhook is part of the log like everything users ask for, so that every gateway
 replica, and a gateway rebuilt from nothing, knows the same subscriptions. Its signing
 secret is in the log only sealed (`secret_sealed`: AES-GCM under the gateway's webhook
-key, `services.gateway.webhooks.sealing`): the log is readable by outside readers, the
+key, `gpuloom.webhooks.sealing`): the log is readable by outside readers, the
 secret must not be.
 
 The filter is the event stream's (`GET /v1/events`): types, job, user, account, node;

@@ -174,8 +174,8 @@ class UsageModelChargeRow(Base):
 
 
 class WebhookDeliveryRow(Base):
-    """One event to deliver to one webhook (the outbox of `services.gateway.webhooks`):
-    written when the gateway's durable consumer takes the event, before it is acked, so
+    """One event to deliver to one webhook (the outbox of `services.webhooks`): written
+    when the webhooks process's durable consumer takes the event, before it is acked, so
     a restart loses none; then delivered, in sequence order per webhook, until it is
     `delivered`, `failed` (retries spent) or `dropped` (the webhook was disabled)."""
 

@@ -37,19 +37,14 @@ from gpuloom.events.webhooks import (
 )
 from gpuloom.state.model import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
+from gpuloom.webhooks.policy import url_problem
+from gpuloom.webhooks.sealing import load_sealer
+from gpuloom.webhooks.signing import SECRET_PATTERN, SecretError, new_secret, secret_key
+from gpuloom.webhooks.transport import Refused, Unresolved, checked_address
 from services.gateway.auth import PrincipalDep, bearer
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
 from services.gateway.schemas import Problem
-from services.gateway.webhooks.policy import url_problem
-from services.gateway.webhooks.sealing import load_sealer
-from services.gateway.webhooks.signing import (
-    SECRET_PATTERN,
-    SecretError,
-    new_secret,
-    secret_key,
-)
-from services.gateway.webhooks.transport import Refused, Unresolved, checked_address
 
 router = APIRouter(tags=["webhooks"])
 

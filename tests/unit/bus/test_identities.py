@@ -142,6 +142,37 @@ def test_only_the_admin_creates_streams_and_only_the_owner_uses_a_durable() -> N
             assert makes == (identity.name == ADMIN), identity.name
 
 
+def test_webhook_delivery_is_its_own_identity_and_the_gateway_lost_its_rights() -> None:
+    """Issue #36: the webhooks process publishes WebhookDisabled and nothing else, and
+    holds the durable consumer `webhooks`; the gateway no longer may do either."""
+    by_name = {i.name: i.permissions for i in table()}
+    gateway, webhooks = by_name["gateway"], by_name["webhooks"]
+    disabled = subject_of("WebhookDisabled")
+    assert may_publish(webhooks, disabled)
+    assert not may_publish(gateway, disabled)
+    for event_type in sorted(set(WRITERS) - {"WebhookDisabled"}):
+        assert not may_publish(webhooks, subject_of(event_type)), event_type
+    # what it may publish on gpuloom's own subjects: that one event and its dead letters
+    assert webhooks.publish is not None
+    own = sorted(p for p in webhooks.publish if p.startswith("gpuloom."))
+    assert own == ["gpuloom.dlq.webhooks.>", "gpuloom.evt.webhook.*.WebhookDisabled"]
+    assert not may_publish(webhooks, "gpuloom.ctl.agent.node-a.logs")
+    assert not may_publish(webhooks, "gpuloom.hb.node-a")
+    # the gateway still writes the rest of a webhook's life
+    for event_type in ("WebhookRegistered", "WebhookDeleted", "WebhookRenewed"):
+        assert may_publish(gateway, subject_of(event_type)), event_type
+    # the outbox's durable consumer: pulled and acknowledged by webhooks only
+    assert DURABLES["webhooks"] == "webhooks"
+    for subject in (
+        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.webhooks",
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.webhooks",
+        f"$JS.ACK.{STREAM}.webhooks.1.2.3.4.5.6",
+    ):
+        assert may_publish(webhooks, subject), subject
+        assert not may_publish(gateway, subject), subject
+    assert not may_publish(webhooks, f"$JS.ACK.{STREAM}.accounting-ledger.1.2.3.4.5.6")
+
+
 def test_the_retired_ledger_durable_is_the_one_in_the_table() -> None:
     from services.accounting.ledger import RETIRED_DURABLE
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-SERVICES = ["gateway", "admission", "queue", "placement", "inventory", "accounting"]
+SERVICES = ["gateway", "admission", "queue", "placement", "inventory", "accounting", "webhooks"]
 
 
 def load_compose() -> dict[str, Any]:
@@ -121,3 +121,38 @@ def test_every_process_started_by_the_deployments_exists() -> None:
     assert set(SERVICES) | {"agent"} <= started, started
     for name in started:
         assert (ROOT / "services" / name / "__main__.py").exists(), f"no service {name}"
+
+
+def test_webhook_delivery_runs_apart_with_its_own_seed_and_the_webhook_key() -> None:
+    """Issue #36: the webhooks process is its own container and pod, with its own bus
+    identity's seed only, and the key the gateway seals webhook secrets with (it signs
+    with them); the gateway and it name the same key."""
+    compose = load_compose()
+    webhooks, gateway = compose["services"]["webhooks"], compose["services"]["gateway"]
+    assert served(webhooks["command"]) == ["webhooks"]
+    mounted = {secret["source"]: secret["target"] for secret in webhooks["secrets"]}
+    assert mounted == {"webhooks-seed": "nats.seed", "webhook-key": "webhook.key"}
+    assert compose["secrets"]["webhooks-seed"]["file"].endswith("/bus/webhooks.seed")
+    assert "webhook-key" in {secret["source"] for secret in gateway["secrets"]}
+    key = "GPULOOM_WEBHOOK_KEY_FILE"
+    assert webhooks["environment"][key] == gateway["environment"][key] == "/run/secrets/webhook.key"
+    assert "gateway-data" not in str(webhooks.get("volumes", [])), "no access to the token key"
+
+    pods = {
+        doc["metadata"]["name"]: doc["spec"]["template"]["spec"]
+        for doc in k8s_documents()
+        if doc["kind"] == "Deployment"
+    }
+    pod = pods["webhooks"]
+    [container] = pod["containers"]
+    assert served(container["command"]) == ["webhooks"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["bus"]["secret"]["secretName"] == "gpuloom-bus"
+    assert volumes["bus"]["secret"]["items"] == [{"key": "webhooks.seed", "path": "nats.seed"}]
+    gateway_volumes = {volume["name"]: volume for volume in pods["gateway"]["volumes"]}
+    assert volumes["webhook-key"]["secret"] == gateway_volumes["webhook-key"]["secret"]
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert env[key] is not None and env[key].startswith(mounts["webhook-key"] + "/")
+    for setting in ("TIMEOUT_S", "MAX_IN_FLIGHT", "MAX_IN_FLIGHT_PER_OWNER", "MAX_BACKLOG"):
+        assert f"GPULOOM_WEBHOOK_{setting}" in env, setting

@@ -33,7 +33,7 @@ def app(tmp_path: Path) -> FastAPI:
 async def call(app: FastAPI, method: str, path: str, token: str | None = None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         return await http.request(method, path, headers=headers)
 
 

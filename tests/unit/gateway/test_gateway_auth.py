@@ -35,13 +35,16 @@ async def call(
     path: str,
     token: str | None = None,
     authorization: str | None = None,
+    host: str | None = None,
     **kw: object,
 ) -> httpx.Response:
     headers = (
         {"Authorization": authorization or f"Bearer {token}"} if token or authorization else {}
     )
+    if host is not None:
+        headers["Host"] = host
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         return await http.request(method, path, headers=headers, **kw)  # type: ignore[arg-type]
 
 
@@ -69,8 +72,8 @@ def open_routes(app: FastAPI) -> set[str]:
 
 def test_every_route_but_the_public_ones_needs_a_token(tmp_path: Path) -> None:
     """Structural: a route outside the `authenticate` dependency must be listed here."""
-    assert open_routes(make(tmp_path)) == PUBLIC | {"/metrics"}  # metrics_public by default
-    assert open_routes(make(tmp_path, metrics_public=False)) == PUBLIC
+    assert open_routes(make(tmp_path)) == PUBLIC  # /metrics needs a token by default
+    assert open_routes(make(tmp_path, metrics_public=True)) == PUBLIC | {"/metrics"}
 
 
 async def test_no_token_is_answered_401_with_a_bearer_challenge(tmp_path: Path) -> None:
@@ -115,11 +118,27 @@ async def test_a_token_that_proves_nothing_is_answered_401_invalid_token(
 
 async def test_public_routes_answer_without_a_token(tmp_path: Path) -> None:
     app = make(tmp_path)
-    for path in ("/healthz", "/metrics", "/openapi.json", "/docs"):
+    for path in ("/healthz", "/openapi.json", "/docs"):
         assert (await call(app, "GET", path)).status_code == 200, path
     assert (await call(app, "GET", "/readyz")).status_code == 503  # no projector: not 401
-    private = make(tmp_path, metrics_public=False)
-    assert (await call(private, "GET", "/metrics")).status_code == 401
+    assert (await call(app, "GET", "/metrics")).status_code == 401
+    assert (await call(app, "GET", "/metrics", token(tmp_path, "alice", []))).status_code == 200
+    public = make(tmp_path, metrics_public=True)
+    assert (await call(public, "GET", "/metrics")).status_code == 200
+
+
+async def test_a_host_the_gateway_does_not_answer_to_gets_400(tmp_path: Path) -> None:
+    """A page whose name was rebound to the gateway's address sends its own Host."""
+    app = make(tmp_path)  # on loopback: localhost, 127.0.0.1, ::1
+    answer = await call(app, "GET", "/healthz", host="rebound.example")
+    assert answer.status_code == 400
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert (await call(app, "GET", "/healthz", host=host)).status_code == 200, host
+    listed = make(tmp_path, gateway_allowed_hosts=["gpu.example.org"])
+    assert (await call(listed, "GET", "/healthz", host="gpu.example.org")).status_code == 200
+    assert (await call(listed, "GET", "/healthz", host="localhost")).status_code == 400
+    anywhere = make(tmp_path, gateway_host="0.0.0.0")
+    assert (await call(anywhere, "GET", "/healthz", host="rebound.example")).status_code == 200
 
 
 async def test_an_operator_route_answers_403_with_the_reason(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ folded log, /metrics at its exact path, and API docs that need no internet."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -15,8 +16,9 @@ from prometheus_client.core import Metric
 
 from gpuloom.config import Settings
 from gpuloom.testing.builders import LogBuilder
+from services.gateway import metrics as metrics_module
 from services.gateway.app import create_app
-from services.gateway.metrics import cluster_metrics
+from services.gateway.metrics import cluster_metrics, serve_scrapes
 
 
 def samples(metrics: list[Metric]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -75,18 +77,22 @@ def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
 async def get(app: FastAPI, path: str) -> httpx.Response:
     """GET on the app itself, without its lifespan (no NATS needed for these routes)."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         return await http.get(path, follow_redirects=False)
 
 
-def gateway_app(tmp_path: Path, name: str = "gw") -> FastAPI:
+def gateway_app(tmp_path: Path, name: str = "gw", **settings: object) -> FastAPI:
     return create_app(
-        Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/{name}.db", data_dir=tmp_path)
+        Settings(
+            database_url=f"sqlite+aiosqlite:///{tmp_path}/{name}.db",
+            data_dir=tmp_path,
+            **settings,  # type: ignore[arg-type]
+        )
     )
 
 
 async def test_metrics_answers_at_its_path_in_every_app_of_a_process(tmp_path: Path) -> None:
-    apps = [gateway_app(tmp_path, "one"), gateway_app(tmp_path, "two")]
+    apps = [gateway_app(tmp_path, name, metrics_public=True) for name in ("one", "two")]
     for app in apps:
         response = await get(app, "/metrics")
         assert response.status_code == 200, response.headers
@@ -106,3 +112,31 @@ async def test_api_docs_load_only_assets_the_gateway_serves(tmp_path: Path, page
         asset = await get(app, url)
         assert asset.status_code == 200, url
         assert len(asset.content) > 1000, url
+
+
+async def test_the_metrics_port_answers_get_metrics_only_and_drops_a_silent_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "SCRAPE_REQUEST_TIMEOUT_S", 0.3)
+
+    async def scrape() -> bytes:
+        return b"# the scrape\n"
+
+    server = await serve_scrapes(scrape, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+
+    async def ask(request: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return answer
+
+    try:
+        answer = await ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"# the scrape\n")
+        assert (await ask(b"GET /v1/jobs HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404 ")
+        assert await ask(b"GET /metr") == b""  # never finished: closed at the timeout
+    finally:
+        server.close()
+        await server.wait_closed()

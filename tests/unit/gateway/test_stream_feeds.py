@@ -14,6 +14,7 @@ import pytest
 
 from gpuloom.auth import OPERATOR
 from gpuloom.auth.tokens import Principal
+from gpuloom.auth.visibility import Owners, StreamFilter
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.client.sse import SseEvent, parse_sse
 from gpuloom.events import encode, subject_for
@@ -21,7 +22,7 @@ from gpuloom.state import ClusterState
 from gpuloom.testing.builders import LogBuilder
 from services.gateway import stream
 from services.gateway.fanout import Feed, Hub
-from services.gateway.stream import Owners, StreamFilter, Streams, event_stream
+from services.gateway.stream import Streams, event_stream
 
 ROOT = Principal("root", frozenset({OPERATOR}))
 

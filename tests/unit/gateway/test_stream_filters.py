@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuloom.auth import OPERATOR
 from gpuloom.auth.tokens import Principal
+from gpuloom.auth.visibility import StreamFilter, visible
 from gpuloom.client.sse import SseEvent, parse_sse
 from gpuloom.events import (
     AccountCreated,
@@ -16,7 +17,6 @@ from gpuloom.events.cloud import to_cloudevent
 from gpuloom.events.registry import EVENT_TYPES
 from gpuloom.state.model import AccountState
 from gpuloom.testing.builders import LogBuilder
-from services.gateway.stream import StreamFilter, visible
 
 ALICE = Principal("alice", frozenset())
 BOB = Principal("bob", frozenset())

@@ -1,9 +1,10 @@
-"""Webhook secrets sealed for the log: AES-256-GCM under the gateway's webhook key.
+"""Webhook secrets sealed for the log: AES-256-GCM under the stack's webhook key.
 
 The log is read by outside readers (the `reader` identity, `GET /v1/events` for
 operators); a webhook's signing secret must not be readable there. The key is a file
-made on first start (`Settings.webhook_key`, mode 0600, like the token secret); every
-gateway replica mounts the same one. A sealed secret is `v1.<nonce>.<ciphertext>`
+made on first start (`Settings.webhook_key`, mode 0600, like the token secret); the
+gateway seals with it (registration) and the webhooks process opens with it (signing),
+so every replica of both mounts the same one. A sealed secret is `v1.<nonce>.<ciphertext>`
 (URL-safe base64), bound to its webhook's id (the associated data), so a sealed secret
 copied into another registration does not open.
 """

@@ -2,16 +2,16 @@
 events are written into `webhook_deliveries` (one row per webhook that gets the
 event) before they are acknowledged.
 
-A gateway that stops between the two gets the unacknowledged events again and the
+A process that stops between the two gets the unacknowledged events again and the
 rows already written are kept (their key is the webhook and the sequence), so a restart
-neither loses an event nor repeats one, and the consumer resumes where it was, not at
-the log's start (no flood of old events). `covered_seq` is the consumer's ack floor:
-every event up to it has its rows, so a webhook's deliveries go out in log order up to
-it (`sender`), whichever gateway replica wrote them.
+(a kill -9 included) neither loses an event nor repeats one, and the consumer resumes
+where it was, not at the log's start (no flood of old events). `covered_seq` is the
+consumer's ack floor: every event up to it has its rows, so a webhook's deliveries go
+out in log order up to it (`sender`), whichever replica wrote them.
 
-Which webhooks get an event is decided on the gateway's fold as of that event (the
-outbox waits for the projector to have folded it): a webhook gets what was written
-after its registration (`policy.gets`).
+Which webhooks get an event is decided on the process's own fold as of that event
+(the outbox waits for the fold to hold it: `services.webhooks.fold`): a webhook gets
+what was written after its registration (`gpuloom.webhooks.policy.gets`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+import orjson
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
@@ -30,24 +32,27 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.auth.policy import Accounts
+from gpuloom.auth.visibility import Owners
 from gpuloom.bus import EventBus, Incoming
+from gpuloom.events import Event, MalformedEvent, decode
+from gpuloom.events.cloud import to_cloudevent
 from gpuloom.events.subjects import ALL_EVENTS
-from gpuloom.runtime.projector import Projector
+from gpuloom.state import ClusterState
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.store.upsert import insert_ignore
-from services.gateway.stream import Decoded, Owners
-from services.gateway.webhooks.policy import backlog_problem, gets
+from gpuloom.webhooks.policy import backlog_problem, gets
 
 log = logging.getLogger(__name__)
 
-#: The durable consumer's name (`gpuloom.bus.identities.DURABLES`: the gateway's own).
+#: The durable consumer's name (`gpuloom.bus.identities.DURABLES`: the webhooks
+#: identity's own).
 DURABLE = "webhooks"
 #: Events taken per fetch (and unacknowledged at most).
 BATCH = 256
-#: How long the server waits for an ack before it sends an event again (a gateway
+#: How long the server waits for an ack before it sends an event again (a process
 #: killed with a batch taken: its successor gets the batch after this).
 ACK_WAIT_S = 10.0
-#: How long a batch waits for the projector to fold it (then it is left unacked).
+#: How long a batch waits for the fold to hold it (then it is left unacked).
 FOLD_WAIT_S = 5.0
 #: Pending deliveries one webhook may have before it is disabled if its receiver is
 #: failing too (`policy.backlog_problem`; `Settings.webhook_max_backlog`).
@@ -58,15 +63,47 @@ BACKLOG_GRACE_S = 3600.0
 Disable = Callable[[str, str], Awaitable[None]]
 
 
+class Folded(Protocol):
+    """A fold of the log the outbox decides on (`services.webhooks.fold.Fold`)."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    async def wait_for(self, seq: int, timeout: float) -> bool:
+        """Wait until the state holds the events up to `seq`; False on timeout."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """One event of the log as a webhook gets it."""
+
+    event: Event
+    #: The event's own id (its CloudEvent `id`: the `webhook-id` header).
+    event_id: str
+    #: Its CloudEvent JSON (one line): the body POSTed.
+    cloud: str
+
+
+def made_of(message: Incoming) -> Made | None:
+    """The event of `message` as its CloudEvent; None: malformed (every reader of the
+    log skips it, and the fold dead-letters it)."""
+    try:
+        recorded = decode(message.seq, message.body, message.stored_at, subject=message.subject)
+    except MalformedEvent:
+        return None
+    cloud = orjson.dumps(to_cloudevent(recorded)).decode()
+    return Made(recorded.event, recorded.envelope.id, cloud)
+
+
 class Outbox:
     def __init__(
         self,
         bus: EventBus,
-        projector: Projector,
+        fold: Folded,
         sessions: async_sessionmaker[Any],
         owners: Owners,
         accounts: Callable[[], Accounts],
-        decoded: Decoded,
         notify: Callable[[], None],
         disable: Disable,
         *,
@@ -76,11 +113,10 @@ class Outbox:
         self.bus = bus
         self.max_backlog = max_backlog
         self.backlog_grace_s = backlog_grace_s
-        self.projector = projector
+        self.fold = fold
         self.sessions = sessions
         self.owners = owners
         self.accounts = accounts
-        self.decoded = decoded
         self.notify = notify
         self.disable = disable
         #: Every event up to this sequence has its delivery rows.
@@ -96,8 +132,8 @@ class Outbox:
         else:
             self.covered_seq = _floor(info)
             return
-        hooks = self.projector.state.webhooks
-        start = min((h.registered_seq for h in hooks.values()), default=self.projector.state.seq)
+        hooks = self.fold.state.webhooks
+        start = min((h.registered_seq for h in hooks.values()), default=self.fold.state.seq)
         config = ConsumerConfig(
             name=DURABLE,
             durable_name=DURABLE,
@@ -139,19 +175,19 @@ class Outbox:
         if not batch:
             return
         last = int(batch[-1].metadata.sequence.stream)
-        if not await self.projector.wait_for(last, timeout=FOLD_WAIT_S):
+        if not await self.fold.wait_for(last, timeout=FOLD_WAIT_S):
             log.warning("webhooks: seq %d not folded yet; the batch comes again", last)
             return
         now = datetime.now(UTC)
         rows: list[dict[str, Any]] = []
-        state, accounts = self.projector.state, self.accounts()
-        # as of the batch's last event, which the projector folded
+        state, accounts = self.fold.state, self.accounts()
+        # as of the batch's last event (or later), which the fold holds
         hooks = [hook for _, hook in sorted(state.webhooks.items())]
         for msg in batch:
             meta = msg.metadata
             seq = int(meta.sequence.stream)
             incoming = Incoming(seq, msg.subject, msg.data, {}, 0, meta.timestamp)
-            made = self.decoded.of(incoming)
+            made = made_of(incoming)
             if made is None:
                 continue
             event = made.event
@@ -186,7 +222,7 @@ class Outbox:
             await self._check_backlogs(sorted({row["webhook_id"] for row in rows}))
 
     async def _read_floor(self) -> None:
-        """`covered_seq` from the consumer's ack floor: an event a gateway that died had
+        """`covered_seq` from the consumer's ack floor: an event a replica that died had
         taken is below it until it comes again, and nothing after it goes out before."""
         info = await self.bus.js.consumer_info(self.bus.stream, DURABLE)
         self.covered_seq = max(self.covered_seq, _floor(info))

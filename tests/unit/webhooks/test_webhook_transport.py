@@ -13,10 +13,10 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from services.gateway.webhooks import transport
-from services.gateway.webhooks.lanes import Lanes
-from services.gateway.webhooks.policy import RESPONSE_KEPT, Address
-from services.gateway.webhooks.transport import READ_MAX, Answer, send
+from gpuloom.webhooks import transport
+from gpuloom.webhooks.policy import RESPONSE_KEPT, Address
+from gpuloom.webhooks.transport import READ_MAX, Answer, send
+from services.webhooks.lanes import Lanes
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 
 from gpuloom.auth import OPERATOR, Principal
 from gpuloom.auth.policy import Accounts
+from gpuloom.auth.visibility import Owner, StreamFilter, visible
 from gpuloom.events import Event
 from gpuloom.state.model import Webhook
-from services.gateway.stream import Owner, StreamFilter, visible
 
 #: The longest wait a receiver's `Retry-After` may ask for (longer: this long).
 RETRY_AFTER_MAX_S = 24 * 3600.0
@@ -138,7 +138,7 @@ def embedded_ipv4_form(address: Address) -> str | None:
 def address_problem(address: Address, allow_private: bool) -> str | None:
     """Why a delivery must not go to `address`, or None.
 
-    Only public addresses by default: a webhook is a way to make the gateway send
+    Only public addresses by default: a webhook is a way to make gpuloom send
     requests, and it must not reach the cluster's own network (NATS, the database, the
     node agents, a cloud's metadata service at 169.254.169.254). An operator may allow
     the others (a receiver inside the cluster; the test stack), never an unspecified or

@@ -4,7 +4,7 @@ are bounded in all and per owner.
 A webhook's client holds at most one connection (its deliveries go one at a time, in
 log order), kept alive between attempts to the same receiver; no pool is shared, so a
 receiver that holds its connection open holds only its own. The slots bound what the
-gateway spends on receivers at once (`webhook_max_in_flight`) and keep one owner's
+webhooks process spends on receivers at once (`webhook_max_in_flight`) and keep one owner's
 webhooks from taking them all (`webhook_max_in_flight_per_owner`): a user with many slow
 receivers waits for their own slots, not others. Slots are taken owner first, then
 the shared one, so a webhook waiting for its owner's slot holds nothing shared; each is

@@ -22,7 +22,7 @@ from gpuloom.events.webhooks import (
 )
 from gpuloom.state import fold
 from gpuloom.state.fold import apply
-from services.gateway.webhooks.policy import (
+from gpuloom.webhooks.policy import (
     address_problem,
     backlog_problem,
     gets,
@@ -32,8 +32,8 @@ from services.gateway.webhooks.policy import (
     retry_after_s,
     url_problem,
 )
-from services.gateway.webhooks.sealing import Sealer, SealError
-from services.gateway.webhooks.signing import SecretError, new_secret, secret_key, signature
+from gpuloom.webhooks.sealing import Sealer, SealError
+from gpuloom.webhooks.signing import SecretError, new_secret, secret_key, signature
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

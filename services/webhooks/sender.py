@@ -8,7 +8,8 @@ its pending deliveries are `dropped`. Every attempt and its answer is a row of
 `webhook_attempts` (`GET /v1/webhooks/{id}/deliveries`).
 
 A delivery is claimed (`claimed_until`) before it is attempted, so that a second
-gateway replica leaves it alone; a claim of a gateway that died expires.
+replica of the webhooks process leaves it alone; a claim of a replica that died
+expires.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from gpuloom.state import ClusterState
 from gpuloom.state.model import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.tasks import cancel_and_wait
-from services.gateway.webhooks.lanes import Lanes
-from services.gateway.webhooks.outbox import Disable
-from services.gateway.webhooks.policy import next_delay, outcome, retry_after_s
-from services.gateway.webhooks.sealing import Sealer, SealError
-from services.gateway.webhooks.signing import signed_headers
-from services.gateway.webhooks.transport import Answer, send
+from gpuloom.webhooks.policy import next_delay, outcome, retry_after_s
+from gpuloom.webhooks.sealing import Sealer, SealError
+from gpuloom.webhooks.signing import signed_headers
+from gpuloom.webhooks.transport import Answer, send
+from services.webhooks.lanes import Lanes
+from services.webhooks.outbox import Disable
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ IDLE_S = 1.0
 
 
 class Contended(Exception):
-    """Another gateway replica claimed some of the deliveries."""
+    """Another replica claimed some of the deliveries."""
 
 
 class Sender:
@@ -152,7 +153,7 @@ class Sender:
 
         Up to `BATCH` deliveries are claimed at once and their outcomes written in one
         transaction: three statements for a batch, not three for each delivery. A
-        gateway that dies within a batch sends the ones it had not recorded again
+        process that dies within a batch sends the ones it had not recorded again
         (at least once)."""
         hook = self.state().webhooks.get(hook_id)
         if hook is None or hook.disabled is not None:

@@ -7,10 +7,10 @@ a public address when checked and to 127.0.0.1 when connecting (DNS rebinding) s
 no chance. Redirects are not followed: a 3xx is a failed attempt (so no second address
 is ever reached without being checked).
 
-An attempt cannot be turned against the gateway: resolving, connecting, sending and
-reading the answer together have one deadline (a receiver that drips a byte at a time
-does not hold it longer), and at most `READ_MAX` bytes of the answer are read, raw
-(the gateway asks for no compression, so nothing is inflated); a connection whose
+An attempt cannot be turned against its sender (the webhooks process): resolving,
+connecting, sending and reading the answer together have one deadline (a receiver that
+drips a byte at a time does not hold it longer), and at most `READ_MAX` bytes of the
+answer are read, raw (no compression is asked for, so nothing is inflated); a connection whose
 answer was cut short or ran out of time is closed, not kept for the next attempt.
 """
 
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from services.gateway.webhooks.policy import RESPONSE_KEPT, Address, address_problem
+from gpuloom.webhooks.policy import RESPONSE_KEPT, Address, address_problem
 
 USER_AGENT = "gpuloom-webhooks/1"
 #: The most bytes of an answer's body read (the rest is never read: the connection is
