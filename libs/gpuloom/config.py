@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     webhook_max_in_flight: int = Field(default=256, ge=1)
     webhook_max_in_flight_per_owner: int = Field(default=8, ge=1)
     #: A webhook is disabled when more deliveries than this wait *and* its receiver has
-    #: failed the oldest one for `webhook_backlog_grace_s`; a backlog to a receiver that
+    #: failed every attempt for `webhook_backlog_grace_s`; a backlog to a receiver that
     #: answers never disables it.
     webhook_max_backlog: int = Field(default=10_000, ge=1)
     webhook_backlog_grace_s: float = Field(default=3600.0, ge=0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -293,6 +294,8 @@ def entrypoint(argv: list[str] | None = None) -> None:
     except ContainerError as exc:
         print(f"agent: GPULOOM_AGENT_CONTAINERS=podman: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    if podman is not None:
+        podman = dataclasses.replace(podman, max_pids=configured.agent_max_pids)
     nodes = with_runtimes(nodes, ["podman"] if podman is not None else [])
 
     async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:

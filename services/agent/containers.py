@@ -68,6 +68,8 @@ class Podman:
     gpu_devices: bool = False
     #: podman's own environment: a PATH and its configuration variables.
     environ: Mapping[str, str] = field(default_factory=dict)
+    #: `--pids-limit` of every container (`GPULOOM_AGENT_MAX_PIDS`); 0: none.
+    max_pids: int = 0
 
     def run_argv(
         self,
@@ -81,8 +83,13 @@ class Podman:
         gpu_uuids: Sequence[str] = (),
         fractions: bool = False,
         labels: Mapping[str, str] | None = None,
+        memory_mib: int = 0,
+        cpu_milli: int = 0,
     ) -> list[str]:
-        """The `podman run` of one job's attempt (`run_dir` holds its env file)."""
+        """The `podman run` of one job's attempt (`run_dir` holds its env file). The
+        container is held to the job's request as a process job's cgroup is
+        (`services.agent.cgroups`): its memory (`--memory`), CPU (`--cpus`) and
+        processes (`--pids-limit`), each only where set; podman makes its cgroup."""
         argv = [
             self.path,
             "run",
@@ -96,7 +103,9 @@ class Podman:
             "--init",
             "--cap-drop=all",
             "--security-opt=no-new-privileges",
-            "--pids-limit=-1",
+            f"--pids-limit={self.max_pids or -1}",
+            *([f"--memory={memory_mib}m"] if memory_mib else []),
+            *([f"--cpus={cpu_milli / 1000:g}"] if cpu_milli else []),
             "--log-driver=none",
             f"--env-file={run_dir / ENV_FILE}",
             f"--volume={work}:{work}",
@@ -238,6 +247,8 @@ def container_launcher(
         command=action.spec.command,
         gpu_uuids=action.gpu_uuids,
         fractions=any(piece.milli < 1000 for piece in action.slices),
+        memory_mib=action.spec.memory_mib,
+        cpu_milli=action.spec.cpu_milli,
         labels={
             "gpuloom.job": action.job_id,
             "gpuloom.attempt": str(action.attempt),

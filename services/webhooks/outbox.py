@@ -57,7 +57,7 @@ FOLD_WAIT_S = 5.0
 #: Pending deliveries one webhook may have before it is disabled if its receiver is
 #: failing too (`policy.backlog_problem`; `Settings.webhook_max_backlog`).
 MAX_BACKLOG = 10_000
-#: How long the receiver must have failed the oldest pending delivery.
+#: How long the receiver must have failed every attempt (none succeeding since).
 BACKLOG_GRACE_S = 3600.0
 
 Disable = Callable[[str, str], Awaitable[None]]
@@ -253,26 +253,24 @@ class Outbox:
 
 
 async def _failing_since(session: Any, hook_id: str) -> datetime | None:
-    """When the receiver first failed the webhook's oldest pending delivery (the one
-    every later one waits for), or None when it has not been attempted yet."""
-    head = (
-        await session.execute(
-            select(WebhookDeliveryRow.id, WebhookDeliveryRow.attempts)
-            .where(
-                WebhookDeliveryRow.webhook_id == hook_id,
-                WebhookDeliveryRow.status == "pending",
-            )
-            .order_by(WebhookDeliveryRow.seq)
-            .limit(1)
-        )
-    ).first()
-    if head is None or head.attempts == 0:
-        return None
-    first: datetime | None = (
-        await session.execute(
-            select(func.min(WebhookAttemptRow.at)).where(WebhookAttemptRow.delivery_id == head.id)
-        )
-    ).scalar()
+    """Since when the webhook's receiver has failed every attempt: its first failed
+    attempt after its last successful one; None when it has not failed since.
+
+    Read over all of the webhook's attempts, not its oldest pending delivery's: a
+    delivery given up after its last retry makes the next one the oldest, and a
+    receiver that fails everything must not look new again each time."""
+    attempts = (
+        select(WebhookAttemptRow.at, WebhookAttemptRow.status_code)
+        .join(WebhookDeliveryRow, WebhookDeliveryRow.id == WebhookAttemptRow.delivery_id)
+        .where(WebhookDeliveryRow.webhook_id == hook_id)
+        .subquery()
+    )
+    succeeded = attempts.c.status_code.between(200, 299)
+    last_ok = (await session.execute(select(func.max(attempts.c.at)).where(succeeded))).scalar()
+    failed = select(func.min(attempts.c.at)).where(~succeeded | attempts.c.status_code.is_(None))
+    if last_ok is not None:
+        failed = failed.where(attempts.c.at > last_ok)
+    first: datetime | None = (await session.execute(failed)).scalar()
     if first is not None and first.tzinfo is None:  # SQLite keeps no zone: they are UTC
         first = first.replace(tzinfo=UTC)
     return first

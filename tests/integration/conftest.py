@@ -10,18 +10,18 @@ is one cluster for a whole module, for tests that only read or add jobs.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_fixtures import running_cluster
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
 from gpuloom.store.migrate import upgrade
 from gpuloom.store.session import make_engine, make_sessionmaker
-from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
+from gpuloom.testing.cluster import Cluster
 from gpuloom.testing.servers import nats_jetstream
 
 
@@ -29,26 +29,6 @@ from gpuloom.testing.servers import nats_jetstream
 def nats_url(tmp_path: Path) -> Iterator[str]:
     with nats_jetstream(tmp_path / "nats") as url:
         yield url
-
-
-@contextlib.contextmanager
-def running_cluster(
-    nats_url: str, database_url: str, data_dir: Path, env: dict[str, str] | None = None
-) -> Iterator[Cluster]:
-    """node-a (4 x A100-80GB) and node-b (2 x H100-80GB), one agent process each."""
-    agents = {"agent-a": [DEFAULT_NODES[0]], "agent-b": [DEFAULT_NODES[1]]}
-    running = Cluster(nats_url, database_url, data_dir, agents, env=env or {})
-    try:
-        running.start()
-        running.wait_nodes_ready(2)
-        yield running
-        running.assert_audit_passes()
-    finally:
-        running.stop()
-        for log in sorted((data_dir / "logs").glob("*.log")):
-            text = log.read_text(errors="replace")
-            if "Traceback" in text:
-                print(f"--- {log.name} (tail) ---\n{text[-4000:]}")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import running_cluster
+from cluster_fixtures import running_cluster
 
 from gpuloom.testing.cluster import Cluster
 from gpuloom.testing.servers import nats_jetstream

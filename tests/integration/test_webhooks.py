@@ -189,7 +189,7 @@ def test_the_webhooks_process_killed_with_deliveries_pending_loses_none(
     pending deliveries are in the database and the events written while it is down are
     held by its durable consumer, so once it is back and the receiver answers, each is
     delivered once, in log order."""
-    from conftest import running_cluster
+    from cluster_fixtures import running_cluster
 
     base = tmp_path_factory.mktemp("webhooks-kill")
     # retries for two minutes: nothing is given up while the test looks

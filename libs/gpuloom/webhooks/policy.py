@@ -181,9 +181,8 @@ def backlog_problem(
 
     A backlog alone never does: a burst of events (one user's 10,000-task array) to a
     receiver that answers is delivered at the receiver's pace. It disables a webhook
-    when it is over `limit` *and* the receiver is failing: the delivery at the head of
-    the queue (the one every later one waits for) has been failing since
-    `failing_since`, at least `grace_s` ago."""
+    when it is over `limit` *and* the receiver is failing: it has failed every attempt
+    since `failing_since` (none succeeded since), at least `grace_s` ago."""
     if pending <= limit or failing_since is None:
         return None
     failing_s = (now - failing_since).total_seconds()
@@ -191,5 +190,5 @@ def backlog_problem(
         return None
     return (
         f"{pending} deliveries waiting (more than {limit}) and the receiver has failed "
-        f"the oldest one for {int(failing_s)} s"
+        f"every attempt for {int(failing_s)} s"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,18 @@ def test_the_container_runs_as_the_jobs_account_with_nothing_more(tmp_path: Path
     env_file = run.file("env")
     assert env_file.read_text() == "A=1\n"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # values may be secrets
+
+
+def test_the_container_is_held_to_the_jobs_memory_cpu_and_the_pids_limit(tmp_path: Path) -> None:
+    run = RunDir(tmp_path, "node-a", "j1", 2, 1)
+    run.create()
+    job = image_job()
+    sized = replace(job, spec=job.spec.model_copy(update={"memory_mib": 512, "cpu_milli": 1500}))
+    argv = container_launcher(Podman("podman", max_pids=100), run, sized, NOBODY, {})
+    assert {"--memory=512m", "--cpus=1.5", "--pids-limit=100"} <= set(argv)
+    unsized = container_launcher(Podman("podman"), run, job, NOBODY, {})
+    assert "--pids-limit=-1" in unsized
+    assert not any(a.startswith(("--memory", "--cpus")) for a in unsized)
 
 
 def test_simulated_gpus_are_not_passed_as_devices(tmp_path: Path) -> None:
