@@ -16,8 +16,8 @@ probes and stopped after them (every loop bounded in count and time; loopback on
   streams     mallory asks for 200 event streams with 200 different filters, and keeps
               what she gets
   replays     mallory asks, again and again, for replays of the log from `after=0`
-  arrays      mallory submits a 10,000-task array (her built-in most), and a batch of
-              1,000 such arrays (refused whole)
+  arrays      mallory submits a batch of 1,000 arrays of 10,000 tasks (refused whole),
+              then one array of `--array-size` tasks (10,000: her built-in most)
   webhooks    mallory registers her 20 webhooks (her most) at receivers that drip a
               byte a second and never finish
 
@@ -26,6 +26,14 @@ median to idle's (the issue's target: at most 2x), and how many of mallory's tri
 were refused.
 
   python bench/hostile_tenants.py [--probes N] [--scenarios idle,slowloris,...]
+                                  [--attacker-account A] [--array-size N]
+                                  [--env GPULOOM_SETTING=VALUE ...]
+
+Alice submits under account `research`, mallory under `--attacker-account`
+(`mallory-lab`: another tenant). With the default queue policy (plain priority, FIFO
+among equals) a job waits behind every task submitted before it; with fair share
+weighed (`--env GPULOOM_PRIORITY_WEIGHT_FAIR_SHARE=1000`) another account's burst is
+passed by once its tasks have been charged.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ from gpuloom.devstack import NatsServer
 from gpuloom.testing.cluster import Cluster, SimNode
 
 SCENARIOS = ("idle", "slowloris", "streams", "replays", "arrays", "webhooks")
+#: Mallory's account (`--attacker-account`): another tenant's, by default.
+ACCOUNT = "mallory-lab"
 
 
 def probe(alice: httpx.Client, count: int) -> dict[str, list[float]]:
@@ -173,13 +183,15 @@ def replays(cluster: Cluster, refused: dict[str, int]) -> Attack:
     return Attack(body, threads=4)
 
 
-def arrays(cluster: Cluster, refused: dict[str, int], made: list[str]) -> Attack:
+def arrays(
+    cluster: Cluster, refused: dict[str, int], made: list[str], account: str, size: int
+) -> Attack:
     def body(stopping: threading.Event) -> None:
         with cluster.client_for("mallory") as mallory:
-            task = {"name": "flood", "account": "research", "gpus": 1, "command": ["true"]}
+            task = {"name": "flood", "account": account, "gpus": 1, "command": ["true"]}
             big = mallory.post("/v1/job-batches", json={"jobs": [{**task, "array": 10_000}] * 1000})
             refused["batch of 10,000,000 tasks"] = int(big.status_code == 403)
-            answer = mallory.post("/v1/jobs", json={**task, "array": 10_000})
+            answer = mallory.post("/v1/jobs", json={**task, "array": size})
             assert answer.status_code == 202, answer.text
             made.append(answer.json()["id"])
             stopping.wait(600)
@@ -219,12 +231,13 @@ def webhooks(cluster: Cluster, refused: dict[str, int]) -> Attack:
 
 
 @contextlib.contextmanager
-def stack(workdir: Path) -> Iterator[Cluster]:
+def stack(workdir: Path, settings: list[str]) -> Iterator[Cluster]:
     nats = NatsServer(workdir / "nats").start()
     agents = {
         f"agent-{a}": [SimNode(f"n{a}-{i}", "A100-80GB", 8) for i in range(2)] for a in range(2)
     }
     env = {"GPULOOM_NODE_LOST_TIMEOUT_S": "60", "GPULOOM_HEARTBEAT_INTERVAL_S": "2"}
+    env.update(setting.partition("=")[::2] for setting in settings)
     cluster = Cluster(nats.url, f"sqlite+aiosqlite:///{workdir}/db.sqlite", workdir / "data",
                       agents, env)  # fmt: skip
     cluster.start()
@@ -241,7 +254,14 @@ def summary(values: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
 
-def make_attack(name: str, cluster: Cluster, refused: dict[str, int], made: list[str]) -> Attack:
+def make_attack(
+    name: str,
+    cluster: Cluster,
+    refused: dict[str, int],
+    made: list[str],
+    account: str,
+    array_size: int,
+) -> Attack:
     port = int(cluster.gateway_url.rsplit(":", 1)[1])
     if name == "slowloris":
         return slowloris(port, refused)
@@ -250,7 +270,7 @@ def make_attack(name: str, cluster: Cluster, refused: dict[str, int], made: list
     if name == "replays":
         return replays(cluster, refused)
     if name == "arrays":
-        return arrays(cluster, refused, made)
+        return arrays(cluster, refused, made, account, array_size)
     if name == "webhooks":
         return webhooks(cluster, refused)
     return Attack(lambda stopping: None)
@@ -260,9 +280,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probes", type=int, default=15)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--attacker-account", default=ACCOUNT, help="mallory's account")
+    parser.add_argument(
+        "--array-size", type=int, default=10_000, help="mallory's array (her built-in most)"
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], help="GPULOOM_SETTING=VALUE for every service"
+    )
     args = parser.parse_args()
     chosen = args.scenarios.split(",")
-    with stack(Path(tempfile.mkdtemp(prefix="gpuloom-hostile-"))) as cluster:
+    with stack(Path(tempfile.mkdtemp(prefix="gpuloom-hostile-")), args.env) as cluster:
         with cluster.client_for("filler") as filler:  # a log to replay
             for _ in range(3):
                 body = {"name": "fill", "account": "research", "gpus": 0, "command": ["true"]}
@@ -275,7 +302,9 @@ def main() -> None:
             for name in chosen:
                 refused: dict[str, int] = {}
                 made: list[str] = []
-                attack = make_attack(name, cluster, refused, made)
+                attack = make_attack(
+                    name, cluster, refused, made, args.attacker_account, args.array_size
+                )
                 attack.start()
                 time.sleep(3)  # the attack takes hold
                 got = probe(alice, args.probes)
