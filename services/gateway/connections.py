@@ -24,7 +24,8 @@ the process runs out of descriptors. `guarded_protocol` gives it an HTTP protoco
 
 The refusals are written by the protocol itself, before any request is parsed: they
 cost no task, no route and no log line per connection (a count, in the warning
-logged at most once a minute).
+logged at most once a minute, and in `/metrics`: `gpuloom_gateway_connections` and
+`gpuloom_gateway_connections_refused_total` by reason).
 """
 
 from __future__ import annotations
@@ -36,12 +37,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter as MetricCounter
+from prometheus_client import Gauge
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
 #: How often a count of refused connections is logged, at most (seconds).
 REFUSALS_LOGGED_EVERY_S = 60.0
+
+CONNECTIONS = Gauge(
+    "gpuloom_gateway_connections",
+    "Open connections of the gateway; idle: with no request in progress",
+    ["state"],
+)
+REFUSED = MetricCounter(
+    "gpuloom_gateway_connections_refused_total",
+    "Connections the gateway refused or closed to keep its connection budget",
+    ["reason"],
+)
 
 
 @dataclass
@@ -69,15 +83,21 @@ class ConnectionBudget:
             return 503, f"the gateway holds {self.max_connections} connections"
         return None
 
+    def __post_init__(self) -> None:
+        """Read at scrape time (the process's one budget): nothing on the hot path."""
+        CONNECTIONS.labels("open").set_function(lambda: self.open_count)
+        CONNECTIONS.labels("idle").set_function(lambda: len(self.idle))
+
     def make_room(self) -> None:
         """Close the oldest idle connections while too many are open or idle."""
         while self.idle and (
             len(self.idle) >= self.idle_most or self.open_count >= self.max_connections
         ):
             next(iter(self.idle)).close_idle()  # leaves `idle` and the counts
-            self.count("evicted idle")
+            self.count("idle_closed")
 
     def count(self, why: str) -> None:
+        REFUSED.labels(why).inc()
         self.refused[why] += 1
         now = time.monotonic()
         if now - self._logged_at >= REFUSALS_LOGGED_EVERY_S:
@@ -133,7 +153,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._address = self.client[0] if self.client else ""
         refused = budget.refusal(self._address)
         if refused is not None:
-            budget.count(f"{refused[0]}")
+            budget.count("per_client" if refused[0] == 429 else "full")
             transport.write(_refuse(*refused))
             transport.close()
             return
@@ -204,7 +224,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def _headers_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            self.budget.count("header timeout")
+            self.budget.count("header_timeout")
             self.transport.write(
                 _refuse(408, f"no complete request headers in {self.budget.header_timeout_s:g} s")
             )
@@ -213,7 +233,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def _body_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            self.budget.count("body timeout")
+            self.budget.count("body_timeout")
             self.transport.close()
 
 

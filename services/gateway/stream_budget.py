@@ -23,17 +23,30 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fastapi import HTTPException
+from prometheus_client import Counter as MetricCounter
+from prometheus_client import Gauge
 
 #: How long a refused stream is told to wait when a count (not the rate) refused it.
 RETRY_COUNT_S = 5
 #: Buckets kept past this many users are dropped when full (a full bucket is a default).
 BUCKETS_KEPT = 10_000
 
+STREAMS = Gauge(
+    "gpuloom_event_streams", "Event streams open (all), and those replaying the log", ["kind"]
+)
+REFUSED = MetricCounter(
+    "gpuloom_event_streams_refused_total",
+    "Event streams refused (429) for a budget: per_user, total, replays_per_user, "
+    "replays_total, replay_rate",
+    ["reason"],
+)
+
 
 class OverBudget(HTTPException):
-    """429 with the reason and `Retry-After`."""
+    """429 with the reason and `Retry-After` (counted by `reason`)."""
 
-    def __init__(self, detail: str, retry_after_s: float) -> None:
+    def __init__(self, reason: str, detail: str, retry_after_s: float) -> None:
+        REFUSED.labels(reason).inc()
         seconds = max(1, math.ceil(retry_after_s))
         super().__init__(status_code=429, detail=detail, headers={"Retry-After": str(seconds)})
 
@@ -51,6 +64,11 @@ class StreamBudget:
     #: user -> (tokens, when counted), for users whose bucket is not full.
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Read at scrape time (the gateway's one budget)."""
+        STREAMS.labels("all").set_function(lambda: sum(self.streams.values()))
+        STREAMS.labels("replaying").set_function(lambda: sum(self.replays.values()))
+
     def is_replay(self, start: int, log_end: int, one_job: bool) -> bool:
         """Whether a stream from `start` on a log that ends at `log_end` replays it."""
         return not one_job and log_end - start > self.replay_behind
@@ -59,12 +77,14 @@ class StreamBudget:
         """A ticket for one more stream of `user` (a replay when `replay`), or OverBudget."""
         if self.streams[user] >= self.per_user:
             raise OverBudget(
+                "per_user",
                 f"user {user} has {self.per_user} event streams open, the most one user may "
                 "(GPULOOM_STREAMS_PER_USER); close one",
                 RETRY_COUNT_S,
             )
         if sum(self.streams.values()) >= self.total:
             raise OverBudget(
+                "total",
                 f"the gateway serves {self.total} event streams, its most (GPULOOM_STREAMS_TOTAL)",
                 RETRY_COUNT_S,
             )
@@ -76,12 +96,14 @@ class StreamBudget:
     def _take_replay(self, user: str, now: float) -> None:
         if self.replays[user] >= self.replays_per_user:
             raise OverBudget(
+                "replays_per_user",
                 f"user {user} has {self.replays_per_user} event streams replaying the log, "
                 "the most one user may at once (GPULOOM_STREAM_REPLAYS_PER_USER)",
                 RETRY_COUNT_S,
             )
         if sum(self.replays.values()) >= self.replays_total:
             raise OverBudget(
+                "replays_total",
                 f"{self.replays_total} event streams replay the log now, the gateway's most "
                 "(GPULOOM_STREAM_REPLAYS_TOTAL)",
                 RETRY_COUNT_S,
@@ -90,6 +112,7 @@ class StreamBudget:
         if tokens < 1:
             rate = self.replays_per_minute / 60
             raise OverBudget(
+                "replay_rate",
                 f"user {user} started {self.replays_per_minute} replays of the log in the "
                 "last minute, the most (GPULOOM_STREAM_REPLAYS_PER_MINUTE)",
                 (1 - tokens) / rate,

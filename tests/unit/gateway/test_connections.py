@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 import uvicorn
+from prometheus_client import REGISTRY
 
 from services.gateway.connections import ConnectionBudget, fd_budget, guarded_protocol
 
@@ -105,13 +106,20 @@ def get(port: int, source: str = "127.0.0.1") -> bytes:
         return read_all(client)
 
 
+def refused(reason: str) -> float:
+    labels = {"reason": reason}
+    return REGISTRY.get_sample_value("gpuloom_gateway_connections_refused_total", labels) or 0.0
+
+
 def test_a_request_whose_headers_never_finish_gets_408_and_is_closed(served: Served) -> None:
+    before = refused("header_timeout")
     with connect(served.port) as client:
         client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line: never complete
         started = time.monotonic()
         answer = read_all(client)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"no complete request headers in 1 s" in answer
+    assert refused("header_timeout") == before + 1
     assert 0.8 < time.monotonic() - started < 4
     assert served.budget.open_count == 0 or wait_until(lambda: served.budget.open_count == 0)
 
@@ -163,6 +171,8 @@ def test_one_address_may_not_hold_more_than_its_share(served: Served) -> None:
     held = [connect(served.port, "127.0.0.2") for _ in range(10)]
     try:
         wait_until(lambda: served.budget.open_by_client["127.0.0.2"] == 10)
+        open_now = REGISTRY.get_sample_value("gpuloom_gateway_connections", {"state": "open"})
+        assert open_now == 10
         with connect(served.port, "127.0.0.2") as one_more:
             answer = read_all(one_more)
         assert answer.startswith(b"HTTP/1.1 429 "), answer

@@ -4,6 +4,7 @@ each refusal a 429 with Retry-After; tickets given back once."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 from services.gateway.stream_budget import OverBudget, StreamBudget
 
@@ -28,11 +29,19 @@ def refused(action, match: str) -> OverBudget:  # type: ignore[no-untyped-def]
     return caught.value
 
 
+def refusals(reason: str) -> float:
+    value = REGISTRY.get_sample_value("gpuloom_event_streams_refused_total", {"reason": reason})
+    return value or 0.0
+
+
 def test_one_user_holds_at_most_per_user_streams_and_others_still_get_theirs() -> None:
     shared = budget()
+    before = refusals("per_user")
     tickets = [shared.take("mallory", False, 0.0) for _ in range(3)]
     error = refused(lambda: shared.take("mallory", False, 0.0), "mallory has 3 event streams")
     assert error.headers == {"Retry-After": "5"}
+    assert refusals("per_user") == before + 1  # operators see it in /metrics
+    assert REGISTRY.get_sample_value("gpuloom_event_streams", {"kind": "all"}) == 3
     shared.take("alice", False, 0.0)
     tickets[0].close()
     tickets[0].close()  # twice is once
