@@ -287,6 +287,10 @@ def run(args: argparse.Namespace) -> None:
     cluster.start()
     try:
         cluster.wait_nodes_ready(nodes, timeout=120)
+        # past the built-in 10,000 jobs a user may have pending (docs/security.md): the
+        # bench's user may submit as many as it is asked to
+        most = {"max_submit_jobs": max(jobs + 100, 10_000), "max_array_size": 10_000}
+        cluster.http.put("/v1/limits/user/bench", json=most).raise_for_status()
         print(f"scenario {args.scenario}: {nodes} nodes x 8 GPUs, {jobs} one-GPU jobs", flush=True)
         if args.scenario == "started":
             idle = []

@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     #: Per-job cgroups (memory, CPU, pids limits; the whole job ended with it):
     #: `auto` where the agent is root and the host has them, `off` never.
     agent_cgroups: Literal["auto", "off"] = "auto"
+    #: A /proc of its own per process job that hides other users' processes (`auto`:
+    #: where the host's /proc does not hide them already and the agent can; about 3 ms
+    #: of CPU per started job), `off`: never (argv of other users' jobs is then visible).
+    agent_hide_processes: Literal["auto", "off"] = "auto"
     #: pids.max of each job's cgroup (processes and threads); 0: no limit.
     agent_max_pids: int = Field(default=4096, ge=0)
     #: The most bytes a job's stdout, and its stderr, may hold: past it the job is

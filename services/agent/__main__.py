@@ -147,7 +147,7 @@ async def serve(
         accounts = settings_accounts(settings)
     log.info("%s", accounts.describe())
     cgroups = job_cgroups(settings, names)
-    hide, hiding = process_hiding()
+    hide, hiding = process_hiding(settings.agent_hide_processes)
     log.info("%s", hiding)
     rendezvous = Rendezvous(
         settings.agent_address or node_address(), parse_ports(settings.agent_rendezvous_ports)

@@ -39,12 +39,15 @@ def _kernel_at_least(major: int, minor: int) -> bool:
     return found >= (major, minor)
 
 
-def process_hiding() -> tuple[list[str], str]:
+def process_hiding(setting: str = "auto") -> tuple[list[str], str]:
     """The prefix that hides other users' processes from a job (empty: none is
-    needed or none works here), and what it means, for the start-up log."""
+    needed, none works here, or `setting` is `off`), and what it means, for the
+    start-up log."""
     already = hidden_processes()
     if "hides" in already:
         return [], already
+    if setting == "off":
+        return [], f"{already}; GPULOOM_AGENT_HIDE_PROCESSES=off: jobs see other users' argv"
     unshare = shutil.which("unshare", path=_PATH)
     if os.geteuid() != 0 or unshare is None or not _kernel_at_least(5, 8):
         return [], f"{already}; the agent cannot hide them per job (needs root, unshare, Linux 5.8)"

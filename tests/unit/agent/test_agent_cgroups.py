@@ -280,3 +280,9 @@ async def test_a_job_sees_only_its_own_users_processes(run_root: Path) -> None:
     assert exited.ended.outcome == "succeeded", exited
     count, last = RunDir(jobs.runner.root, "node-a", "peek", 1).file("stdout").read_text().split()
     assert int(count) <= 4 and last == "no-pid-1"  # sh, ls, grep (and the cat)
+
+
+def test_hiding_other_users_processes_can_be_turned_off() -> None:
+    prefix, said = process_hiding("off")
+    assert prefix == []
+    assert "GPULOOM_AGENT_HIDE_PROCESSES=off" in said or "hides" in said
