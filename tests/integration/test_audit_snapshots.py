@@ -23,7 +23,7 @@ from gpuloom.audit import state_at
 from gpuloom.bus import EventBus
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.cli import app
-from gpuloom.devstack import wait_http
+from gpuloom.devstack import SERVICES, wait_http
 from gpuloom.state import ClusterState
 from gpuloom.state.snapshot import encode_snapshot
 from gpuloom.testing.cluster import Cluster
@@ -151,16 +151,7 @@ def test_audit_proves_the_snapshot_of_every_process(cluster: Cluster) -> None:
     stack = cluster.stack
     assert stack is not None
     run_jobs(cluster, 3, "before")
-    processes = (
-        "admission",
-        "queue",
-        "placement",
-        "inventory",
-        "accounting",
-        "gateway",
-        "webhooks",
-    )
-    for name in (*processes, "agent-a", "agent-b"):
+    for name in (*SERVICES, "agent-a", "agent-b"):
         stack.kill(name, signal.SIGTERM)
         stack.restart(name)
     wait_http(f"{cluster.gateway_url}/readyz", timeout=30)
@@ -170,6 +161,6 @@ def test_audit_proves_the_snapshot_of_every_process(cluster: Cluster) -> None:
     assert result.exit_code == 0, result.output
     report = _json(result)
     outcomes = {(c["source"].split(" ")[0], c["outcome"]) for c in report["snapshots"]}
-    assert outcomes == {(name, "proved") for name in (*processes, "agent")}, report["snapshots"]
+    assert outcomes == {(name, "proved") for name in (*SERVICES, "agent")}, report["snapshots"]
     agents = {c["bucket"] for c in report["snapshots"] if c["source"].startswith("agent")}
     assert len(agents) == 2, agents

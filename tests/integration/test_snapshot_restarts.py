@@ -16,7 +16,7 @@ from restart_helpers import run_jobs, wait_log
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.snapshots import SnapshotStore
-from gpuloom.devstack import wait_http
+from gpuloom.devstack import SERVICES, wait_http
 from gpuloom.events import Decision, Recorded, decode
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
@@ -26,16 +26,7 @@ from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-PROCESSES = (
-    "admission",
-    "queue",
-    "placement",
-    "inventory",
-    "accounting",
-    "gateway",
-    "webhooks",
-    "agent-a",
-)
+PROCESSES = (*SERVICES, "agent-a")
 
 
 def _log(cluster: Cluster, service: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from webhook_helpers import register, wait_until
 
 from gpuloom.auth import OPERATOR
 from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
@@ -121,20 +122,6 @@ class Receiver:
     def subjects(self) -> list[str]:
         with self.lock:
             return [event["subject"] for _, event in self.events]
-
-
-def wait_until(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def register(client: Any, **body: Any) -> dict[str, Any]:
-    answer = client.post("/v1/webhooks", json=body)
-    assert answer.status_code == 201, answer.text
-    created: dict[str, Any] = answer.json()
-    return created
 
 
 def attempts(client: Any, hook_id: str) -> list[dict[str, Any]]:

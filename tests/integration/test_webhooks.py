@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from webhook_helpers import register, wait_until
 
 from gpuloom.devstack import wait_http
 from gpuloom.testing.cluster import Cluster
@@ -74,20 +75,6 @@ def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
         s.split(",", 1)[1] for s in headers["webhook-signature"].split() if s.startswith("v1,")
     ]
     return any(hmac.compare_digest(expected, s) for s in given)
-
-
-def wait_until(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
-def register(client: Any, **body: Any) -> dict[str, Any]:
-    answer = client.post("/v1/webhooks", json=body)
-    assert answer.status_code == 201, answer.text
-    created: dict[str, Any] = answer.json()
-    return created
 
 
 def test_deliveries_are_signed_retried_in_order_private_and_survive_a_restart(
