@@ -97,6 +97,7 @@ async def stream_request(
     if projector is None:
         raise unavailable("the gateway has not read the log yet")
     start = resume_point(last_event_id, after)
+    gateway.stream_budget.check_room(principal.name)  # before it costs a read of the log
     try:
         log_end = await bus.last_seq()
     except (NatsError, TimeoutError) as exc:

@@ -75,6 +75,15 @@ class StreamBudget:
 
     def take(self, user: str, replay: bool, now: float) -> Ticket:
         """A ticket for one more stream of `user` (a replay when `replay`), or OverBudget."""
+        self.check_room(user)
+        if replay:
+            self._take_replay(user, now)
+        self.streams[user] += 1
+        return Ticket(self, user, replay)
+
+    def check_room(self, user: str) -> None:
+        """OverBudget if `user`, or everyone, holds every stream allowed: asked before
+        the request costs anything more (a read of the log's end)."""
         if self.streams[user] >= self.per_user:
             raise OverBudget(
                 "per_user",
@@ -88,10 +97,6 @@ class StreamBudget:
                 f"the gateway serves {self.total} event streams, its most (GPULOOM_STREAMS_TOTAL)",
                 RETRY_COUNT_S,
             )
-        if replay:
-            self._take_replay(user, now)
-        self.streams[user] += 1
-        return Ticket(self, user, replay)
 
     def _take_replay(self, user: str, now: float) -> None:
         if self.replays[user] >= self.replays_per_user:
