@@ -222,19 +222,20 @@ async def serve_scrapes(scrape: Scrape, host: str, port: int) -> asyncio.Server:
     otherwise): the API's own port asks a token for /metrics.
 
     A minimal HTTP/1.1 server on the gateway's event loop (the collectors read the folded
-    state there, never from a thread): one request per connection, its head within 16 KiB
-    and `SCRAPE_REQUEST_TIMEOUT_S`, at most `SCRAPES_AT_ONCE` answered at once (the
-    others wait for the accept queue), anything but GET /metrics 404."""
+    state there, never from a thread): one request per connection, all of it within 16 KiB
+    of head and `SCRAPE_REQUEST_TIMEOUT_S`, at most `SCRAPES_AT_ONCE` scrapes at once (a
+    client still sending its request holds none), anything but GET /metrics 404."""
     turns = asyncio.Semaphore(SCRAPES_AT_ONCE)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with turns, asyncio.timeout(SCRAPE_REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(SCRAPE_REQUEST_TIMEOUT_S):
                 head = await reader.readuntil(b"\r\n\r\n")
                 words = head.split(b"\r\n", 1)[0].split()
                 wanted = len(words) == 3 and words[0] == b"GET"
                 if wanted and words[1].split(b"?", 1)[0] == b"/metrics":
-                    status, kind, body = b"200 OK", CONTENT_TYPE_PLAIN_0_0_4, await scrape()
+                    async with turns:  # a slow client holds no turn: only scrapes do
+                        status, kind, body = b"200 OK", CONTENT_TYPE_PLAIN_0_0_4, await scrape()
                 else:
                     status, kind, body = b"404 Not Found", "text/plain", b"only GET /metrics\n"
                 writer.write(

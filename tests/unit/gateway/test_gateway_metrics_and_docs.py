@@ -137,6 +137,14 @@ async def test_the_metrics_port_answers_get_metrics_only_and_drops_a_silent_clie
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"# the scrape\n")
         assert (await ask(b"GET /v1/jobs HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404 ")
         assert await ask(b"GET /metr") == b""  # never finished: closed at the timeout
+        silent = [
+            await asyncio.open_connection("127.0.0.1", port)
+            for _ in range(metrics_module.SCRAPES_AT_ONCE + 2)
+        ]
+        scraped = await asyncio.wait_for(ask(b"GET /metrics HTTP/1.1\r\n\r\n"), 0.25)
+        assert scraped.startswith(b"HTTP/1.1 200 OK")  # the silent ones hold no turn
+        for _, writer in silent:
+            writer.close()
     finally:
         server.close()
         await server.wait_closed()
