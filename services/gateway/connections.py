@@ -35,11 +35,15 @@ import resource
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
+import orjson
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from services.gateway.problems import MEDIA_TYPE, problem_body
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +125,12 @@ def fd_budget(wanted: int, reserve: int) -> tuple[int, int]:
 
 
 def _refuse(status: int, reason: str) -> bytes:
-    body = reason.encode()
-    phrase = {408: b"Request Timeout", 429: b"Too Many Requests", 503: b"Service Unavailable"}
+    """A whole answer, problem details as every error of the gateway (problems.py)."""
+    body = orjson.dumps(problem_body(status, reason))
     return b"".join(
         [
-            b"HTTP/1.1 %d %s\r\n" % (status, phrase[status]),
-            b"content-type: text/plain; charset=utf-8\r\n",
+            b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()),
+            b"content-type: %s\r\n" % MEDIA_TYPE.encode(),
             b"content-length: %d\r\n" % len(body),
             b"retry-after: 1\r\n" if status != 408 else b"",
             b"connection: close\r\n\r\n",

@@ -119,6 +119,8 @@ def test_a_request_whose_headers_never_finish_gets_408_and_is_closed(served: Ser
         answer = read_all(client)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"no complete request headers in 1 s" in answer
+    assert b"content-type: application/problem+json" in answer
+    assert answer.endswith(b'"detail":"no complete request headers in 1 s"}')
     assert refused("header_timeout") == before + 1
     assert 0.8 < time.monotonic() - started < 4
     assert served.budget.open_count == 0 or wait_until(lambda: served.budget.open_count == 0)
