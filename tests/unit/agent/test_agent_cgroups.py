@@ -187,20 +187,21 @@ def wait_for_file(path: Path, timeout: float = 10.0) -> str:
 @pytest.mark.parametrize("how", ["cancelled", "timed out", "succeeded"])
 async def test_a_setsid_child_dies_with_its_job(run_root: Path, how: str) -> None:
     jobs = Jobs(run_root)
+    job_id = "sid-" + how.replace(" ", "-")  # a cgroup of its own: none left by another case
     script = "setsid sleep 300 & echo $! > child; " + (
         "exit 0" if how == "succeeded" else "sleep 300"
     )
     run = jobs.start(
-        ensure("sid", ["sh", "-c", script], time_limit_s=1 if how == "timed out" else None)
+        ensure(job_id, ["sh", "-c", script], time_limit_s=3 if how == "timed out" else None)
     )
     child = int(wait_for_file(run.work / "child"))
     assert alive(child)
-    group = jobs.runner._procs[("sid", 1, 0)].cgroup
+    group = jobs.runner._procs[(job_id, 1, 0)].cgroup
     assert group is not None and child in group.pids()
     if how == "cancelled":
-        jobs.runner.stop(("sid", 1, 0), "cancelled", "by test")
+        jobs.runner.stop((job_id, 1, 0), "cancelled", "by test")
 
-    exited = await jobs.ended("sid")
+    exited = await jobs.ended(job_id)
 
     assert exited.ended.outcome == {"cancelled": "cancelled", "timed out": "timed_out"}.get(
         how, "succeeded"
