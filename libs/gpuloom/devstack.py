@@ -67,7 +67,16 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("inventory", "admission", "queue", "placement", "accounting", "gateway", "webhooks")
+SERVICES = (
+    "inventory",
+    "admission",
+    "queue",
+    "placement",
+    "dispatch",
+    "accounting",
+    "gateway",
+    "webhooks",
+)
 assert set(SERVICES) == set(BUS_SERVICES), "every service has its identity on the bus"
 #: The operator token the banner prints lives this long (`gpuloom token issue` makes more).
 BANNER_TOKEN_TTL_S = 8 * 3600
@@ -90,8 +99,8 @@ class Stack:
     server: NatsServer | None = None
     #: Environment of one process on top of `env` (its identity).
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: The log and the services' buckets exist (`provision`), and these agents' too.
-    provisioned: set[tuple[str, ...]] = field(default_factory=set)
+    #: The log, the view and the services' buckets exist (`provision`).
+    provisioned: bool = False
 
     @classmethod
     def for_urls(
@@ -140,16 +149,14 @@ class Stack:
         command = [sys.executable, "-m", f"services.{module}", *args]
         self.commands[name] = command
         self.envs[name] = {**(env or {}), **self.identity_env(name, module, nodes)}
-        self.provision({name: nodes} if module == "agent" and nodes else {})
+        self.provision()
         self._spawn(name)
 
-    def provision(self, agents: Mapping[str, Sequence[str]] = {}) -> None:
-        """Create, as the admin, the log and the snapshot buckets the processes need
-        (the services', and those of `agents`: agent -> nodes) where missing: no process
-        may create them (`gpuloom.bus.provision`). Once per stack and agent."""
-        wanted = {tuple(sorted(set(nodes))) for nodes in agents.values()}
-        services = () not in self.provisioned
-        if not services and wanted <= self.provisioned:
+    def provision(self) -> None:
+        """Create, as the admin, the log, the per-node view and the services' snapshot
+        buckets where missing: no process may create them (`gpuloom.bus.provision`).
+        Once per stack."""
+        if self.provisioned:
             return
         url = self.server.admin_url if self.server is not None else self.env["GPULOOM_NATS_URL"]
         window, replicas = (
@@ -158,9 +165,8 @@ class Stack:
         )
         expected = Expected(float(window) if window else None, int(replicas) if replicas else None)
         stream = self.env.get("GPULOOM_STREAM", "GPULOOM")
-        work = provision_at(url, stream, agents=agents, expected=expected, services=services)
-        run_blocking(work)
-        self.provisioned |= wanted | {()}
+        run_blocking(provision_at(url, stream, expected=expected))
+        self.provisioned = True
 
     def identity_env(self, name: str, module: str, nodes: Sequence[str] | None) -> dict[str, str]:
         """The environment that makes process `name` connect as its own identity."""

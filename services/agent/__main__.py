@@ -4,7 +4,8 @@
 `python -m services.agent [--node NAME]` serves this machine's real GPUs.
 
 The agent heartbeats every served node on core NATS, answers log requests, and
-runs a Reactor whose decision step reconciles local job processes with the log.
+runs a Reactor whose decision step reconciles local job processes with the view of
+its nodes (`services.agent.view`: the jobs placed on them, not the log).
 Stopping the agent (SIGTERM) leaves the jobs running: their shims outlive it and
 the next agent on the same run folder adopts them. An agent cut off from the bus
 stops them itself (`fence`) before its node is declared lost.
@@ -27,13 +28,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from gpuloom.bus import EventBus
-from gpuloom.bus.identities import agent_bucket
 from gpuloom.config import Settings, load_settings
 from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
 from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
-from gpuloom.runtime.service import run_service, snapshotter
+from gpuloom.runtime.service import run_service
 from gpuloom.tasks import cancel_and_wait
 from services.agent import fence, logs
 from services.agent.agent import Agent
@@ -46,6 +46,7 @@ from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
 from services.agent.rendezvous import Rendezvous, node_address, parse_ports
 from services.agent.uids import UIDS_FILE, UidError, parse_uid_range
+from services.agent.view import ViewFollower
 
 log = logging.getLogger("services.agent")
 
@@ -116,13 +117,20 @@ def make_fence(settings: Settings) -> tuple[fence.Fence | None, float]:
 
 
 async def fencing(
-    bus: EventBus, agent: Agent, stop: asyncio.Event, interval_s: float
+    bus: EventBus, agent: Agent, view: ViewFollower, stop: asyncio.Event, interval_s: float
 ) -> tuple[list[asyncio.Task[None]], list[Subscription]]:
-    """The task that fences `agent` when it is cut off (none when fencing is off)."""
+    """The task that fences `agent` when it is cut off (none when fencing is off). The
+    fence lifts once the view of every node reaches the log's end when the bus is back."""
     if agent.fence is None:
         return [], []
     probe, subscription = await bus_probe(bus)
-    watcher = fence.watch(agent.fence, probe, bus.last_seq, agent.fence_jobs, stop, interval_s)
+
+    async def resume_seq() -> int:
+        seq = await bus.last_seq()
+        view.sync_to(seq)
+        return seq
+
+    watcher = fence.watch(agent.fence, probe, resume_seq, agent.fence_jobs, stop, interval_s)
     return [asyncio.create_task(watcher)], [subscription]
 
 
@@ -183,10 +191,10 @@ async def serve(
         rendezvous.ports.start,
         rendezvous.ports.stop - 1,
     )
-    snapshots = snapshotter(settings, bus, "agent", agent_bucket(names))
-    reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5, snapshots=snapshots)
+    view = ViewFollower(bus, names)
+    reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5, follower=view)
     subscriptions = [await serve_logs(bus, runner.root, name) for name in names]
-    fence_tasks, fence_subscriptions = await fencing(bus, agent, stop, probe_every_s)
+    fence_tasks, fence_subscriptions = await fencing(bus, agent, view, stop, probe_every_s)
     subscriptions += fence_subscriptions
     tasks = [
         asyncio.create_task(heartbeat(bus, nodes, settings.heartbeat_interval_s, stop)),

@@ -18,7 +18,7 @@ from nats.js.errors import NotFoundError
 from test_bus_permissions import STREAM, body, connect_as, server_of
 
 from gpuloom.bus import EventBus
-from gpuloom.bus.identities import BASE_BUCKET, SERVICES, agent_bucket, bucket_of
+from gpuloom.bus.identities import BASE_BUCKET, SERVICES, bucket_of
 from gpuloom.devstack import REPO_ROOT, Stack
 from gpuloom.events import JobSubmitted, subject_for
 from gpuloom.testing.builders import make_job_spec
@@ -73,9 +73,9 @@ def test_bus_setup_creates_the_log_and_every_bucket_once(nats_url: str, tmp_path
     server.keyring.add_agent("agent-x", ["node-x", "node-y"])
     done = subprocess_setup(nats_url, server.keyring.root)
     assert done.returncode == 0, done.stderr
-    wanted = {STREAM, f"{STREAM}_DLQ", f"OBJ_{BASE_BUCKET}"}
+    # agents keep no snapshots: their state is their nodes' view
+    wanted = {STREAM, f"{STREAM}_DLQ", f"{STREAM}_VIEW", f"OBJ_{BASE_BUCKET}"}
     wanted |= {f"OBJ_{bucket_of(s)}" for s in SERVICES}
-    wanted.add(f"OBJ_{agent_bucket(['node-y', 'node-x'])}")
     assert asyncio.run(stream_names(nats_url)) == wanted
     assert "created now: none" not in done.stdout
 
@@ -100,7 +100,6 @@ def subprocess_setup(url: str, keyring: Path) -> subprocess.CompletedProcess[str
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT / 'libs'}:{REPO_ROOT}"}
     env.pop("GPULOOM_NATS_SEED_FILE", None)
     command = [sys.executable, "-m", "gpuloom.client.buscmds", "setup", "--nats", url]
-    command += ["--keyring", str(keyring)]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -117,13 +116,13 @@ def test_a_service_waits_for_the_log_and_runs_without_a_missing_bucket(
     database = f"sqlite+aiosqlite:///{tmp_path}/gpuloom.db"
     env = {"GPULOOM_SNAPSHOT_EVERY_EVENTS": "1", "GPULOOM_SNAPSHOT_EVERY_S": "0.2"}
     stack = Stack.for_urls(nats_url, database, tmp_path, env)
-    stack.provisioned.add(())  # as if set up: the service starts before the log exists
+    stack.provisioned = True  # as if set up: the service starts before the log exists
     try:
         stack.start("queue")
         log = tmp_path / "logs" / "queue.log"
         wait_line(log, "gpuloom bus setup")
         assert not asyncio.run(stream_names(nats_url))  # it waits; it creates nothing
-        stack.provisioned.clear()
+        stack.provisioned = False
         stack.provision()
 
         async def drop_bucket_then_log() -> None:

@@ -13,7 +13,9 @@ are `gpuloom.bus.keyring`; the server's configuration is `gpuloom.natsserver`.
 Identities:
 - one per service (`SERVICES`), publishing exactly `WRITERS[service]`;
 - one per agent process, covering exactly the nodes it serves: its events carry the
-  node as their subject's sixth token (`gpuloom.events.subjects`);
+  node as their subject's sixth token (`gpuloom.events.subjects`). An agent does not
+  read the log: it reads its nodes' subjects of the per-node view, which the
+  `dispatch` service writes (`gpuloom.state.nodeview`), and nothing else;
 - `reader`: for outside subscribers, reads and consumes, publishes only read calls;
 - `admin`: operator tools (audit, replay, `gpuloom log`) and tests: everything.
 
@@ -23,7 +25,6 @@ identity can read the replies (JetStream answers, an agent's job logs) of anothe
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +33,26 @@ from gpuloom.events.subjects import (
     AGENT_CONTROL_PREFIX,
     EVENT_PREFIX,
     NODE_BOUND_TYPES,
+    SYNC_PREFIX,
+    VIEW_PREFIX,
     agent_control_subjects,
     event_subject,
     heartbeat_subject,
+    sync_subject,
+    view_subjects,
 )
 
 #: The gpuloom services, each its own identity (the agents are added per process).
-SERVICES = ("gateway", "admission", "queue", "placement", "inventory", "accounting", "webhooks")
+SERVICES = (
+    "gateway",
+    "admission",
+    "queue",
+    "placement",
+    "inventory",
+    "accounting",
+    "webhooks",
+    "dispatch",
+)
 ADMIN = "admin"
 READER = "reader"
 #: Writers that are not services: the node agents (any agent identity) and the admin's
@@ -102,11 +116,6 @@ WRITERS: dict[str, tuple[str, str]] = {
 #: (`services.webhooks.outbox`): it makes it, pulls and acknowledges. Every other
 #: identity, the gateway included, is denied each of them (`others_durables`).
 DURABLES = {"accounting-ledger": "accounting", "webhooks": "webhooks"}
-#: Services whose dead-letter subject differs from their identity: the gateway's
-#: projector dead-letters as "gateway"; every agent as "agent" (one subject for all
-#: agents: see the module's notes in docs/operations.md).
-DEAD_LETTER_NAME = {AGENT: "agent"}
-
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
 
 
@@ -155,7 +164,7 @@ def event_permission(event_type: str, node: str | None = None) -> str:
 
 
 def dead_letter_subjects(service: str) -> str:
-    return f"gpuloom.dlq.{DEAD_LETTER_NAME.get(service, service)}.>"
+    return f"gpuloom.dlq.{service}.>"
 
 
 def read_api(stream: str) -> list[str]:
@@ -230,20 +239,12 @@ def base_snapshot_api() -> list[str]:
     return _bucket_read_api(BASE_BUCKET)
 
 
-def agent_bucket(nodes: Sequence[str]) -> str:
-    """The snapshot bucket of the agent serving `nodes` (any node name, any order): a
-    digest of the node set, since a bucket name allows fewer characters than a node's."""
-    digest = hashlib.sha256(",".join(sorted(set(nodes))).encode()).hexdigest()[:16]
-    return f"{SNAPSHOT_BUCKET_PREFIX}AGENT_{digest.upper()}"
-
-
-def snapshot_api(service: str, bucket: str | None = None) -> list[str]:
-    """A process's own snapshot bucket (`gpuloom.bus.snapshots`; a service's by its
-    name, an agent's by `agent_bucket`): write and delete objects, list and read them
-    back. No other bucket, and no creating one: the admin creates them at setup, since
+def snapshot_api(service: str) -> list[str]:
+    """A service's own snapshot bucket (`gpuloom.bus.snapshots`, by its name): write and
+    delete objects, list and read them back. No other bucket, and no creating one: the admin creates them at setup, since
     a create call carries a configuration no permission can restrict
     (`gpuloom.bus.provision`)."""
-    bucket = bucket or bucket_of(service)
+    bucket = bucket_of(service)
     stream = f"OBJ_{bucket}"
     writes = [f"$O.{bucket}.>", f"$JS.API.STREAM.PURGE.{stream}"]
     return writes + _bucket_read_api(bucket)
@@ -294,29 +295,40 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
         publish.append(f"{AGENT_CONTROL_PREFIX}.*.>")
     if service == "inventory":  # heartbeats of every node
         subscribe.append(heartbeat_subject("*"))
+    if service == "dispatch":  # writes the per-node view, answers agents' syncs
+        view = f"{stream}_VIEW"
+        publish += [f"{VIEW_PREFIX}.>", f"$JS.API.STREAM.INFO.{view}"]
+        subscribe.append(f"{SYNC_PREFIX}.*")
     return Permissions(
         tuple([*publish, inbox]), tuple(subscribe), deny_publish=others_durables(stream, service)
     )
 
 
 def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Permissions:
-    """An agent process serving `nodes`: their events, heartbeats and control subjects."""
+    """An agent process serving `nodes`: their events, heartbeats and control subjects,
+    and their views: a consumer of the view stream filtered to one of its nodes (the
+    server checks that the filter in the request is the one in its subject), pulling
+    from it and deleting it, and asking the dispatcher to confirm a node's view. Of the
+    log, only its last sequence (stream info): never a message."""
     if not nodes:
         raise ValueError("an agent serves at least one node")
     for node in nodes:
         check_token("node", node)
     inbox = f"{inbox_prefix(public_key)}.>"
+    view = f"{stream}_VIEW"
     publish = [event_permission(t, n) for n in nodes for t in events_of(AGENT)]
     publish += [heartbeat_subject(n) for n in nodes]
-    publish += _writer_api(stream, AGENT) + read_api(stream) + [inbox]
-    publish += snapshot_api(AGENT, agent_bucket(nodes)) + base_snapshot_api()
+    publish += [sync_subject(n) for n in nodes]
+    publish += [
+        "$JS.API.INFO",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.INFO.{stream}_DLQ",
+    ]
+    publish += [f"$JS.API.CONSUMER.CREATE.{view}.*.{view_subjects(n)}" for n in nodes]
+    publish += [f"$JS.API.CONSUMER.MSG.NEXT.{view}.*", f"$JS.API.CONSUMER.DELETE.{view}.*"]
+    publish.append(inbox)
     subscribe = [agent_control_subjects(n) for n in nodes] + [inbox]
-    return Permissions(
-        tuple(publish),
-        tuple(subscribe),
-        allow_responses=True,
-        deny_publish=others_durables(stream, None),
-    )
+    return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
 
 
 def reader_permissions(public_key: str, stream: str) -> Permissions:

@@ -1,5 +1,5 @@
 """What the operator creates on the bus before any gpuloom process starts: the log, its
-dead-letter stream, and every process's snapshot bucket.
+dead-letter stream, the per-node view, and every service's snapshot bucket.
 
 Why no process creates its own: a JetStream create call carries the whole stream
 configuration, and NATS permissions name only the stream, never what is in it. A
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BadRequestError, NotFoundError
 
-from gpuloom.bus.identities import BASE_BUCKET, SERVICES, agent_bucket, bucket_of
+from gpuloom.bus.identities import BASE_BUCKET, SERVICES, bucket_of
 from gpuloom.bus.streams import Expected, ensure_streams
 
 log = logging.getLogger(__name__)
@@ -48,16 +48,11 @@ class Bucket:
     description: str
 
 
-def buckets(agents: Mapping[str, Sequence[str]], services: bool = True) -> list[Bucket]:
-    """The snapshot buckets of the agents serving `agents` (agent -> nodes), each named
-    by its nodes; with `services`, each service's and the base one too."""
-    found = []
-    if services:
-        found = [Bucket(bucket_of(s), f"snapshots of the {s} service's state") for s in SERVICES]
-        found.append(Bucket(BASE_BUCKET, "base snapshots at the log's dropped start"))
-    for agent in sorted(agents):
-        nodes = ", ".join(sorted(set(agents[agent])))
-        found.append(Bucket(agent_bucket(agents[agent]), f"snapshots of the agent of {nodes}"))
+def buckets() -> list[Bucket]:
+    """The snapshot buckets: each service's and the base one. (Agents keep none: their
+    state is their nodes' view, `gpuloom.state.nodeview`.)"""
+    found = [Bucket(bucket_of(s), f"snapshots of the {s} service's state") for s in SERVICES]
+    found.append(Bucket(BASE_BUCKET, "base snapshots at the log's dropped start"))
     return found
 
 
@@ -94,18 +89,14 @@ async def provision(
     js: JetStreamContext,
     stream: str,
     *,
-    agents: Mapping[str, Sequence[str]] = {},
     expected: Expected = Expected(),
     bucket_max_bytes: int = DEFAULT_BUCKET_MAX_BYTES,
-    services: bool = True,
 ) -> list[str]:
-    """Create the log, its dead letters and every snapshot bucket that is missing (as
-    admin); the names of the buckets this call created. With `services` False, only
-    the agents' buckets (a new agent's, once the rest exists)."""
-    if services:
-        await ensure_streams(js, stream, expected)
+    """Create the log, its dead letters, the per-node view and every snapshot bucket
+    that is missing (as admin); the names of the buckets this call created."""
+    await ensure_streams(js, stream, expected)
     created = []
-    for bucket in buckets(agents, services):
+    for bucket in buckets():
         if await create_bucket(
             js, bucket, replicas=expected.replicas or 1, max_bytes=bucket_max_bytes
         ):
@@ -116,20 +107,13 @@ async def provision(
 
 
 async def provision_at(
-    url: str,
-    stream: str,
-    *,
-    agents: Mapping[str, Sequence[str]] = {},
-    expected: Expected = Expected(),
-    services: bool = True,
-    **options: Any,
+    url: str, stream: str, *, expected: Expected = Expected(), **options: Any
 ) -> list[str]:
-    """`provision` over a connection of its own to `url` (the admin's); with
-    `services` False, only the agents' buckets (the log and the rest exist)."""
+    """`provision` over a connection of its own to `url` (the admin's)."""
     nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3, **options)
     try:
         js = nc.jetstream(timeout=10)
-        return await provision(js, stream, agents=agents, expected=expected, services=services)
+        return await provision(js, stream, expected=expected)
     finally:
         await nc.close()
 

@@ -80,7 +80,7 @@ class SnapshotStore:
             raise ValueError("keep at least one snapshot")
         self.js = js
         self.service = service
-        #: A service's bucket by its name; an agent's by its nodes (`agent_bucket`).
+        #: A service's bucket by its name (the base one: `BASE_BUCKET`).
         self.bucket = bucket or bucket_of(service)
         #: Create the bucket when missing: the operator's tools only (who may create a
         #: stream may give it any configuration: `gpuloom.bus.provision`).

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from gpuloom.events.subjects import ALL_EVENTS
+from gpuloom.events.subjects import ALL_EVENTS, ALL_VIEWS
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,34 @@ def dead_letter_config(stream: str, replicas: int) -> StreamConfig:
     )
 
 
+#: A tombstone of the per-node view is kept this long (a node's agent that restarts
+#: later finds no record of the job, which tells it the same).
+VIEW_TOMBSTONE_TTL_S = 3600
+
+
+def view_stream(stream: str) -> str:
+    """`GPULOOM` -> `GPULOOM_VIEW`: the per-node view (`gpuloom.state.nodeview`)."""
+    return f"{stream}_VIEW"
+
+
+def view_config(stream: str, replicas: int) -> StreamConfig:
+    """The per-node view: the latest message per subject (a job's record on a node, a
+    node's position) and nothing older, so it is bounded by the jobs on nodes; file
+    storage, so agents find it after nats-server restarts; tombstones expire
+    (`allow_msg_ttl`). Derived from the log by the dispatch process, which writes it
+    again whole when it starts: the log stays the truth."""
+    return StreamConfig(
+        name=view_stream(stream),
+        subjects=[ALL_VIEWS],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        num_replicas=replicas,
+        max_msgs_per_subject=1,
+        allow_msg_ttl=True,
+        duplicate_window=120.0,
+    )
+
+
 def differences(found: StreamConfig, expected: Expected) -> list[str]:
     """How the log found differs from what this process expected, one line each.
 
@@ -118,7 +146,8 @@ def warn_once(stream: str, lines: list[str]) -> None:
 
 
 async def ensure_streams(js: JetStreamContext, stream: str, expected: Expected) -> None:
-    """Create the log and its dead-letter stream if missing; never change an existing one."""
+    """Create the log, its dead-letter stream and the per-node view if missing; never
+    change an existing one."""
     found = await _create_if_missing(js, log_config(stream, expected))
     warn_once(stream, differences(found, expected))
     replicas = found.num_replicas or DEFAULT_REPLICAS
@@ -126,6 +155,10 @@ async def ensure_streams(js: JetStreamContext, stream: str, expected: Expected) 
         await _create_if_missing(js, dead_letter_config(stream, replicas))
     except Exception as exc:
         warn_once(dead_letter_stream(stream), [f"cannot be created ({exc}): dead letters are lost"])
+    try:
+        await _create_if_missing(js, view_config(stream, replicas))
+    except Exception as exc:
+        warn_once(view_stream(stream), [f"cannot be created ({exc}): agents cannot run jobs"])
 
 
 async def check_streams(js: JetStreamContext, stream: str, expected: Expected) -> None:

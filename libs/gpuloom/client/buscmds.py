@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 from pathlib import Path
@@ -120,37 +119,24 @@ def setup_command(
     nats: Annotated[
         str | None, typer.Option("--nats", help="the admin's NATS URL (default: make run's)")
     ] = None,
-    agents_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="agent -> nodes, as `add-agent` keeps it (default: DATA_DIR/bus/agents.json)"
-        ),
-    ] = None,
-    data_dir: DataDir = Path(".gpuloom"),
-    keyring: KeyringDir = None,
 ) -> None:
-    """Create the log, its dead letters and every snapshot bucket that is missing, as
-    the admin (GPULOOM_NATS_SEED_FILE=admin.seed, or a URL with the admin's password).
-    Idempotent; changes nothing that exists."""
-    ring, _ = _paths(data_dir, keyring, None)
-    path = agents_file or ring.root / "agents.json"
+    """Create the log, its dead letters, the per-node view and every service's snapshot
+    bucket that is missing, as the admin (GPULOOM_NATS_SEED_FILE=admin.seed, or a URL
+    with the admin's password). Idempotent; changes nothing that exists."""
     try:
-        agents = json.loads(path.read_text()) if path.exists() else {}
         url = resolve_nats_url(nats)
     except (ValueError, OSError) as exc:
         fail(str(exc), 2)
     settings = load_settings()
     expected = Expected(settings.dedup_window_s, settings.stream_replicas)
-    work = provision_at(
-        url, settings.stream, agents=agents, expected=expected, **connect_options(settings)
-    )
+    work = provision_at(url, settings.stream, expected=expected, **connect_options(settings))
     try:
         created = asyncio.run(work)
     except Exception as exc:
         fail(f"cannot set up the bus at {strip_credentials(url)}: {exc!r}")
     emit(
-        f"log {settings.stream} and the snapshot buckets of every service and of "
-        f"{len(agents)} agent(s) are there; created now: {', '.join(created) or 'none'}"
+        f"log {settings.stream}, its view and the snapshot buckets of every service are "
+        f"there; created now: {', '.join(created) or 'none'}"
     )
 
 

@@ -17,6 +17,7 @@ SERVICES: tuple[str, ...] = (
     "admission",
     "queue",
     "placement",
+    "dispatch",
     "inventory",
     "accounting",
     "webhooks",

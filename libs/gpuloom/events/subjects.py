@@ -66,3 +66,33 @@ def agent_control_subjects(node: str) -> str:
 def agent_logs_subject(node: str) -> str:
     """Request subject on which the agent serving `node` answers log requests."""
     return f"{AGENT_CONTROL_PREFIX}.{node}.logs"
+
+
+#: The per-node view (`gpuloom.state.nodeview`): what the dispatch process routes to
+#: each node, on a stream of its own (`<log>_VIEW`), so that an agent reads its nodes'
+#: jobs and nothing else of the log. `gpuloom.view.<node>.job.<job id>` holds the
+#: latest record of one job on one node; `gpuloom.view.<node>.position` how far the
+#: view of the node is complete. A node name starts with a letter or digit
+#: (`gpuloom.bus.identities.check_token`), so no node is called `position`'s sibling.
+VIEW_PREFIX = "gpuloom.view"
+ALL_VIEWS = f"{VIEW_PREFIX}.>"
+#: Core subject on which an agent asks the dispatcher to confirm its nodes' views up
+#: to a sequence of the log (`gpuloom.view.sync.<node>` would be stored: not under it).
+SYNC_PREFIX = "gpuloom.dispatch.sync"
+
+
+def view_subjects(node: str) -> str:
+    """Every subject of `node`'s view (the one filter its agent may consume)."""
+    return f"{VIEW_PREFIX}.{node}.>"
+
+
+def view_job_subject(node: str, job_id: str) -> str:
+    return f"{VIEW_PREFIX}.{node}.job.{job_id}"
+
+
+def view_position_subject(node: str) -> str:
+    return f"{VIEW_PREFIX}.{node}.position"
+
+
+def sync_subject(node: str) -> str:
+    return f"{SYNC_PREFIX}.{node}"

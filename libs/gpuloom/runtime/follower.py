@@ -73,6 +73,8 @@ class LogFollower:
         self.catch_up_seq = 0
         #: The log's last sequence as last seen (from each delivery's pending count).
         self.stream_seq = 0
+        #: The latest sequence this process wrote itself (`wrote`): not caught up before.
+        self.awaited_seq = 0
         self._last_pending = 0
         #: Bounded: a full inbox makes the log's delivery wait (`EventBus.follow`).
         self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(inbox_limit)
@@ -208,5 +210,16 @@ class LogFollower:
         return self._inbox.empty() and self._last_pending == 0
 
     def is_caught_up(self) -> bool:
-        """Folded all the log held at start, and nothing more waits."""
-        return self.idle and self.state.seq >= self.catch_up_seq
+        """Folded all the log held at start and all this process wrote, and nothing
+        more waits."""
+        return self.idle and self.state.seq >= max(self.catch_up_seq, self.awaited_seq)
+
+    def wrote(self, written: Sequence[tuple[str, int]]) -> None:
+        """This process published these (subject, sequence): it is caught up only once
+        it has folded them (a reactor decides again only on a state that holds its
+        own decisions)."""
+        self.awaited_seq = max(self.awaited_seq, *(seq for _, seq in written), 0)
+
+    def trace_context(self, aggregate: str) -> dict[str, str] | None:
+        """The fold keeps no trace contexts (a reactor's observer does)."""
+        return None

@@ -84,6 +84,30 @@ class TraceContexts:
             self.by_aggregate.pop(key, None)
 
 
+class Follower(Protocol):
+    """Where a reactor's state comes from: the fold of the log (`LogFollower`), or
+    another source of a `ClusterState` (an agent's per-node view)."""
+
+    catch_up_seq: int
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    async def start(
+        self, stop: asyncio.Event, snapshots: Snapshotter | None = None, *, at_most: int | None
+    ) -> object: ...
+
+    async def fold_next(self, timeout: float | None) -> int: ...
+
+    async def close(self) -> None: ...
+
+    def wrote(self, written: Sequence[tuple[str, int]]) -> None: ...
+
+    def is_caught_up(self) -> bool: ...
+
+    def trace_context(self, aggregate: str) -> dict[str, str] | None: ...
+
+
 class Reactor:
     def __init__(
         self,
@@ -97,6 +121,7 @@ class Reactor:
         publish_timeout_s: float = 10.0,
         snapshots: Snapshotter | None = None,
         inbox_limit: int = INBOX_LIMIT,
+        follower: Follower | None = None,
     ) -> None:
         self.bus = bus
         self.service = service
@@ -106,13 +131,17 @@ class Reactor:
         self.snapshots = snapshots
         self.projections = tuple(projections)
         self.traces = TraceContexts(lambda: self.state)
-        self.follower = LogFollower(
+        #: The fold of the log, unless another source is given (`observers` and
+        #: `inbox_limit` are the fold's).
+        self.follower: Follower = follower or LogFollower(
             bus,
             service,
             observers=[self.traces, *observers, *self.projections],
             inbox_limit=inbox_limit,
         )
-        self._awaited_seq = 0
+        self._trace_context = (
+            follower.trace_context if follower is not None else self.traces.by_aggregate.get
+        )
         self._decided_at_seq = -1
         self._retry = False
         self._tracer = tracer(f"gpuloom.{service}")
@@ -124,7 +153,7 @@ class Reactor:
 
     def is_caught_up(self) -> bool:
         """Folded the log as it was at start, and every decision this process published."""
-        return self.follower.is_caught_up() and self.state.seq >= self._awaited_seq
+        return self.follower.is_caught_up()
 
     async def wait_for_seq(self, seq: int, timeout: float) -> bool:
         """Wait until the state has folded `seq` (read-your-writes); False on timeout."""
@@ -140,7 +169,7 @@ class Reactor:
     def outgoing(self, decision: Decision) -> tuple[Outgoing, str]:
         event = decision.event
         key = f"{event.AGGREGATE}.{event.aggregate_id()}"
-        parent = extract(self.traces.by_aggregate.get(key))
+        parent = extract(self._trace_context(key))
         with self._tracer.start_as_current_span(
             f"{self.service} {event.TYPE}",
             context=parent,
@@ -170,7 +199,7 @@ class Reactor:
             seqs = await self.bus.publish_many(messages, timeout=self.publish_timeout_s)
         for _, event_type in built:
             EVENTS_PUBLISHED.labels(self.service, event_type).inc()
-        self._awaited_seq = max(self._awaited_seq, *seqs)
+        self.follower.wrote([(m.subject, seq) for m, seq in zip(messages, seqs, strict=True)])
         return max(seqs)
 
     # --- the loop ------------------------------------------------------------------

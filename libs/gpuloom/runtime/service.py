@@ -27,11 +27,8 @@ log = logging.getLogger(__name__)
 Main = Callable[[Settings, EventBus, asyncio.Event], Awaitable[None]]
 
 
-def snapshotter(
-    settings: Settings, bus: EventBus, service: str, bucket: str | None = None
-) -> Snapshotter | None:
-    """The service's snapshots as configured (None: turned off, replay the whole log);
-    `bucket`: an agent's (`gpuloom.bus.identities.agent_bucket`)."""
+def snapshotter(settings: Settings, bus: EventBus, service: str) -> Snapshotter | None:
+    """The service's snapshots as configured (None: turned off, replay the whole log)."""
     policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_s)
     if not policy.enabled:
         return None
@@ -40,7 +37,6 @@ def snapshotter(
         service,
         keep=settings.snapshot_keep,
         replicas=settings.stream_replicas,
-        bucket=bucket,
     )
     base = SnapshotStore(bus.js, service, bucket=BASE_BUCKET)
     return Snapshotter(store, policy, base=base)

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticUndefined, SchemaSerializer, SchemaValidator, core_schema
 
-from gpuloom.state.model import ClusterState
+from gpuloom.state.model import ClusterState, JobState
 
 #: Leaf types the codec carries as they are (JSON scalars, and datetimes with their zone).
 LEAVES: tuple[type, ...] = (str, int, float, bool, type(None), datetime)
@@ -133,7 +133,18 @@ class StateCodec(typing.NamedTuple):
 @cache
 def state_codec() -> StateCodec:
     """The validator and serializer of `ClusterState`, built once per process."""
-    adapter: TypeAdapter[ClusterState] = TypeAdapter(ClusterState)
+    return codec_of(ClusterState)
+
+
+@cache
+def job_codec() -> StateCodec:
+    """The same for one `JobState` (a record of the per-node view, `state.nodeview`)."""
+    return codec_of(JobState)
+
+
+def codec_of(cls: type) -> StateCodec:
+    """The validator and serializer of dataclass `cls`, with the three adjustments."""
+    adapter: TypeAdapter[Any] = TypeAdapter(cls)
     schema = deepcopy(adapter.core_schema)
     _adjust(schema)
     return StateCodec(SchemaValidator(schema), SchemaSerializer(schema))

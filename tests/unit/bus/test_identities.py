@@ -105,8 +105,55 @@ def test_dead_letters_only_on_ones_own_subject() -> None:
         assert may_publish(by_name[name], f"gpuloom.dlq.{name}.log")
         for other in set(SERVICES) - {name}:
             assert not may_publish(by_name[name], f"gpuloom.dlq.{other}.log"), (name, other)
-    assert may_publish(by_name["agent-a"], "gpuloom.dlq.agent.log")
+    # agents fold no log: they have nothing to dead-letter
+    assert not may_publish(by_name["agent-a"], "gpuloom.dlq.agent.log")
     assert not may_publish(by_name["agent-a"], "gpuloom.dlq.queue.log")
+
+
+def test_an_agent_reads_its_own_nodes_view_and_nothing_of_the_log() -> None:
+    """Part of the log an agent may not read in any way: no consumer of the log, no
+    direct get; of the view, only a consumer filtered to one of its own nodes (the
+    server checks the filter in the request against the one in the subject)."""
+    by_name = {i.name: i.permissions for i in table()}
+    mine = by_name["agent-a"]
+    api = "$JS.API"
+    for denied in (
+        f"{api}.CONSUMER.CREATE.{STREAM}",
+        f"{api}.CONSUMER.CREATE.{STREAM}.c1",
+        f"{api}.CONSUMER.CREATE.{STREAM}.c1.gpuloom.evt.>",
+        f"{api}.CONSUMER.MSG.NEXT.{STREAM}.c1",
+        f"{api}.DIRECT.GET.{STREAM}",
+        f"{api}.STREAM.MSG.GET.{STREAM}",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-b.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.*.>",
+        f"{api}.DIRECT.GET.{STREAM}_VIEW",
+        f"{api}.STREAM.MSG.GET.{STREAM}_VIEW",
+        f"{api}.STREAM.INFO.{STREAM}_VIEW",
+        "gpuloom.view.node-a.position",
+        "gpuloom.dispatch.sync.node-b",
+    ):
+        assert not may_publish(mine, denied), denied
+    for allowed in (
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-c.>",
+        f"{api}.CONSUMER.MSG.NEXT.{STREAM}_VIEW.c1",
+        f"{api}.STREAM.INFO.{STREAM}",
+        "gpuloom.dispatch.sync.node-a",
+    ):
+        assert may_publish(mine, allowed), allowed
+    assert not any(s.startswith("gpuloom.evt") for s in mine.subscribe or ())
+
+
+def test_only_dispatch_writes_the_view_and_hears_the_agents_syncs() -> None:
+    by_name = {i.name: i.permissions for i in table()}
+    for name, permissions in by_name.items():
+        writes = may_publish(permissions, "gpuloom.view.node-a.job.j1")
+        assert writes == (name in ("dispatch", ADMIN)), name
+    assert "gpuloom.dispatch.sync.*" in (by_name["dispatch"].subscribe or ())
+    assert not may_publish(by_name["dispatch"], "gpuloom.evt.job.j1.JobPlaced")
 
 
 def test_the_reader_publishes_nothing_but_read_calls() -> None:

@@ -37,6 +37,16 @@ from gpuloom.placement.inputs import KeptHoldings, holdings_of
 from gpuloom.queueing.kept_queue import KeptQueue
 from gpuloom.queueing.order import queue_order
 from gpuloom.state import ClusterState, apply, fold
+from gpuloom.state.nodeview import (
+    NodeView,
+    Record,
+    changed_since,
+    decode_record,
+    encode_record,
+    everything,
+    hosts,
+    route,
+)
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 from .actions import (
@@ -87,6 +97,38 @@ def assert_kept_queue(kept: KeptQueue, state: ClusterState) -> None:
     ], "the kept queue's order"
 
 
+class Dispatch:
+    """The dispatcher and one agent's view per node, as the services run them: routing
+    every few events, the records through their bytes. Every node's view must hold
+    exactly the jobs the fold puts on it, equal to the fold's."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, frozenset[str]] = {}
+        self.routed: int | None = None
+        self.views = {node: NodeView([node]) for node in NODES}
+
+    def route_and_check(self, state: ClusterState) -> None:
+        changed = None if self.routed is None else changed_since(state, self.routed)
+        for routed in route(
+            state, everything(state, self.sent) if changed is None else changed, self.sent
+        ):
+            view = self.views[routed.node]
+            if isinstance(routed, Record):
+                body, headers = encode_record(routed.job)
+                view.take(routed.node, decode_record(body, headers))
+            else:
+                view.drop(routed.node, routed.job_id, routed.seq)
+        self.routed = state.seq
+        for node, view in self.views.items():
+            view.advance(node, state.seq)
+            assert view.state.seq == state.seq
+            expected = {j for j, job in state.jobs.items() if node in hosts(job)}
+            assert set(view.state.on_node.get(node, ())) == expected, node
+            assert set(view.state.jobs) == expected, node
+            for job_id in expected:
+                assert view.state.jobs[job_id] == state.jobs[job_id], job_id
+
+
 def assert_released(cache: IndexCache, state: ClusterState) -> None:
     """The cache's views with everything running given back are those `release_all` of
     every holding makes of a copy of its index (kept only while no replica spans nodes)."""
@@ -122,6 +164,8 @@ class World:
         #: several changes (a job preempted and placed again, say) come between looks.
         self.glancing = KeptHoldings()
         self.glancing_queue = KeptQueue()
+        #: Nodes' views, routed after every 3rd event.
+        self.dispatch = Dispatch()
         self.record(QueuePolicySet(victims_yield=victims_yield, backfill_depth=backfill_depth))
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
@@ -141,6 +185,8 @@ class World:
         if len(self.log) % 5 == 0:
             assert_kept_holdings(self.glancing, self.state)
             assert_kept_queue(self.glancing_queue, self.state)
+        if len(self.log) % 3 == 0:
+            self.dispatch.route_and_check(self.state)
         return self.state.voided == voided
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:

@@ -18,8 +18,12 @@ from typing import Any
 
 import yaml
 
+from gpuloom.devstack import SERVICES as STACK_SERVICES
+
 ROOT = Path(__file__).resolve().parents[3]
-SERVICES = ["gateway", "admission", "queue", "placement", "inventory", "accounting", "webhooks"]
+#: Every service `make run` starts (`gpuloom.devstack.SERVICES`): compose and Kubernetes
+#: run each one too.
+SERVICES = list(STACK_SERVICES)
 
 
 def load_compose() -> dict[str, Any]:
@@ -156,3 +160,36 @@ def test_webhook_delivery_runs_apart_with_its_own_seed_and_the_webhook_key() -> 
     assert env[key] is not None and env[key].startswith(mounts["webhook-key"] + "/")
     for setting in ("TIMEOUT_S", "MAX_IN_FLIGHT", "MAX_IN_FLIGHT_PER_OWNER", "MAX_BACKLOG"):
         assert f"GPULOOM_WEBHOOK_{setting}" in env, setting
+
+
+def test_every_service_of_the_stack_runs_in_compose_and_on_kubernetes() -> None:
+    """What `make run` starts, compose starts (`gpuloom serve NAME`, its own seed) and
+    Kubernetes deploys (a Deployment running it, with its own key of `gpuloom-bus`):
+    a service added to the stack alone (as `dispatch` once was) fails here."""
+    assert "dispatch" in STACK_SERVICES
+    compose = load_compose()
+    in_compose = {
+        name: served(spec.get("command"))
+        for name, spec in compose["services"].items()
+        if spec.get("command")
+    }
+    pods = {
+        doc["metadata"]["name"]: doc["spec"]["template"]["spec"]
+        for doc in k8s_documents()
+        if doc["kind"] == "Deployment"
+    }
+    for service in STACK_SERVICES:
+        assert in_compose.get(service) == [service], f"compose.yaml does not serve {service}"
+        assert compose["services"][service]["command"][:2] == ["gpuloom", "serve"], service
+        mounted = {s["source"]: s["target"] for s in compose["services"][service]["secrets"]}
+        assert mounted.get(f"{service}-seed") == "nats.seed", f"{service} lacks its own seed"
+        seed = compose["secrets"][f"{service}-seed"]["file"]
+        assert seed == f"./.gpuloom/compose/bus/{service}.seed", seed
+
+        assert service in pods, f"no Deployment for {service} in deploy/"
+        [container] = pods[service]["containers"]
+        assert served(container["command"]) == [service], container["command"]
+        volumes = {volume["name"]: volume for volume in pods[service]["volumes"]}
+        bus = volumes["bus"]["secret"]
+        assert bus["secretName"] == "gpuloom-bus", service
+        assert {"key": f"{service}.seed", "path": "nats.seed"} in bus["items"], service

@@ -1,0 +1,169 @@
+"""A node's bus identity reads its own nodes' jobs and nothing else of the log, against
+the real nats-server and services: every way of reading the log is refused to an agent,
+the view it may read holds only its nodes' jobs, and a dispatcher killed mid-way
+rewrites the view so that a job that ended meanwhile is gone from it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from test_bus_permissions import STREAM, connect_as
+
+from gpuloom.state.nodeview import KIND_HEADER, decode_record
+from gpuloom.testing.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+VIEW = f"{STREAM}_VIEW"
+SECRET = "s3cret-of-node-b"
+
+
+async def attempt(url: str, identity: str, call: str, body: dict[str, Any]) -> str:
+    """Send one JetStream API request as `identity`: its answer, or why none came."""
+    errors: list[str] = []
+    nc = await connect_as(url, identity, errors)
+    try:
+        reply = await nc.request(call, json.dumps(body).encode(), timeout=1.0)
+        return reply.data.decode()
+    except Exception as exc:
+        await asyncio.sleep(0.1)
+        return f"refused: {type(exc).__name__}; " + "; ".join(errors)
+    finally:
+        await nc.close()
+
+
+async def read_view(url: str, identity: str, node: str) -> list[tuple[str, dict[str, str], bytes]]:
+    """Every message of `node`'s view, read as `identity` with the consumer an agent makes."""
+    nc = await connect_as(url, identity)
+    try:
+        js = nc.jetstream(timeout=2.0)
+        name = f"reading-{identity}-{time.monotonic_ns()}"
+        config = ConsumerConfig(
+            name=name,
+            filter_subject=f"gpuloom.view.{node}.>",
+            deliver_policy=DeliverPolicy.ALL,
+            mem_storage=True,
+            inactive_threshold=10.0,
+        )
+        await js.add_consumer(VIEW, config=config)
+        sub = await js.pull_subscribe_bind(name, VIEW)
+        got = []
+        try:
+            while True:
+                for msg in await sub.fetch(100, timeout=1.0):
+                    got.append((msg.subject, dict(msg.headers or {}), msg.data))
+        except TimeoutError:
+            pass
+        return got
+    finally:
+        await nc.close()
+
+
+def test_an_agent_reads_its_nodes_view_and_nothing_of_the_log(shared_cluster: Cluster) -> None:
+    url = shared_cluster.nats_url
+    theirs = shared_cluster.submit(
+        gpus=1, gpu_model=["H100-80GB"], command=["sleep", "30"], env={"TOKEN": SECRET}
+    )
+    mine = shared_cluster.submit(gpus=1, gpu_model=["A100-80GB"], command=["sleep", "30"])
+    shared_cluster.wait_state([theirs, mine], "running")
+    assert shared_cluster.job(theirs)["node"] == "node-b"
+    assert shared_cluster.job(mine)["node"] == "node-a"
+    api = "$JS.API"
+    consumer = {"ack_policy": "none", "deliver_policy": "all"}
+    refused = {
+        "a consumer of the log": (
+            f"{api}.CONSUMER.CREATE.{STREAM}.c1",
+            {"stream_name": STREAM, "config": {**consumer, "name": "c1"}},
+        ),
+        "a filtered consumer of the log": (
+            f"{api}.CONSUMER.CREATE.{STREAM}.c2.gpuloom.evt.>",
+            {
+                "stream_name": STREAM,
+                "config": {**consumer, "name": "c2", "filter_subject": "gpuloom.evt.>"},
+            },
+        ),
+        "a direct get of the log": (f"{api}.DIRECT.GET.{STREAM}", {"seq": 1}),
+        "a get of the log": (f"{api}.STREAM.MSG.GET.{STREAM}", {"seq": 1}),
+        "an unfiltered consumer of the view": (
+            f"{api}.CONSUMER.CREATE.{VIEW}.c3",
+            {"stream_name": VIEW, "config": {**consumer, "name": "c3"}},
+        ),
+        "a consumer of another node's view": (
+            f"{api}.CONSUMER.CREATE.{VIEW}.c4.gpuloom.view.node-b.>",
+            {
+                "stream_name": VIEW,
+                "config": {**consumer, "name": "c4", "filter_subject": "gpuloom.view.node-b.>"},
+            },
+        ),
+        "a direct get of the view": (f"{api}.DIRECT.GET.{VIEW}", {"seq": 1}),
+    }
+    for what, (call, body) in refused.items():
+        answer = asyncio.run(attempt(url, "agent-a", call, body))
+        assert "permissions violation" in answer.lower(), (what, answer)
+    # its own subject in the request, another node's filter in the body: the server refuses
+    smuggled = {
+        "stream_name": VIEW,
+        "config": {**consumer, "name": "c5", "filter_subject": "gpuloom.view.node-b.>"},
+    }
+    call = f"{api}.CONSUMER.CREATE.{VIEW}.c5.gpuloom.view.node-a.>"
+    answer = asyncio.run(attempt(url, "agent-a", call, smuggled))
+    assert '"error"' in answer and "node-b" not in answer.split('"error"')[0], answer
+    several = {
+        "stream_name": VIEW,
+        "config": {**consumer, "name": "c6", "filter_subjects": ["gpuloom.view.>"]},
+    }
+    call = f"{api}.CONSUMER.CREATE.{VIEW}.c6.gpuloom.view.node-a.>"
+    answer = asyncio.run(attempt(url, "agent-a", call, several))
+    assert '"error"' in answer, answer
+    # what agent-a may read: its node's jobs, whole, and no other's
+    seen = asyncio.run(read_view(url, "agent-a", "node-a"))
+    assert seen, "node-a's view is empty"
+    assert all(subject.startswith("gpuloom.view.node-a.") for subject, _, _ in seen)
+    records = [
+        decode_record(data, headers)
+        for _, headers, data in seen
+        if headers.get(KIND_HEADER) == "record"
+    ]
+    assert mine in {job.job_id for job in records}
+    assert theirs not in {job.job_id for job in records}
+    assert not any(SECRET.encode() in data for _, _, data in seen)
+    theirs_seen = asyncio.run(read_view(url, "agent-b", "node-b"))
+    assert all(subject.startswith("gpuloom.view.node-b.") for subject, _, _ in theirs_seen)
+    assert any(SECRET.encode() in data for _, _, data in theirs_seen), "node-b's agent needs it"
+    for job in (theirs, mine):
+        shared_cluster.http.delete(f"/v1/jobs/{job}").raise_for_status()
+    shared_cluster.wait_final([theirs, mine])
+
+
+def test_a_dispatcher_back_from_a_crash_tombstones_what_ended_meanwhile(
+    shared_cluster: Cluster,
+) -> None:
+    """The job ends while the dispatcher is down (its agent reports the end from the
+    record it holds); the dispatcher, back, finds the job's record in the view and
+    writes its tombstone, and goes on routing."""
+    stack = shared_cluster.stack
+    assert stack is not None
+    url = shared_cluster.nats_url
+    job = shared_cluster.submit(gpus=1, gpu_model=["A100-80GB"], command=["sleep", "2"])
+    shared_cluster.wait_state([job], "running")
+    stack.kill("dispatch", signal.SIGKILL)
+    assert shared_cluster.wait_final([job])[job]["state"] == "succeeded"
+
+    def kinds(of: str) -> list[str]:
+        seen = asyncio.run(read_view(url, "agent-a", "node-a"))
+        return [h.get(KIND_HEADER, "") for s, h, _ in seen if s.endswith(f".job.{of}")]
+
+    assert kinds(job) == ["record"]  # nobody routed its end
+    stack.restart("dispatch")
+    deadline = time.monotonic() + 30
+    while kinds(job) != ["gone"]:
+        assert time.monotonic() < deadline, kinds(job)
+        time.sleep(0.3)
+    after = shared_cluster.submit(gpus=1, gpu_model=["A100-80GB"], command=["true"])
+    assert shared_cluster.wait_final([after])[after]["state"] == "succeeded"
