@@ -51,6 +51,7 @@ from pathlib import Path
 import httpx
 
 from gpuloom.devstack import NatsServer
+from gpuloom.state import FINAL_PHASES
 from gpuloom.testing.cluster import Cluster, SimNode
 
 SCENARIOS = ("idle", "slowloris", "streams", "replays", "arrays", "webhooks")
@@ -58,8 +59,8 @@ SCENARIOS = ("idle", "slowloris", "streams", "replays", "arrays", "webhooks")
 ACCOUNT = "mallory-lab"
 
 
-def probe(alice: httpx.Client, count: int) -> dict[str, list[float]]:
-    """`count` rounds of alice's two probes."""
+def probe(alice: httpx.Client, count: int, jobs: list[str] | None = None) -> dict[str, list[float]]:
+    """`count` rounds of alice's two probes (her jobs' ids appended to `jobs`)."""
     reads, runs = [], []
     answers: dict[int, int] = {}
     for _ in range(count):
@@ -71,6 +72,8 @@ def probe(alice: httpx.Client, count: int) -> dict[str, list[float]]:
         answer = alice.post("/v1/jobs", json=body)
         assert answer.status_code == 202, answer.text
         job_id = answer.json()["id"]
+        if jobs is not None:
+            jobs.append(job_id)
         deadline = time.monotonic() + 300
         while (shown := alice.get(f"/v1/jobs/{job_id}")).status_code != 200 or shown.json()[
             "state"
@@ -249,6 +252,29 @@ def stack(workdir: Path, settings: list[str]) -> Iterator[Cluster]:
         nats.stop()
 
 
+#: The steps of a job's way, by the event that ends each (from the log's own `at`).
+STEPS = ("JobAdmitted", "JobQueued", "JobPlaced", "JobStarted", "JobFinished")
+
+
+def stages(cluster: Cluster, jobs: list[str]) -> str:
+    """Where alice's jobs spent their time: the median ms from each step to the next
+    (from JobSubmitted), by the log's timestamps."""
+    wanted = set(jobs)
+    at: dict[str, dict[str, float]] = {}
+    for record in cluster.read_log():
+        job_id = getattr(record.event, "job_id", None)
+        if job_id in wanted:
+            at.setdefault(job_id, {}).setdefault(record.event.TYPE, record.envelope.at.timestamp())
+    parts = []
+    previous = "JobSubmitted"
+    for step in STEPS:
+        gaps = [(t[step] - t[previous]) * 1000 for t in at.values() if step in t and previous in t]
+        if gaps:
+            parts.append(f"{step.removeprefix('Job').lower()} +{statistics.median(gaps):.0f}")
+        previous = step
+    return "ms: " + ", ".join(parts)
+
+
 def summary(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
@@ -291,9 +317,14 @@ def main() -> None:
     chosen = args.scenarios.split(",")
     with stack(Path(tempfile.mkdtemp(prefix="gpuloom-hostile-")), args.env) as cluster:
         with cluster.client_for("filler") as filler:  # a log to replay
+            fill = []
             for _ in range(3):
                 body = {"name": "fill", "account": "research", "gpus": 0, "command": ["true"]}
-                filler.post("/v1/jobs", json={**body, "array": 500})
+                fill.append(filler.post("/v1/jobs", json={**body, "array": 500}).json()["id"])
+            deadline = time.monotonic() + 300  # idle means idle: the filler's tasks end first
+            while any(cluster.job(a)["state"] not in FINAL_PHASES for a in fill):
+                assert time.monotonic() < deadline, "the filler's tasks did not end"
+                time.sleep(0.5)
         time.sleep(5)
         idle: dict[str, float] = {}
         print(f"{'scenario':<10} {'probe':<8} {'median':>9} {'p90':>9} {'x idle':>7}  refused")
@@ -307,7 +338,8 @@ def main() -> None:
                 )
                 attack.start()
                 time.sleep(3)  # the attack takes hold
-                got = probe(alice, args.probes)
+                probes: list[str] = []
+                got = probe(alice, args.probes, probes)
                 attack.stop()
                 for kind, values in got.items():
                     median, p90 = summary(values)
@@ -319,6 +351,7 @@ def main() -> None:
                         f"{refused or ''}",
                         flush=True,
                     )
+                print(f"{'':<10} stages   {stages(cluster, probes)}", flush=True)
                 with cluster.client_for("mallory") as mallory:  # her array ends before the next
                     for array_id in made:
                         mallory.delete(f"/v1/jobs/{array_id}")

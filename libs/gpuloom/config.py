@@ -162,6 +162,11 @@ class Settings(BaseSettings):
     agent_hide_processes: Literal["auto", "off"] = "auto"
     #: pids.max of each job's cgroup (processes and threads); 0: no limit.
     agent_max_pids: int = Field(default=4096, ge=0)
+    #: Jobs of one user a node starts per second, and at once (`services.agent.pacing`):
+    #: one user's burst of tasks that end at once cannot take the whole stack from
+    #: everyone else. 0: no limit.
+    agent_start_rate: float = Field(default=10.0, ge=0)
+    agent_start_burst: int = Field(default=20, ge=1)
     #: The most bytes a job's stdout, and its stderr, may hold: past it the job is
     #: stopped and fails naming the cap; 0: no cap.
     agent_max_log_bytes: int = Field(default=100 * 1024 * 1024, ge=0)
@@ -208,6 +213,9 @@ class Settings(BaseSettings):
     backfill_depth: int = Field(default=500, ge=0, le=1_000_000)
     #: Blocked jobs may preempt lower preemptible classes and reclaim nominal quota.
     preemption: bool = True
+    #: Users take turns among jobs of equal priority (start-time fair queuing): one
+    #: user's burst does not put everyone else's jobs behind all of it. False: FIFO.
+    queue_fair_queuing: bool = True
     cancel_grace_s: float = 5.0
     #: Running jobs are charged at least this often (seconds); 0: only when they end.
     charge_interval_s: float = Field(default=300.0, ge=0)

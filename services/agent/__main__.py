@@ -44,6 +44,7 @@ from services.agent.gpuwatch import nvml_probe
 from services.agent.hiding import process_hiding
 from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
+from services.agent.pacing import StartBudget
 from services.agent.rendezvous import Rendezvous, node_address, parse_ports
 from services.agent.uids import UIDS_FILE, UidError, parse_uid_range
 from services.agent.view import ViewFollower
@@ -172,6 +173,7 @@ async def serve(
         cgroups=cgroups,
         max_log_bytes=settings.agent_max_log_bytes,
         hide=hide,
+        budget=StartBudget(settings.agent_start_rate, settings.agent_start_burst),
     )
     runner = agent.runner
     orphans = runner.scan(names)
@@ -183,6 +185,12 @@ async def serve(
             " (simulated)" if node.spec.simulated else "",
         )
     log.info("run folders in %s; %d running job(s) found", runner.root, orphans)
+    if agent.budget is not None and agent.budget.enabled:
+        log.info(
+            "each node starts at most %g jobs a second per user (bursts of %g)",
+            agent.budget.rate,
+            agent.budget.burst,
+        )
     if podman is not None:
         log.info("jobs that name an image run with %s (pull %s)", podman.path, podman.pull)
     log.info(
@@ -192,6 +200,7 @@ async def serve(
         rendezvous.ports.stop - 1,
     )
     view = ViewFollower(bus, names)
+    agent.complete = view.complete_seq
     reactor = Reactor(bus, "agent", agent.decide, tick_s=0.5, follower=view)
     subscriptions = [await serve_logs(bus, runner.root, name) for name in names]
     fence_tasks, fence_subscriptions = await fencing(bus, agent, view, stop, probe_every_s)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +36,7 @@ from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
 from services.agent.identity import Accounts
 from services.agent.outcomes import Exited, NotStarted, Started
+from services.agent.pacing import StartBudget
 from services.agent.reconcile import (
     Action,
     Drop,
@@ -92,8 +94,11 @@ class Agent:
         cgroups: Cgroups | None = None,
         max_log_bytes: int = 0,
         hide: Sequence[str] = (),
+        budget: StartBudget | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
+        #: How fast each user's jobs start on each node (None: as fast as they come).
+        self.budget = budget
         self.runner = Runner(
             root,
             self.on_exit,
@@ -111,6 +116,8 @@ class Agent:
         self.outbox: dict[JobKey, Exited] = {}
         self._spawner = ThreadPoolExecutor(SPAWN_THREADS, thread_name_prefix="spawn")
         self.fence = fence
+        #: How far the state reaches on every node (None: `state.seq`, a whole fold).
+        self.complete: Callable[[], int] | None = None
         self._wake = asyncio.Event()
 
     # --- the decision step ---------------------------------------------------------
@@ -125,9 +132,13 @@ class Agent:
         decisions: list[Decision] = []
         fenced = self.fenced(state)
         starts: list[Ensure] = []
-        for done, action in enumerate(reconcile(state, self.nodes, self.runner.views()), 1):
+        local = self.runner.views()
+        now = time.monotonic()
+        for done, action in enumerate(reconcile(state, self.nodes, local), 1):
             if fenced and isinstance(action, Ensure | Report):
                 continue  # cut off, or not caught up since: the log may say otherwise
+            if isinstance(action, Ensure) and self._held_back(action, local, now):
+                continue  # its user's starts on this node are over budget: a later round
             if isinstance(action, Ensure) and not _reserves_a_port(action):
                 starts.append(action)
                 continue
@@ -138,6 +149,12 @@ class Agent:
         for found in await asyncio.gather(*(self._contained(state, a) for a in starts)):
             decisions.extend(found)
         return decisions
+
+    def _held_back(self, action: Ensure, local: Mapping[JobKey, object], now: float) -> bool:
+        """A new start (not an adoption) over its user's budget on its node (`pacing`)."""
+        if self.budget is None or action.phase != "placed" or action.key in local:
+            return False
+        return not self.budget.take(action.node, action.spec.user, now)
 
     async def _contained(self, state: ClusterState, action: Action) -> list[Decision]:
         """`_act`, where one job's failure never costs the round (containment)."""
@@ -183,7 +200,11 @@ class Agent:
     # --- self-fencing --------------------------------------------------------------
 
     def fenced(self, state: ClusterState) -> bool:
-        return self.fence is not None and self.fence.holds(state.seq)
+        """The fence is up, and the state does not yet reach the log's end as it was
+        when the bus came back (`complete`: how far every node's view reaches)."""
+        if self.fence is None:
+            return False
+        return self.fence.holds(state.seq if self.complete is None else self.complete())
 
     def fence_jobs(self, cut_off_s: float) -> list[JobKey]:
         """Stop every local job: the agent has been cut off from the bus `cut_off_s`."""

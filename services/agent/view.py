@@ -94,6 +94,10 @@ class ViewFollower:
         for stop in self._stops:
             await stop()
 
+    def complete_seq(self) -> int:
+        """How far the view of every node reaches (the least position)."""
+        return min(self.view.positions.values())
+
     def sync_to(self, seq: int) -> None:
         """Every node's view must be complete up to `seq` before the agent decides."""
         self._target = max(self._target, seq)

@@ -24,6 +24,7 @@ def configured_policy(settings: Settings) -> QueuePolicySet:
         backfill_depth=settings.backfill_depth or None,
         preemption=settings.preemption,
         victims_yield=True,  # not a choice: without it a victim can be preempted again and again
+        fair_queuing=settings.queue_fair_queuing,
     )
 
 

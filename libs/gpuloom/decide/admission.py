@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuloom.decide.turns import in_turns
 from gpuloom.events import Decision, JobAdmitted, JobRejected, JobSpec
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.placement.engine import Context, NodeIndex, place
@@ -135,30 +136,33 @@ def env_problem(spec: JobSpec) -> str | None:
 
 
 def decide_admission(state: ClusterState, max_time_limit_s: int | None = None) -> list[Decision]:
-    """Answer every submitted job without a pending cancel, in submission order.
+    """Answer the submitted jobs without a pending cancel, at most a round's worth, users
+    taking turns and an array's waiting tasks with one event (`decide.turns`), each
+    user's in submission order.
 
     `max_time_limit_s` is the cluster's MaxTime (configuration); None: no maximum
     but the contract's own (a 32-bit number of seconds). The per-identity limits
-    (`max_submit_jobs`, `max_array_size`) are enforced here in submission order: the
-    jobs admitted earlier in the pass count against the later ones (`SubmitTally`).
+    (`max_submit_jobs`, `max_array_size`) are enforced here, in the order judged: the
+    jobs admitted earlier (in the log, and in this pass) count against the later ones
+    (`SubmitTally`); a user's own jobs are judged in submission order.
     """
     decisions: list[Decision] = []
     reasons: dict[object, str | None] = {}  # the same request, the same answer
     tally = SubmitTally(state)
-    for job_id in sorted(state.submitted, key=lambda j: state.jobs[j].order):
-        job = state.jobs[job_id]
-        if job.cancel_requested:
-            continue  # the queue cancels it
+    waiting = (state.jobs[j] for j in state.submitted)
+    for unit in in_turns(j for j in waiting if not j.cancel_requested):  # the queue cancels those
+        job = unit.first  # an array's tasks share its spec, and its answer (`SubmitTally`)
         try:
             reason = _judge(state, job.spec, max_time_limit_s, reasons) or tally.problem(job)
         except Exception as exc:  # containment: one job no rule foresaw cannot stop the rest
             reason = f"admission could not judge this job: {type(exc).__name__}: {exc}"[:1000]
+        answered = unit.answered_id
         event: JobAdmitted | JobRejected = (
-            JobAdmitted(job_id=job_id)
+            JobAdmitted(job_id=answered)
             if reason is None
-            else JobRejected(job_id=job_id, reason=reason)
+            else JobRejected(job_id=answered, reason=reason)
         )
-        decisions.append(Decision(event, f"{job_id}:admission", job.last_event_id))
+        decisions.append(Decision(event, unit.msg_id("admission"), job.last_event_id))
     return decisions
 
 

@@ -3,23 +3,27 @@ is a query, `gpuloom.queueing.order`)."""
 
 from __future__ import annotations
 
+from gpuloom.decide.turns import ROUND, in_turns
 from gpuloom.events import Decision, JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.queueing.order import dependency_status
 from gpuloom.state import ClusterState
 
 
 def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> list[Decision]:
-    """Queue admitted jobs, cancel what must be, and record `policy` when it changed."""
+    """Cancel what must be, record `policy` when it changed, and queue admitted jobs,
+    users taking turns and an array's tasks with one event, as many as the round has
+    room for (`decide.turns`)."""
     decisions: list[Decision] = []
     current = state.queue_policy or QueuePolicySet()
     if policy is not None and policy != current:
         decisions.append(Decision(policy, f"queue-policy:{state.seq}"))
-    for job_id in sorted(state.cancel_pending, key=lambda j: state.jobs[j].order):
-        job = state.jobs[job_id]
-        if job.phase in ("submitted", "admitted", "queued"):
-            decisions.append(
-                Decision(JobCancelled(job_id=job_id), f"{job_id}:cancelled", job.last_event_id)
-            )
+    pending = (state.jobs[j] for j in state.cancel_pending)
+    cancelled = (j for j in pending if j.phase in ("submitted", "admitted", "queued"))
+    for unit in in_turns(cancelled, arrays=False):  # a task's cancel is its own
+        job = unit.first
+        decisions.append(
+            Decision(JobCancelled(job_id=job.job_id), f"{job.job_id}:cancelled", job.last_event_id)
+        )
     for job_id in sorted(state.queued_with_dependencies, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
         if job.cancel_requested:
@@ -33,14 +37,14 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
                     job.last_event_id,
                 )
             )
-    for job_id in sorted(state.admitted, key=lambda j: state.jobs[j].order):
-        job = state.jobs[job_id]
-        if job.cancel_requested:
-            continue
+    room = max(0, ROUND - len(decisions))
+    waiting = (state.jobs[j] for j in state.admitted)
+    for unit in in_turns((j for j in waiting if not j.cancel_requested), room):
+        job = unit.first  # an array's tasks share its spec, so its priority
         decisions.append(
             Decision(
-                JobQueued(job_id=job_id, priority=job.spec.priority),
-                f"{job_id}:queued",
+                JobQueued(job_id=unit.answered_id, priority=job.spec.priority),
+                unit.msg_id("queued"),
                 job.last_event_id,
             )
         )

@@ -10,7 +10,8 @@ from gpuloom.events.base import Event, JobEvent
 
 
 class JobQueued(JobEvent):
-    """The job waits for placement with this effective priority (higher first)."""
+    """The job waits for placement with this effective priority (higher first); with
+    an array's id, every task of the array admitted and not yet queued, by index."""
 
     TYPE: ClassVar[str] = "JobQueued"
     priority: int
@@ -57,6 +58,12 @@ class QueuePolicySet(Event):
     #: time. None: every one (logs written before it: their decisions are re-made as
     #: they were made).
     backfill_depth: int | None = Field(default=None, ge=1, le=1_000_000)
+    #: Among jobs of equal priority, each user's jobs take turns with everyone
+    #: else's (start-time fair queuing, `JobState.queue_tag`): a user's burst of
+    #: thousands puts another user's job behind about one of its jobs, not all of
+    #: them; without a backlog the order is still submission order. False: first in,
+    #: first out, as in logs written before it (their decisions are re-made so).
+    fair_queuing: bool = False
 
     def aggregate_id(self) -> str:
         return "policy"

@@ -1,8 +1,9 @@
 """The queue's order kept from one placement cycle to the next.
 
 With plain priorities (no age, fair-share or size weight: `priority_weights(...).plain`)
-a queued job's place is its own `queue_key`: its priority and submission order, which
-change only with an event about the job, as does whether it is queued. Every such event
+a queued job's place is its own `queue_key`: its priority, its fair-queuing tag and its
+submission order, which change only with an event about the job, as does whether it is
+queued (and with the policy's `fair_queuing`, when it is sorted afresh). Every such event
 moves the job to the end of the fold's `ClusterState.job_feed`. So a cycle re-files only
 the jobs fed since it last looked: a full cluster keeps a backlog of thousands, and
 sorting all of it again was a fifth of a cycle in its steady state (docs/benchmarks.md).
@@ -17,10 +18,17 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 
-from gpuloom.queueing.order import placeable_in_turn, priority_weights, queue_key, queue_order
+from gpuloom.queueing.order import (
+    QueueKey,
+    fair_queuing,
+    placeable_in_turn,
+    priority_weights,
+    queue_key,
+    queue_order,
+)
 from gpuloom.state import ClusterState, JobState
 
-_Key = tuple[tuple[int, tuple[int, int, str]], str]
+_Key = tuple[QueueKey, str]
 
 
 class KeptQueue:
@@ -32,6 +40,7 @@ class KeptQueue:
         #: Each queued job's (queue_key, job id), and all of them in ascending order.
         self._keys: dict[str, _Key] = {}
         self._sorted: list[_Key] = []
+        self._fair = False
 
     def order(self, state: ClusterState) -> Iterator[JobState]:
         """`queue_order(state)`, one job at a time as the placement pass asks for them
@@ -46,11 +55,12 @@ class KeptQueue:
     def _refresh(self, state: ClusterState) -> None:
         if state is self._state and state.seq == self._seq:
             return
-        keys = self._keys
-        if state is not self._state or state.feed_trimmed > self._seq:
-            # a new state, or a job left the feed that this cache never saw leave
-            self._state = state
-            keys = self._keys = {j: (queue_key(state.jobs[j]), j) for j in state.queued}
+        keys, fair = self._keys, fair_queuing(state)
+        if state is not self._state or state.feed_trimmed > self._seq or fair != self._fair:
+            # a new state, a job left the feed that this cache never saw leave, or
+            # another policy
+            self._state, self._fair = state, fair
+            keys = self._keys = {j: (queue_key(state.jobs[j], fair), j) for j in state.queued}
             self._sorted = sorted(keys.values())
         else:
             left: list[_Key] = []  # the old places of jobs fed since
@@ -62,7 +72,7 @@ class KeptQueue:
                 if old is not None:
                     left.append(old)
                 if job_id in state.queued:
-                    key = keys[job_id] = (queue_key(state.jobs[job_id]), job_id)
+                    key = keys[job_id] = (queue_key(state.jobs[job_id], fair), job_id)
                     added.append(key)
             self._sorted = _edited(self._sorted, left, added)
         self._seq = state.seq

@@ -51,10 +51,19 @@ def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencySta
     return "met", None
 
 
-def queue_key(job: JobState) -> tuple[int, tuple[int, int, str]]:
-    """Total order of pending jobs: higher priority first, then submission order
-    (`JobState.order`: an array's tasks by index), then id."""
-    return (-job.priority, job.order)
+QueueKey = tuple[int, int, tuple[int, int, str]]
+
+
+def queue_key(job: JobState, fair: bool) -> QueueKey:
+    """Total order of pending jobs: higher priority first, then, under fair queuing
+    (`fair_queuing(state)`), the job's tag (`JobState.queue_tag`: users take turns),
+    then submission order (`JobState.order`: an array's tasks by index), then id."""
+    return (-job.priority, job.queue_tag if fair else 0, job.order)
+
+
+def fair_queuing(state: ClusterState) -> bool:
+    """Whether the log's queue policy has users take turns at equal priority."""
+    return state.queue_policy is not None and state.queue_policy.fair_queuing
 
 
 def priority_weights(state: ClusterState) -> PriorityWeights:
@@ -105,7 +114,8 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
                 ),
             )
         )
-    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].order))
+    fair = fair_queuing(state)
+    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].queue_tag if fair else 0, pair[0].order))
     return behind_their_preemptors(state, ranked, lambda pair: pair[0])
 
 
@@ -235,7 +245,8 @@ def quota_book(state: ClusterState) -> QuotaBook:
 def queue_order(state: ClusterState) -> list[JobState]:
     """Queued jobs that placement may place (dependencies met), in queue order."""
     if priority_weights(state).plain:
-        by_key = sorted((state.jobs[j] for j in state.queued), key=queue_key)
+        fair = fair_queuing(state)
+        by_key = sorted((state.jobs[j] for j in state.queued), key=lambda j: queue_key(j, fair))
         return placeable(state, by_key)
     return placeable(state, [job for job, _ in pending_in_order(state)], reorder=False)
 

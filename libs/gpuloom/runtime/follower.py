@@ -61,6 +61,7 @@ class LogFollower:
         observers: Sequence[FoldObserver] = (),
         inbox_limit: int = INBOX_LIMIT,
         state: ClusterState | None = None,
+        batch: int = BATCH,
     ) -> None:
         #: None: it folds only the messages handed to `fold` (an archive, a test), and
         #: dead-letters nothing.
@@ -68,6 +69,9 @@ class LogFollower:
         #: The name it folds under: its metrics' label and its dead letters' sender.
         self.service = service
         self.observers = tuple(observers)
+        #: Most events folded before the process gets to act (`BATCH`; less where the
+        #: process also answers requests on the same loop: the gateway's projector).
+        self.batch = batch
         self.state = state if state is not None else ClusterState()
         #: The log's last sequence when it started: caught up once folded to here.
         self.catch_up_seq = 0
@@ -141,7 +145,7 @@ class LogFollower:
         while message is not None:
             self.fold(message)
             count += 1
-            if count >= BATCH:
+            if count >= self.batch:
                 break
             try:
                 message = self._inbox.get_nowait()

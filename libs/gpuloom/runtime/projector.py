@@ -38,6 +38,9 @@ from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "gateway.jobs_nodes"
+#: Events folded between two writes: the gateway's API answers on the same loop, so a
+#: burst of another user's events holds a read up for one batch's fold at most.
+PROJECTOR_BATCH = 250
 
 JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
@@ -67,7 +70,9 @@ class Projector:
         self.name = name
         self.job_row = job_row
         self.node_row = node_row
-        self.follower = LogFollower(bus, "gateway", observers=[self], inbox_limit=inbox_limit)
+        self.follower = LogFollower(
+            bus, "gateway", observers=[self], inbox_limit=inbox_limit, batch=PROJECTOR_BATCH
+        )
         #: Rows up to this sequence are written (or quarantined).
         self.written_seq = 0
         self._checkpoint = 0

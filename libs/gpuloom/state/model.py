@@ -184,6 +184,9 @@ class JobState:
     #: The job a JobPreempted stops the current attempt for, and when it was told.
     preempted_by: str | None = None
     preempted_at: datetime | None = None
+    #: Its place among queued jobs of equal priority under fair queuing (a tag given
+    #: when it is queued: `rules.jobs.fair_tag`); kept when it is requeued.
+    queue_tag: int = 0
     #: Requeued after it was preempted: the job it was stopped for, until it is placed
     #: again (it ranks behind that job: `QueuePolicySet.victims_yield`).
     yields_to: str | None = None
@@ -367,6 +370,11 @@ class ClusterState:
     last_audit: AuditCompleted | None = None
     #: The queue's priority weights and half-life (QueuePolicySet); None: the defaults.
     queue_policy: QueuePolicySet | None = None
+    #: Fair queuing's clock: the highest `queue_tag` placed so far, and per user the
+    #: highest tag given to one of their jobs (only those above the clock matter:
+    #: `rules.jobs.fair_tag` forgets the rest).
+    fair_clock: int = 0
+    user_tags: dict[str, int] = field(default_factory=dict)
     #: The latest EASY-backfill reservation (JobReserved); stale once its job left the queue.
     reservation: JobReserved | None = None
     #: The log's own time: the latest `at` folded (ageing and decay never read a clock).

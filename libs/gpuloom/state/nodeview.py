@@ -120,8 +120,9 @@ def everything(state: ClusterState, sent: dict[str, frozenset[str]]) -> list[str
 
 class NodeView:
     """What an agent knows of its nodes: the records and tombstones it was sent, as a
-    `ClusterState` holding its nodes' jobs (`state.jobs`, `state.on_node`), whose
-    `seq` is how far the view of every node is complete (the least position)."""
+    `ClusterState` holding its nodes' jobs (`state.jobs`, `state.on_node`). Its `seq`
+    is the newest position of any node: it moves whenever the view does (a reactor
+    decides again when it moves); `complete` says how far each node's view reaches."""
 
     def __init__(self, nodes: Sequence[str]) -> None:
         self.state = ClusterState()
@@ -170,7 +171,7 @@ class NodeView:
         """The view of `node` is complete up to `seq`."""
         if node in self.positions and seq > self.positions[node]:
             self.positions[node] = seq
-            self.state.seq = min(self.positions.values())
+            self.state.seq = max(self.state.seq, seq)
 
     def complete(self, node: str, seq: int) -> bool:
         """Whether the view of `node` holds every event up to `seq`."""

@@ -97,10 +97,11 @@ class FakeLog:
         gpus: int = 0,
         time_limit_s: int | None = None,
         env: dict[str, str] | None = None,
+        user: str = "ann",
     ) -> None:
         spec = JobSpec(
             name=job_id,
-            user="ann",
+            user=user,
             account="research",
             command=command,
             gpus=gpus,

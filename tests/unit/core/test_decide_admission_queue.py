@@ -6,6 +6,7 @@ import pytest
 
 from gpuloom.decide.admission import decide_admission, rejection_reason
 from gpuloom.decide.queueing import decide_queue
+from gpuloom.decide.turns import ROUND
 from gpuloom.events import (
     AccountCreated,
     AccountUsersSet,
@@ -16,7 +17,7 @@ from gpuloom.events import (
     JobSpec,
 )
 from gpuloom.queueing.order import queue_key, queue_order
-from gpuloom.state import JobState
+from gpuloom.state import JobState, apply
 from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 
@@ -126,7 +127,35 @@ def job(job_id: str, priority: int, submit_seq: int) -> JobState:
 
 def test_queue_key_is_priority_desc_then_submission_then_id() -> None:
     jobs = [job("b", 0, 5), job("a", 0, 5), job("late", 0, 9), job("high", 10, 99)]
-    assert [j.job_id for j in sorted(jobs, key=queue_key)] == ["high", "a", "b", "late"]
+    ordered = sorted(jobs, key=lambda j: queue_key(j, False))
+    assert [j.job_id for j in ordered] == ["high", "a", "b", "late"]
+
+
+def test_under_fair_queuing_a_later_users_job_passes_anothers_backlog() -> None:
+    """Start-time fair queuing: mallory's 100 tasks take tags 1..100 as they are
+    queued; alice's job, queued after 10 of them were placed, takes the clock's next
+    tag (11) and goes right behind the task tagged 11, not behind all 100. Among
+    one user's jobs, and without a backlog, it is submission order still."""
+    log = cluster()
+    for index in range(100):
+        log.run_to_queue(f"m{index:03}", priority=0, user="mallory")
+    state = log.state()
+    assert [state.jobs[f"m{i:03}"].queue_tag for i in (0, 1, 99)] == [1, 2, 100]
+    state.fair_clock = 10  # as if m000..m009 were placed
+    log.run_to_queue("alice-1", priority=0, user="alice")
+    log.run_to_queue("alice-2", priority=0, user="alice")
+    for recorded in log.records[-6:]:
+        apply(state, recorded)
+    assert state.jobs["alice-1"].queue_tag == 11 and state.jobs["alice-2"].queue_tag == 12
+
+    def ordered(fair: bool) -> list[str]:
+        queued = (state.jobs[j] for j in state.queued)
+        return [j.job_id for j in sorted(queued, key=lambda j: queue_key(j, fair))]
+
+    fair = ordered(True)
+    assert fair.index("alice-1") == fair.index("m010") + 1
+    assert fair.index("alice-2") == fair.index("m011") + 1
+    assert ordered(False)[-2:] == ["alice-1", "alice-2"]
 
 
 def test_queue_order_uses_the_queued_priority_and_skips_cancel_requests() -> None:
@@ -206,3 +235,22 @@ def test_an_account_with_members_admits_only_them() -> None:
     assert rejected.reason == "user bob may not submit under account team"
     log.append(AccountUsersSet(account="ghost", users=[]))
     assert log.state().voided == 1, "no such account"
+
+
+def test_a_round_answers_at_most_a_rounds_worth_and_users_take_turns() -> None:
+    """mallory's 600 tasks wait before alice's one job: the first round of admission
+    answers 500 (`turns.ROUND`), alice's second; the next round the rest of mallory's.
+    The queue does the same with what admission let in."""
+    log = cluster()
+    for index in range(600):
+        log.submit(f"m{index:03}", user="mallory")
+    log.submit("alice-1", user="alice")
+    first = decide_admission(log.state())
+    assert len(first) == ROUND
+    assert [d.event.job_id for d in first[:3]] == ["m000", "alice-1", "m001"]
+    for decision in first:
+        log.append(decision.event)
+    second = decide_admission(log.state())
+    assert [d.event.job_id for d in second] == [f"m{i:03}" for i in range(499, 600)]
+    queued = decide_queue(log.state())
+    assert len(queued) == ROUND and queued[1].event.job_id == "alice-1"

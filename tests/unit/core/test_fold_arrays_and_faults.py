@@ -14,9 +14,11 @@ from pydantic import ValidationError
 
 from gpuloom.bus.deadletters import excerpt_of
 from gpuloom.decide.admission import decide_admission
+from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import (
     JobAdmitted,
     JobArraySubmitted,
+    JobCancelled,
     JobCancelRequested,
     JobRejected,
     JobSpec,
@@ -29,6 +31,7 @@ from gpuloom.events import (
 )
 from gpuloom.queueing.order import pending_in_order
 from gpuloom.state import apply, fold
+from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 from .checks import apply_expecting_void, check_invariants
@@ -61,15 +64,32 @@ def test_tasks_go_by_index_not_by_the_text_of_their_id() -> None:
     """`arr-10` sorts before `arr-2` as text; the queue must still take task 2 first."""
     log = array_log()
     state = log.state()
+    # the array's waiting tasks are answered with one event on the array's id
+    assert [d.event.job_id for d in decide_admission(state)] == ["arr"]
     log.record_decisions(decide_admission(state))
     state = log.state()
-    assert [d.event.job_id for d in decide_admission(log.state(upto=2))] == [
-        f"arr-{i}" for i in range(12)
-    ]
-    for task in state.array_tasks("arr"):
-        log.queue(task)
-    order = [job.job_id for job, _ in pending_in_order(log.state())]
+    assert {state.jobs[task].phase for task in state.array_tasks("arr")} == {"admitted"}
+    [queued] = decide_queue(state)
+    assert queued.event.job_id == "arr"
+    log.record_decisions([queued])
+    state = log.state()
+    order = [job.job_id for job, _ in pending_in_order(state)]
     assert order == [f"arr-{i}" for i in range(12)]
+    tags = [state.jobs[f"arr-{i}"].queue_tag for i in range(12)]
+    assert tags == list(range(1, 13)), "tagged by index: the fair queue keeps their order"
+
+
+def test_an_answer_to_an_array_covers_its_waiting_tasks_and_no_other() -> None:
+    """A cancelled task stays cancelled; a second answer with no task left is voided."""
+    log = array_log()
+    log.append(JobCancelled(job_id="arr-3"))
+    log.append(JobAdmitted(job_id="arr"))
+    state = log.state()
+    phases = [final_phase(state, task) for task in state.array_tasks("arr")]  # ended: forgotten
+    assert phases == ["admitted"] * 3 + ["cancelled"] + ["admitted"] * 8
+    log.append(JobAdmitted(job_id="arr"))
+    state = log.state()
+    assert "no task of array arr is submitted" in state.recent_voided[-1].reason
 
 
 @pytest.mark.parametrize(

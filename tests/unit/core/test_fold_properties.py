@@ -24,6 +24,7 @@ from .world import World
     actions=st.lists(ACTIONS, min_size=25, max_size=60),
     victims_yield=st.booleans(),
     backfill_depth=st.none() | st.integers(1, 3),
+    fair_queuing=st.booleans(),
 )
 def test_random_logs_keep_every_invariant(
     models: list[str],
@@ -31,8 +32,9 @@ def test_random_logs_keep_every_invariant(
     actions: list[object],
     victims_yield: bool,
     backfill_depth: int | None,
+    fair_queuing: bool,
 ) -> None:
-    world = World(models, gpus, victims_yield, backfill_depth)
+    world = World(models, gpus, victims_yield, backfill_depth, fair_queuing)
     for action in actions:
         world.play(action)
     world.check_replay()
@@ -43,14 +45,15 @@ def test_random_logs_keep_every_invariant(
     gpus=st.integers(1, 4),
     actions=st.lists(PREEMPTING, min_size=25, max_size=60),
     victims_yield=st.booleans(),
+    fair_queuing=st.booleans(),
 )
 def test_random_preemptions_keep_every_invariant(
-    gpus: int, actions: list[object], victims_yield: bool
+    gpus: int, actions: list[object], victims_yield: bool, fair_queuing: bool
 ) -> None:
     """Most of these logs preempt (jobs of mixed priorities, half of them preemptible,
     on full nodes), and victims requeue and yield: every decision stays valid, the
     audit property and a kept index hold (`World.place`), and the log replays."""
-    world = World(["A100", "H100"], gpus, victims_yield)
+    world = World(["A100", "H100"], gpus, victims_yield, fair_queuing=fair_queuing)
     for action in actions:
         world.play(action)
     world.check_replay()

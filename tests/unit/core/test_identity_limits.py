@@ -14,6 +14,7 @@ from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
 from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state.model import IdentityLimits
+from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 
@@ -91,13 +92,17 @@ def test_an_array_counts_as_its_tasks_and_is_answered_whole() -> None:
     log.run_to_queue("one", gpus=1)
     log.append(JobArraySubmitted(job_id="fits", spec=make_job_spec(1, array=3)))
     log.append(JobArraySubmitted(job_id="over", spec=make_job_spec(1, array=2)))
-    found = answers(decide_admission(log.state()))
-    assert [found[f"fits-{i}"] for i in range(3)] == [None] * 3
+    found = answers(decide_admission(log.state()))  # one answer per array, on its id
+    assert found["fits"] is None
     reason = (
         "user alice has 4 jobs submitted, and this submission adds 2, the maximum is 4 "
         "(max_submit_jobs)"
     )
-    assert [found[f"over-{i}"] for i in range(2)] == [reason] * 2
+    assert found["over"] == reason
+    log.record_decisions(decide_admission(log.state()))
+    state = log.state()
+    assert [state.jobs[f"fits-{i}"].phase for i in range(3)] == ["admitted"] * 3
+    assert [final_phase(state, f"over-{i}") for i in range(2)] == ["rejected"] * 2
 
 
 def test_an_array_over_max_array_size_is_rejected_whole() -> None:

@@ -97,6 +97,10 @@ def assert_kept_queue(kept: KeptQueue, state: ClusterState) -> None:
     ], "the kept queue's order"
 
 
+#: Who submits: the job's pick chooses (one account for all: quotas are not the point).
+USERS = ("alice", "bob", "carol")
+
+
 class Dispatch:
     """The dispatcher and one agent's view per node, as the services run them: routing
     every few events, the records through their bytes. Every node's view must hold
@@ -121,7 +125,7 @@ class Dispatch:
         self.routed = state.seq
         for node, view in self.views.items():
             view.advance(node, state.seq)
-            assert view.state.seq == state.seq
+            assert view.state.seq == state.seq and view.complete(node, state.seq)
             expected = {j for j, job in state.jobs.items() if node in hosts(job)}
             assert set(view.state.on_node.get(node, ())) == expected, node
             assert set(view.state.jobs) == expected, node
@@ -153,6 +157,7 @@ class World:
         gpus: int,
         victims_yield: bool = True,
         backfill_depth: int | None = None,
+        fair_queuing: bool = False,
     ) -> None:
         self.log = LogBuilder()
         self.state = ClusterState()
@@ -166,7 +171,13 @@ class World:
         self.glancing_queue = KeptQueue()
         #: Nodes' views, routed after every 3rd event.
         self.dispatch = Dispatch()
-        self.record(QueuePolicySet(victims_yield=victims_yield, backfill_depth=backfill_depth))
+        self.record(
+            QueuePolicySet(
+                victims_yield=victims_yield,
+                backfill_depth=backfill_depth,
+                fair_queuing=fair_queuing,
+            )
+        )
         for name, model in zip(NODES, models, strict=False):
             self.record(NodeRegistered(node=name, spec=node_spec(name, gpus, model)))
 
@@ -211,6 +222,7 @@ class World:
                 job_id = self.pick_job(action.pick) if action.reuse_id else f"j{len(self.log)}"
                 spec = make_job_spec(
                     action.gpus,
+                    user=USERS[action.pick % len(USERS)],  # fair queuing has them take turns
                     gpu_model=action.models,
                     priority=action.priority,
                     preemptible=action.preemptible,

@@ -94,29 +94,61 @@ def _add_job(
     touch(state, job, recorded)
 
 
+def jobs_in(state: ClusterState, job_id: str, phase: str) -> list[JobState]:
+    """The job `job_id`, which must be in `phase`; or, for an array's own id, every task
+    of the array in `phase`, by index (at least one): admission and the queue answer an
+    array's waiting tasks with one event, as a cancel request does."""
+    if job_id not in state.jobs and job_id in state.arrays:
+        tasks = (state.jobs.get(task) for task in state.array_tasks(job_id))
+        found = [job for job in tasks if job is not None and job.phase == phase]
+        if not found:
+            raise Invalid(f"no task of array {job_id} is {phase}")
+        return found
+    job = job_of(state, job_id)
+    require_phase(job, phase)
+    return [job]
+
+
 def _admitted(state: ClusterState, event: JobAdmitted, recorded: Recorded) -> None:
-    job = job_of(state, event.job_id)
-    require_phase(job, "submitted")
-    set_phase(state, job, "admitted")
-    touch(state, job, recorded)
+    for job in jobs_in(state, event.job_id, "submitted"):
+        set_phase(state, job, "admitted")
+        touch(state, job, recorded)
 
 
 def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> None:
-    job = job_of(state, event.job_id)
-    require_phase(job, "submitted")
-    set_phase(state, job, "rejected")
-    job.reason = event.reason
-    job.finished_at = recorded.envelope.at
-    touch(state, job, recorded)
-    retention.retire_if_done(state, job, recorded.envelope.at)
+    for job in jobs_in(state, event.job_id, "submitted"):
+        set_phase(state, job, "rejected")
+        job.reason = event.reason
+        job.finished_at = recorded.envelope.at
+        touch(state, job, recorded)
+        retention.retire_if_done(state, job, recorded.envelope.at)
 
 
 def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
-    job = job_of(state, event.job_id)
-    require_phase(job, "admitted")
-    job.priority = event.priority
-    set_phase(state, job, "queued")
-    touch(state, job, recorded)
+    for job in jobs_in(state, event.job_id, "admitted"):
+        job.priority = event.priority
+        job.queue_tag = fair_tag(state, job.spec.user)
+        set_phase(state, job, "queued")
+        touch(state, job, recorded)
+
+
+#: Users' tags kept before those at or below the clock are forgotten.
+USER_TAGS_KEPT = 64
+
+
+def fair_tag(state: ClusterState, user: str) -> int:
+    """The tag of `user`'s job queued now (start-time fair queuing): one past the
+    later of the clock (the highest tag placed so far) and the user's last tag. A
+    user with a backlog gets tags far ahead of the clock; one with none gets the
+    clock's next, so their job passes the backlog of others (at equal priority,
+    where the log's policy asks for fair queuing: `QueuePolicySet.fair_queuing`)."""
+    tags = state.user_tags
+    tag = max(state.fair_clock, tags.pop(user, 0)) + 1
+    tags[user] = tag
+    if len(tags) > USER_TAGS_KEPT:  # a tag at or below the clock is the clock's
+        for name in [name for name, kept in tags.items() if kept <= state.fair_clock]:
+            del tags[name]
+    return tag
 
 
 def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: Recorded) -> None:

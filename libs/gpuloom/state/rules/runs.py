@@ -72,6 +72,7 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job.placed_at = recorded.envelope.at
     job.placed_seq = recorded.seq
     job.yields_to = None
+    state.fair_clock = max(state.fair_clock, job.queue_tag)
     if state.reservation is not None and state.reservation.job_id == job.job_id:
         state.reservation = None
     set_phase(state, job, "placed")
