@@ -22,18 +22,19 @@ probes and stopped after them (every loop bounded in count and time; loopback on
               byte a second and never finish
 
 For each scenario it prints the median and p90 of each probe and the ratio of the
-median to idle's (the issue's target: at most 2x), and how many of mallory's tries
-were refused.
+median to idle's (the issue's target: at most 2x), how many of mallory's tries were
+refused, and where alice's jobs spent their time (the median from each step of the
+log to the next, by the events' own timestamps).
 
   python bench/hostile_tenants.py [--probes N] [--scenarios idle,slowloris,...]
                                   [--attacker-account A] [--array-size N]
                                   [--env GPULOOM_SETTING=VALUE ...]
 
 Alice submits under account `research`, mallory under `--attacker-account`
-(`mallory-lab`: another tenant). With the default queue policy (plain priority, FIFO
-among equals) a job waits behind every task submitted before it; with fair share
-weighed (`--env GPULOOM_PRIORITY_WEIGHT_FAIR_SHARE=1000`) another account's burst is
-passed by once its tasks have been charged.
+(`mallory-lab`: another tenant). Users take turns at equal priority by default
+(`GPULOOM_QUEUE_FAIR_QUEUING`); `--env GPULOOM_QUEUE_FAIR_QUEUING=false` shows first in,
+first out, where a job waits behind every task submitted before it. The filler's
+tasks (a log for the replays to read) end before the first probe.
 """
 
 from __future__ import annotations

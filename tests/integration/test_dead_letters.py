@@ -27,15 +27,16 @@ from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-#: Every process that folds the whole log: the reactors, the agents (one letter for
-#: both: same service name, same seq), the gateway's projector and the webhooks process.
+#: Every process that folds the whole log: the reactors, the dispatcher, the gateway's
+#: projector and the webhooks process. Agents read their nodes' view, not the log: a
+#: bad entry never reaches them.
 FOLDERS = {
     "inventory",
     "admission",
     "queue",
     "placement",
+    "dispatch",
     "accounting",
-    "agent",
     "gateway",
     "webhooks",
 }

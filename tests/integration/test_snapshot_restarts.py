@@ -26,7 +26,8 @@ from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-PROCESSES = (*SERVICES, "agent-a")
+#: Every process that folds the log (agents hold their nodes' view, and no snapshot).
+PROCESSES = SERVICES
 
 
 def _log(cluster: Cluster, service: str) -> str:

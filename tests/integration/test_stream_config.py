@@ -170,8 +170,8 @@ def test_read_only_tools_neither_create_nor_change_a_missing_log(nats_url: str) 
             await nc.close()
 
     assert asyncio.run(stream_names()) == []
-    asyncio.run(_service_connects_and_writes(nats_url, replicas=1))  # a service creates both
-    assert asyncio.run(stream_names()) == ["GPULOOM", "GPULOOM_DLQ"]
+    asyncio.run(_service_connects_and_writes(nats_url, replicas=1))  # as the admin's setup
+    assert asyncio.run(stream_names()) == ["GPULOOM", "GPULOOM_DLQ", "GPULOOM_VIEW"]
     assert asyncio.run(_config(nats_url))["duplicate_window"] == 7200
 
 
