@@ -21,25 +21,17 @@ from typer.testing import CliRunner
 from gpuloom.auth import OPERATOR
 from gpuloom.bus import EventBus, Outgoing
 from gpuloom.client.cli import app
+from gpuloom.devstack import SERVICES
 from gpuloom.events import JobSubmitted, subject_for
 from gpuloom.testing.builders import make_job_spec
 from gpuloom.testing.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
-#: Every process that folds the whole log: the reactors, the dispatcher, the gateway's
-#: projector and the webhooks process. Agents read their nodes' view, not the log: a
-#: bad entry never reaches them.
-FOLDERS = {
-    "inventory",
-    "admission",
-    "queue",
-    "placement",
-    "dispatch",
-    "accounting",
-    "gateway",
-    "webhooks",
-}
+#: Every process that folds the whole log: every service (the reactors, the dispatcher,
+#: the gateway's projector, the webhooks process). Agents read their nodes' view, not
+#: the log: a bad entry never reaches them.
+FOLDERS = set(SERVICES)
 GARBAGE = b"\xff\xfe\x00 not an envelope"
 
 
