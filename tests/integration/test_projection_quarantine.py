@@ -29,15 +29,15 @@ from sqlalchemy import inspect, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
-from gpuloom.events import JobAdmitted, UsageCharged
-from gpuloom.runtime.projector import CHECKPOINT, Projector
+from gpuloom.events import JobAdmitted, JobArraySubmitted, UsageCharged
+from gpuloom.runtime.projector import CHECKPOINT, ROWS_PER_WRITE, Projector
 from gpuloom.store import rows
 from gpuloom.store.migrate import downgrade, upgrade
 from gpuloom.store.models import Base, JobRow, ProjectionQuarantine, UsageChargeRow
 from gpuloom.store.quarantine import Item, is_data_error, upsert_items, write_batch
 from gpuloom.store.session import make_engine, make_sessionmaker
 from gpuloom.store.upsert import load_checkpoint, upsert_newer, upsert_on_key
-from gpuloom.testing.builders import LogBuilder
+from gpuloom.testing.builders import LogBuilder, make_job_spec
 from services.accounting import ledger
 
 pytestmark = pytest.mark.integration
@@ -271,3 +271,28 @@ async def test_the_quarantine_migration_goes_down_and_up(database_url: str) -> N
     assert "jobs" in await tables()
     await upgrade(database_url)
     assert "projection_quarantine" in await tables()
+
+
+async def test_an_array_is_written_in_chunks_and_the_checkpoint_moves_with_the_last(
+    database_url: str, sessions: async_sessionmaker[Any], bus: EventBus
+) -> None:
+    """1,234 tasks touched by one event: written `ROWS_PER_WRITE` a transaction (the
+    gateway answers between two), every row there, the checkpoint at the event."""
+    stop = asyncio.Event()
+    projector = Projector(bus, sessions)
+    task = asyncio.create_task(projector.run(stop))
+    try:
+        spec = make_job_spec(name="sweep", array=1234)
+        seq = await put(bus, JobArraySubmitted(job_id="sweep", spec=spec))
+        assert await projector.wait_for(seq, 30)
+        ids = await job_ids(sessions)
+        assert len(ids) == 1234 > ROWS_PER_WRITE and ids[0] == "sweep-0"
+        admitted = await put(bus, JobAdmitted(job_id="sweep"))  # one event, every task
+        assert await projector.wait_for(admitted, 30)
+        async with sessions() as session:
+            assert await load_checkpoint(session, CHECKPOINT) == admitted
+            states = set(await session.scalars(select(JobRow.state)))
+        assert states == {"admitted"}
+    finally:
+        stop.set()
+        await task

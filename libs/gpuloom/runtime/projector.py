@@ -41,6 +41,8 @@ CHECKPOINT = "gateway.jobs_nodes"
 #: Events folded between two writes: the gateway's API answers on the same loop, so a
 #: burst of another user's events holds a read up for one batch's fold at most.
 PROJECTOR_BATCH = 250
+#: Rows written in one transaction (`Projector._flush`).
+ROWS_PER_WRITE = 500
 
 JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
@@ -171,14 +173,17 @@ class Projector:
             log.exception("projector could not compute the %s row of %s", kind, key)
             return Item(kind, key, seq, (), error=f"row not computed: {describe(exc)}")
 
-    def _items(self) -> list[Item]:
+    def _job_items(self, job_ids: list[str]) -> list[Item]:
         state = self.state
-        items = [
+        return [
             self._item("job", j, job.last_seq, JobRow, partial(self.job_row, job, state))
-            for j in sorted(self._dirty_jobs)
+            for j in job_ids
             if (job := state.jobs.get(j) or self._gone.get(j)) is not None
         ]
-        items += [
+
+    def _node_items(self) -> list[Item]:
+        state = self.state
+        items = [
             self._item("node", n, state.seq, NodeRow, partial(self.node_row, node, state))
             for n in sorted(self._dirty_nodes)
             if (node := state.nodes.get(n)) is not None
@@ -191,22 +196,19 @@ class Projector:
         return items
 
     async def _flush(self) -> None:
+        """Write the dirty rows, at most `ROWS_PER_WRITE` a transaction, and the
+        checkpoint with the last: the loop answers requests between two (an array's
+        submission touches 10,000 rows at once). A crash between two loses nothing:
+        rows are upserts, and the checkpoint moves only with the last."""
         seq = self.state.seq
         if seq > self._checkpoint:
-            items = self._items()
-            refused = await write_batch(
-                self.sessions, self.name, items, upsert_items, seq, self._quarantined
-            )
-            self._quarantined.difference_update(item.entry_key for item in items)
-            for entry in refused:
-                self._quarantined.add(entry.item.entry_key)
-                log.error(
-                    "projector quarantined %s %s (seq %d): %s",
-                    entry.item.kind,
-                    entry.item.entry_key[1],
-                    entry.item.seq,
-                    entry.error,
-                )
+            jobs = sorted(self._dirty_jobs)
+            chunks = [jobs[i : i + ROWS_PER_WRITE] for i in range(0, len(jobs), ROWS_PER_WRITE)]
+            for chunk in chunks[:-1]:
+                await self._write(self._job_items(chunk))
+                await asyncio.sleep(0)
+            last = chunks[-1] if chunks else []
+            await self._write(self._job_items(last) + self._node_items(), seq)
             self._checkpoint = seq
         self._dirty_jobs.clear()
         self._dirty_nodes.clear()
@@ -216,6 +218,23 @@ class Projector:
         self._report()
         async with self.changed:
             self.changed.notify_all()
+
+    async def _write(self, items: list[Item], seq: int | None = None) -> None:
+        """Write `items` (and move the checkpoint to `seq`; None: leave it)."""
+        checkpoint = self._checkpoint if seq is None else seq
+        refused = await write_batch(
+            self.sessions, self.name, items, upsert_items, checkpoint, self._quarantined
+        )
+        self._quarantined.difference_update(item.entry_key for item in items)
+        for entry in refused:
+            self._quarantined.add(entry.item.entry_key)
+            log.error(
+                "projector quarantined %s %s (seq %d): %s",
+                entry.item.kind,
+                entry.item.entry_key[1],
+                entry.item.seq,
+                entry.error,
+            )
 
     async def _try_flush(self) -> None:
         try:
