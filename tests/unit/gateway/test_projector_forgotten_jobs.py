@@ -26,7 +26,10 @@ def rows_after(log: LogBuilder) -> dict[str, dict[str, Any]]:
         )
         projector.follower.fold(message)
     return {
-        item.key: row for item in projector._items() for model, row in item.rows if model is JobRow
+        item.key: row
+        for item in projector._job_items(sorted(projector._dirty_jobs))
+        for model, row in item.rows
+        if model is JobRow
     }
 
 
