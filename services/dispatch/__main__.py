@@ -60,6 +60,9 @@ log = logging.getLogger("services.dispatch")
 
 #: How long the loop waits for events before it looks at the agents' requests.
 IDLE_S = 0.25
+#: How long to wait before writing the view again after a write failed (NATS away,
+#: the view stream missing): one warning per try.
+RETRY_S = 2.0
 #: Most view messages published in one pipelined go.
 PUBLISH_BATCH = 1000
 
@@ -95,6 +98,8 @@ class Dispatcher:
         self.routed_seq: int | None = None
         #: node -> the sequence its agent asked its view to reach.
         self.asked: dict[str, int] = {}
+        #: Sync requests refused (malformed) since start.
+        self.refused_syncs = 0
 
     @property
     def state(self) -> ClusterState:
@@ -109,7 +114,14 @@ class Dispatcher:
             if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
                 raise ValueError(f"bad sequence {seq!r}")
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("refused a sync request on %s: %s", msg.subject, exc)
+            self.refused_syncs += 1  # logged at the 1st, 2nd, 4th, 8th...: a flood costs no disk
+            if self.refused_syncs & (self.refused_syncs - 1) == 0:
+                log.warning(
+                    "refused a sync request on %s (%d so far): %s",
+                    msg.subject,
+                    self.refused_syncs,
+                    exc,
+                )
             return
         self.asked[node] = max(self.asked.get(node, 0), seq)
 
@@ -130,7 +142,7 @@ class Dispatcher:
                 except Exception as exc:  # NATS away: write the whole view once it is back
                     log.warning("dispatch could not write the view: %r; writing it again", exc)
                     self.routed_seq = None
-                    await asyncio.sleep(IDLE_S)
+                    await asyncio.sleep(RETRY_S)
                     continue
                 if self.snapshots is not None and self.snapshots.due(self.state):
                     self.snapshots.maybe_write(self.state)

@@ -24,6 +24,17 @@ VIEW = f"{STREAM}_VIEW"
 SECRET = "s3cret-of-node-b"
 
 
+def create(stream: str, name: str, filter_subject: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The API call that creates consumer `name` of `stream` (filtered: as nats-py
+    sends it, the filter in the subject too), and its body."""
+    config: dict[str, Any] = {"ack_policy": "none", "deliver_policy": "all", "name": name}
+    call = f"$JS.API.CONSUMER.CREATE.{stream}.{name}"
+    if filter_subject is not None:
+        config["filter_subject"] = filter_subject
+        call = f"{call}.{filter_subject}"
+    return call, {"stream_name": stream, "config": config}
+
+
 async def attempt(url: str, identity: str, call: str, body: dict[str, Any]) -> str:
     """Send one JetStream API request as `identity`: its answer, or why none came."""
     errors: list[str] = []
@@ -75,52 +86,26 @@ def test_an_agent_reads_its_nodes_view_and_nothing_of_the_log(shared_cluster: Cl
     assert shared_cluster.job(theirs)["node"] == "node-b"
     assert shared_cluster.job(mine)["node"] == "node-a"
     api = "$JS.API"
-    consumer = {"ack_policy": "none", "deliver_policy": "all"}
     refused = {
-        "a consumer of the log": (
-            f"{api}.CONSUMER.CREATE.{STREAM}.c1",
-            {"stream_name": STREAM, "config": {**consumer, "name": "c1"}},
-        ),
-        "a filtered consumer of the log": (
-            f"{api}.CONSUMER.CREATE.{STREAM}.c2.gpuloom.evt.>",
-            {
-                "stream_name": STREAM,
-                "config": {**consumer, "name": "c2", "filter_subject": "gpuloom.evt.>"},
-            },
-        ),
+        "a consumer of the log": create(STREAM, "c1"),
+        "a filtered consumer of the log": create(STREAM, "c2", "gpuloom.evt.>"),
         "a direct get of the log": (f"{api}.DIRECT.GET.{STREAM}", {"seq": 1}),
         "a get of the log": (f"{api}.STREAM.MSG.GET.{STREAM}", {"seq": 1}),
-        "an unfiltered consumer of the view": (
-            f"{api}.CONSUMER.CREATE.{VIEW}.c3",
-            {"stream_name": VIEW, "config": {**consumer, "name": "c3"}},
-        ),
-        "a consumer of another node's view": (
-            f"{api}.CONSUMER.CREATE.{VIEW}.c4.gpuloom.view.node-b.>",
-            {
-                "stream_name": VIEW,
-                "config": {**consumer, "name": "c4", "filter_subject": "gpuloom.view.node-b.>"},
-            },
-        ),
+        "an unfiltered consumer of the view": create(VIEW, "c3"),
+        "a consumer of another node's view": create(VIEW, "c4", "gpuloom.view.node-b.>"),
         "a direct get of the view": (f"{api}.DIRECT.GET.{VIEW}", {"seq": 1}),
     }
     for what, (call, body) in refused.items():
         answer = asyncio.run(attempt(url, "agent-a", call, body))
         assert "permissions violation" in answer.lower(), (what, answer)
-    # its own subject in the request, another node's filter in the body: the server refuses
-    smuggled = {
-        "stream_name": VIEW,
-        "config": {**consumer, "name": "c5", "filter_subject": "gpuloom.view.node-b.>"},
-    }
-    call = f"{api}.CONSUMER.CREATE.{VIEW}.c5.gpuloom.view.node-a.>"
-    answer = asyncio.run(attempt(url, "agent-a", call, smuggled))
-    assert '"error"' in answer and "node-b" not in answer.split('"error"')[0], answer
-    several = {
-        "stream_name": VIEW,
-        "config": {**consumer, "name": "c6", "filter_subjects": ["gpuloom.view.>"]},
-    }
-    call = f"{api}.CONSUMER.CREATE.{VIEW}.c6.gpuloom.view.node-a.>"
-    answer = asyncio.run(attempt(url, "agent-a", call, several))
-    assert '"error"' in answer, answer
+    # its own node in the request's subject, another filter in its body: the server refuses
+    own = f"{api}.CONSUMER.CREATE.{VIEW}.c5.gpuloom.view.node-a.>"
+    _, smuggled = create(VIEW, "c5", "gpuloom.view.node-b.>")
+    assert '"error"' in asyncio.run(attempt(url, "agent-a", own, smuggled))
+    _, several = create(VIEW, "c6")
+    several["config"]["filter_subjects"] = ["gpuloom.view.>"]
+    own = f"{api}.CONSUMER.CREATE.{VIEW}.c6.gpuloom.view.node-a.>"
+    assert '"error"' in asyncio.run(attempt(url, "agent-a", own, several))
     # what agent-a may read: its node's jobs, whole, and no other's
     seen = asyncio.run(read_view(url, "agent-a", "node-a"))
     assert seen, "node-a's view is empty"
