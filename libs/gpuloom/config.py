@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     stream_replays_total: int = Field(default=8, ge=1)
     stream_replays_per_minute: int = Field(default=10, ge=1)
     stream_replay_behind: int = Field(default=1000, ge=0)
-    #: How long a gateway read waits for its projection to include the gateway's own writes.
+    #: How long a gateway read waits for the read model to include the caller's own writes.
     read_your_writes_timeout_s: float = 2.0
     publish_timeout_s: float = 5.0
     #: /readyz: the most events the projection may lag behind the log and still be ready,

@@ -74,6 +74,7 @@ SERVICES = (
     "placement",
     "dispatch",
     "accounting",
+    "projector",
     "gateway",
     "webhooks",
 )

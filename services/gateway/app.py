@@ -1,6 +1,7 @@
 """The FastAPI application and its lifespan: connect to NATS (in the background, so
-the API answers 503 rather than failing to start while NATS is away) and run the
-projector that keeps the SQL read models in step with the log.
+the API answers 503 rather than failing to start while NATS is away) and follow the
+log: the gateway's own fold, and how far the read-model writer (`services.projector`)
+has written the SQL rows (`services.gateway.readmodel`).
 
 Every router but the `public` ones (/healthz, /readyz) is included behind
 `authenticate`; errors answer as RFC 9457 problem details (`detail` says why)."""
@@ -18,7 +19,6 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
-from gpuloom.runtime.projector import Projector
 from gpuloom.runtime.service import connect_bus, snapshotter
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway import (
@@ -39,6 +39,7 @@ from services.gateway.freshness import Freshness
 from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics, serve_scrapes
 from services.gateway.problems import add_problem_handlers
+from services.gateway.readmodel import ReadModel
 from services.gateway.routes_deadletters import router as dead_letters_router
 from services.gateway.stream_budget import StreamBudget
 from services.gateway.ui.routes import add_dashboard
@@ -47,15 +48,15 @@ from services.gateway.webhooks.routes import router as webhooks_router
 log = logging.getLogger(__name__)
 
 
-async def attach_projector(gateway: Gateway, bus: EventBus) -> Projector:
-    """Give `gateway` its bus and a projector that knows where the log ends now: its
-    reads say they are stale ("starting") until the replay has reached that point."""
+async def attach_read_model(gateway: Gateway, bus: EventBus) -> ReadModel:
+    """Give `gateway` its bus and a read model that knows where the log ends now: its
+    reads say they are stale ("starting") until the fold and the rows reach that point."""
     gateway.bus = bus
     snapshots = snapshotter(gateway.settings, bus, "gateway")
-    projector = Projector(bus, gateway.sessions, snapshots=snapshots)
-    gateway.start_seq = projector.stream_seq = await bus.last_seq()
-    gateway.projector = projector
-    return projector
+    read_model = ReadModel(bus, gateway.sessions, snapshots=snapshots)
+    gateway.start_seq = read_model.stream_seq = await bus.last_seq()
+    gateway.read_model = read_model
+    return read_model
 
 
 def allowed_hosts(settings: Settings) -> list[str]:
@@ -69,11 +70,11 @@ def allowed_hosts(settings: Settings) -> list[str]:
     return ["localhost", "127.0.0.1", "::1", "[::1]"] if loopback else ["*"]
 
 
-async def _connect_and_project(gateway: Gateway, stop: asyncio.Event) -> None:
+async def _connect_and_follow(gateway: Gateway, stop: asyncio.Event) -> None:
     bus = await connect_bus(gateway.settings, "gpuloom-gateway", attempts=1_000_000)
-    projector = await attach_projector(gateway, bus)
+    read_model = await attach_read_model(gateway, bus)
     log.info("gateway connected to %s", gateway.settings.nats_url)
-    await projector.run(stop)
+    await read_model.run(stop)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -95,7 +96,7 @@ def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        task = asyncio.create_task(_connect_and_project(gateway, stop))
+        task = asyncio.create_task(_connect_and_follow(gateway, stop))
         scrapes = None
         if settings.metrics_port:
             scrapes = await serve_scrapes(scrape, settings.metrics_host, settings.metrics_port)
@@ -110,7 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
             except Exception:
-                log.exception("projector stopped with an error")
+                log.exception("the read model stopped with an error")
             if gateway.bus is not None:
                 await gateway.bus.close()
             await engine.dispose()

@@ -124,4 +124,4 @@ def operator(what: str) -> Callable[[Principal], Awaitable[None]]:
 
 def accounts_of(gateway: Gateway) -> Accounts:
     """The account tree the gateway has folded (empty before it read the log)."""
-    return gateway.projector.state.accounts if gateway.projector is not None else {}
+    return gateway.read_model.state.accounts if gateway.read_model is not None else {}

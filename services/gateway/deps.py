@@ -1,4 +1,5 @@
-"""What the routes depend on: the bus (None while NATS is away), SQL sessions, the projector."""
+"""What the routes depend on: the bus (None while NATS is away), SQL sessions, the read
+model (the gateway's fold and how far the SQL rows reach)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.placement.inputs import request_of
-from gpuloom.runtime.projector import Projector
 from gpuloom.state import ClusterState
+from services.gateway.readmodel import ReadModel
 from services.gateway.stream import Streams
 from services.gateway.stream_budget import StreamBudget
 
@@ -26,11 +27,11 @@ class Gateway:
     settings: Settings
     sessions: async_sessionmaker[Any]
     bus: EventBus | None = None
-    projector: Projector | None = None
+    read_model: ReadModel | None = None
     #: Checks bearer tokens; None: authentication is off (every request an operator).
     verifier: TokenVerifier | None = None
-    #: Highest stream sequence this gateway wrote (reads wait for it: read-your-writes).
-    last_written_seq: int = 0
+    #: The last sequence this gateway wrote for each caller (read-your-writes).
+    writes: WriteMarks = field(default_factory=lambda: WriteMarks())
     #: The log's last sequence when the gateway connected: until the projection has
     #: written that far, its answers are stale (`services.gateway.freshness`).
     start_seq: int = 0
@@ -48,22 +49,64 @@ class Gateway:
             raise unavailable("the event log (NATS) is unreachable; retry shortly")
         return self.bus
 
-    async def catch_up(self) -> None:
-        """Let the projection include this gateway's own writes (bounded wait)."""
-        if self.projector is not None and self.last_written_seq:
-            await self.projector.wait_for(
-                self.last_written_seq, self.settings.read_your_writes_timeout_s
+    async def catch_up(self, caller: str) -> bool:
+        """Let the read model include `caller`'s own writes through this gateway (a
+        bounded wait): not everyone's, so another user's burst is never waited for.
+        False: the wait ran out (the answer may miss the caller's latest write)."""
+        seq = self.writes.last(caller)
+        read_model = self.read_model
+        if read_model is None or not seq:
+            return True
+        reached = await read_model.wait_for(seq, self.settings.read_your_writes_timeout_s)
+        self.writes.reached(caller, min(read_model.written_seq, read_model.state.seq))
+        return reached
+
+    async def fold_own_writes(self) -> None:
+        """Let the gateway's fold include every write of this gateway, anyone's (an
+        operator's new limit holds for the next submission): a bounded wait."""
+        if self.read_model is not None and self.writes.latest:
+            await self.read_model.wait_folded(
+                self.writes.latest, self.settings.read_your_writes_timeout_s
             )
 
     async def voided_reason(self, seq: int) -> str | None:
-        """Why the log voided the event at `seq` (once the projection folded it), or None."""
-        if self.projector is None:
+        """Why the log voided the event at `seq` (once the gateway's fold has it), or None."""
+        if self.read_model is None:
             return None
-        await self.projector.wait_for(seq, self.settings.read_your_writes_timeout_s)
-        for voided in self.projector.state.recent_voided:
+        await self.read_model.wait_folded(seq, self.settings.read_your_writes_timeout_s)
+        for voided in self.read_model.state.recent_voided:
             if voided.seq == seq:
                 return voided.reason
         return None
+
+
+class WriteMarks:
+    """The last sequence written for each caller, for read-your-writes. A caller is
+    forgotten once a read of theirs finds their writes in the read model; past `MOST`
+    callers, the oldest marks are dropped (those callers' reads may then miss their
+    latest write for as long as the read model lags, never more)."""
+
+    MOST = 10_000
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        #: The last sequence written for anyone.
+        self.latest = 0
+
+    def wrote(self, caller: str, seq: int) -> None:
+        previous = self._last.pop(caller, 0)  # re-inserted last: the dict is oldest first
+        self._last[caller] = max(seq, previous)
+        self.latest = max(self.latest, seq)
+        while len(self._last) > self.MOST:
+            del self._last[next(iter(self._last))]
+
+    def last(self, caller: str) -> int:
+        return self._last.get(caller, 0)
+
+    def reached(self, caller: str, seq: int) -> None:
+        """The read model includes `caller`'s writes if they are at or below `seq`."""
+        if self._last.get(caller, seq + 1) <= seq:
+            del self._last[caller]
 
 
 def unavailable(detail: str) -> HTTPException:

@@ -12,7 +12,7 @@ itself, never silently:
   of the log as it was when the gateway connected; `lagging` while the lag is over
   `ready_max_lag`; `unavailable` while the gateway has no connection to the log yet.
 
-The figures are the projector's own (no call to NATS per request): the log's end is
+The figures are the read model's own (no call to NATS per request): the log's end is
 learned at connection and then from each delivery and each /readyz or /metrics probe.
 """
 
@@ -32,13 +32,13 @@ Staleness = Literal["starting", "lagging", "unavailable"]
 
 def staleness(gateway: Gateway) -> tuple[int | None, Staleness | None]:
     """The read model's lag (None: unknown) and why its answers are stale, if they are."""
-    projector = gateway.projector
-    if projector is None:
+    read_model = gateway.read_model
+    if read_model is None:
         return None, "unavailable"
-    lag = projector.lag
+    lag = read_model.lag
     # both halves of the read model: the SQL rows (`written_seq`, which starts at the
     # checkpoint of an earlier run) and the folded state (which replays from the log)
-    if min(projector.written_seq, projector.state.seq) < gateway.start_seq:
+    if min(read_model.written_seq, read_model.state.seq) < gateway.start_seq:
         return lag, "starting"
     if lag > gateway.settings.ready_max_lag:
         return lag, "lagging"

@@ -1,9 +1,9 @@
 """GET /metrics: the process's Prometheus metrics plus gauges of the cluster, computed
-at scrape time from the state the gateway's projector has folded.
+at scrape time from the state the gateway has folded.
 
 The route answers at exactly /metrics (a mounted ASGI app answers 307 to /metrics/,
 which some scrapers do not follow). It is async on purpose: the collector then reads
-the folded state on the event loop, where the projector changes it, never in a thread
+the folded state on the event loop, where the fold changes it, never in a thread
 while a fold is half done. Before collecting it asks the stream for its last sequence,
 so that `gpuloom_projection_lag` is that of the scrape, not of the last batch.
 
@@ -128,9 +128,9 @@ class ClusterCollector(Collector):
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        projector = self.gateway.projector
-        if projector is not None:
-            yield from cluster_metrics(projector.state, self.clock())
+        read_model = self.gateway.read_model
+        if read_model is not None:
+            yield from cluster_metrics(read_model.state, self.clock())
 
 
 class StreamCollector(Collector):
@@ -164,11 +164,11 @@ class StreamCollector(Collector):
 async def refresh_stream_seq(gateway: Gateway, stream: StreamCollector | None = None) -> None:
     """Ask the stream for its last sequence (the lag's reference) and, with `stream`,
     its size; on failure the figures stay the ones known, and the scrape still answers."""
-    projector = gateway.projector
-    if projector is None or gateway.bus is None or not gateway.bus.connected:
+    read_model = gateway.read_model
+    if read_model is None or gateway.bus is None or not gateway.bus.connected:
         return
     try:
-        await asyncio.wait_for(projector.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
+        await asyncio.wait_for(read_model.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
         if stream is not None:
             stream.figures = await asyncio.wait_for(
                 gateway.bus.stream_figures(), STREAM_SEQ_TIMEOUT_S

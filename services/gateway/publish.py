@@ -45,7 +45,7 @@ async def publish(
     except (TimeoutError, NatsError, OSError) as exc:
         log.warning("publish of %s failed: %s", event.TYPE, exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
-    gateway.last_written_seq = max(gateway.last_written_seq, seq)
+    gateway.writes.wrote(principal.name, seq)
     return recorded
 
 
@@ -84,7 +84,7 @@ async def publish_batch(
     except (TimeoutError, NatsError, OSError) as exc:
         log.warning("publish of a batch of %d events failed: %s", len(outgoing), exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
-    gateway.last_written_seq = max([gateway.last_written_seq, *(r.seq for r in recorded)])
+    gateway.writes.wrote(principal.name, max((r.seq for r in recorded), default=0))
     return recorded
 
 

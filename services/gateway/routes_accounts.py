@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
+from gpuloom.auth import Principal
 from gpuloom.auth.policy import account_problem
 from gpuloom.events import (
     AccountCoordinatorsSet,
@@ -84,9 +85,9 @@ class AccountList(BaseModel):
 
 
 def _state(gateway: Gateway) -> ClusterState:
-    if gateway.projector is None:
+    if gateway.read_model is None:
         raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
-    return gateway.projector.state
+    return gateway.read_model.state
 
 
 def _quotas(account: AccountState) -> list[QuotaBody]:
@@ -110,23 +111,23 @@ def _view(account: AccountState) -> Account:
     )
 
 
-async def _require(gateway: Gateway, name: str) -> None:
-    """404 unless the account exists (as far as the gateway's own writes go)."""
-    await gateway.catch_up()
+async def _require(gateway: Gateway, name: str, principal: Principal) -> None:
+    """404 unless the account exists (as far as the caller's own writes go)."""
+    await gateway.catch_up(principal.name)
     if name not in _state(gateway).accounts:
         raise HTTPException(status_code=404, detail=f"account {name} not found")
 
 
-async def _after_write(gateway: Gateway, name: str) -> Account:
-    """The account as the log has it once the gateway's own writes are folded."""
-    await gateway.catch_up()
+async def _after_write(gateway: Gateway, name: str, principal: Principal) -> Account:
+    """The account as the log has it once the caller's own writes are folded."""
+    await gateway.catch_up(principal.name)
     return _view(_state(gateway).accounts[name])
 
 
 @router.get("", response_model=AccountList)
-async def list_accounts(gateway: GatewayDep) -> AccountList:
+async def list_accounts(gateway: GatewayDep, principal: PrincipalDep) -> AccountList:
     """Accounts created by admins, with their parent and shares."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     state = _state(gateway)
     return AccountList(accounts=[_view(a) for _, a in sorted(state.accounts.items())])
 
@@ -135,7 +136,7 @@ async def list_accounts(gateway: GatewayDep) -> AccountList:
 async def create_account(body: NewAccount, gateway: GatewayDep, principal: PrincipalDep) -> Account:
     """Create an account under `parent` (events AccountCreated, SharesSet): operators,
     or coordinators of `parent`."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     state = _state(gateway)
     forbidden(account_problem(principal, "create", body.name, state.accounts, body.parent))
     if body.name in state.accounts:
@@ -154,7 +155,7 @@ async def create_account(body: NewAccount, gateway: GatewayDep, principal: Princ
         await publish(
             gateway, SharesSet(account=body.name, shares=body.shares), principal=principal
         )
-    return await _after_write(gateway, body.name)
+    return await _after_write(gateway, body.name, principal)
 
 
 @router.put("/{name}/shares", response_model=Account, responses={404: {}})
@@ -163,10 +164,10 @@ async def set_shares(
 ) -> Account:
     """Set the account's fair-share shares (event SharesSet): operators, or
     coordinators of its parent."""
-    await _require(gateway, name)
+    await _require(gateway, name, principal)
     forbidden(account_problem(principal, "shares", name, accounts_of(gateway)))
     await publish(gateway, SharesSet(account=name, shares=body.shares), principal=principal)
-    return await _after_write(gateway, name)
+    return await _after_write(gateway, name, principal)
 
 
 @router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
@@ -175,7 +176,7 @@ async def set_users(
 ) -> Account:
     """Set who may submit under the account (event AccountUsersSet); [] lets anyone.
     Operators, or the account's coordinators."""
-    await _require(gateway, name)
+    await _require(gateway, name, principal)
     forbidden(account_problem(principal, "members", name, accounts_of(gateway)))
     try:
         event = AccountUsersSet(account=name, users=body.users)
@@ -184,7 +185,7 @@ async def set_users(
             [{**err, "loc": ("body", *err["loc"])} for err in exc.errors()]
         ) from exc
     await publish(gateway, event, principal=principal)
-    return await _after_write(gateway, name)
+    return await _after_write(gateway, name, principal)
 
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
@@ -193,7 +194,7 @@ async def set_quota(
 ) -> Account:
     """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet):
     operators only."""
-    await _require(gateway, name)
+    await _require(gateway, name, principal)
     forbidden(account_problem(principal, "quota", name, accounts_of(gateway)))
     await publish(
         gateway,
@@ -206,7 +207,7 @@ async def set_quota(
         ),
         principal=principal,
     )
-    return await _after_write(gateway, name)
+    return await _after_write(gateway, name, principal)
 
 
 @router.put("/{name}/coordinators", response_model=Account, responses={404: {}})
@@ -215,8 +216,8 @@ async def set_coordinators(
 ) -> Account:
     """Name who coordinates the account and its subtree (event AccountCoordinatorsSet):
     operators only; [] names none."""
-    await _require(gateway, name)
+    await _require(gateway, name, principal)
     forbidden(account_problem(principal, "coordinators", name, accounts_of(gateway)))
     event = AccountCoordinatorsSet(account=name, coordinators=body.coordinators)
     await publish(gateway, event, principal=principal)
-    return await _after_write(gateway, name)
+    return await _after_write(gateway, name, principal)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from gpuloom.auth import Principal
 from gpuloom.events import (
     GpuPoolChanged,
     NodeCordoned,
@@ -50,8 +51,8 @@ public = APIRouter()
 
 
 @router.get("/v1/nodes", response_model=NodeList, tags=["nodes"])
-async def list_nodes(gateway: GatewayDep, session: SessionDep) -> NodeList:
-    await gateway.catch_up()
+async def list_nodes(gateway: GatewayDep, session: SessionDep, principal: PrincipalDep) -> NodeList:
+    await gateway.catch_up(principal.name)
     rows = await session.scalars(
         select(NodeRow).where(NodeRow.state != REMOVED).order_by(NodeRow.name)
     )
@@ -87,7 +88,7 @@ async def change_pool(
     A GPU with work on it is refused with 409; so is a change that the log voids
     because work landed on the GPU in between (the answer says so).
     """
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     row = await session.get(NodeRow, node)
     if row is None:
         raise HTTPException(status_code=404, detail=f"node {node} not found")
@@ -95,8 +96,8 @@ async def change_pool(
     if found is None:
         raise HTTPException(status_code=404, detail=f"node {node} has no GPU {gpu}")
     event = GpuPoolChanged(node=node, index=gpu, pool=change.pool)
-    if gateway.projector is not None:  # the fold's own rule, on the gateway's fold
-        problem = pool_change_problem(gateway.projector.state, event)
+    if gateway.read_model is not None:  # the fold's own rule, on the gateway's fold
+        problem = pool_change_problem(gateway.read_model.state, event)
         if problem is not None:
             raise HTTPException(status_code=409, detail=f"{problem}: it cannot change pool")
     if found.get("pool") == change.pool:
@@ -123,9 +124,9 @@ async def cordon(
     node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
 ) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
-    await _known_node(gateway, session, node)
+    await _known_node(gateway, session, node, principal)
     await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal)
-    return await _node_after_write(gateway, session, node)
+    return await _node_after_write(gateway, session, node, principal)
 
 
 @router.delete(
@@ -139,10 +140,10 @@ async def uncordon(
     node: NodeName, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
 ) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
-    row = await _known_node(gateway, session, node)
+    row = await _known_node(gateway, session, node, principal)
     if row.cordoned is not None:
         await publish(gateway, NodeUncordoned(node=node), principal=principal)
-    return await _node_after_write(gateway, session, node)
+    return await _node_after_write(gateway, session, node, principal)
 
 
 @router.delete(
@@ -163,9 +164,9 @@ async def remove_node(
     """Remove a node gone for good (event NodeRemoved, which names who asked): it leaves
     the cluster and its listing. 409 while it holds a job: cancel or requeue those first
     (a lost node's jobs are requeued already). Its agent, back, would register it anew."""
-    await _known_node(gateway, session, node)
-    if gateway.projector is not None:
-        problem = removal_problem(gateway.projector.state, node)
+    await _known_node(gateway, session, node, principal)
+    if gateway.read_model is not None:
+        problem = removal_problem(gateway.read_model.state, node)
         if problem is not None:
             raise HTTPException(status_code=409, detail=problem)
     recorded = await publish(gateway, NodeRemoved(node=node, reason=reason), principal=principal)
@@ -175,16 +176,20 @@ async def remove_node(
     return NodeRemovedAnswer(node=node, seq=recorded.seq)
 
 
-async def _known_node(gateway: GatewayDep, session: SessionDep, node: str) -> NodeRow:
-    await gateway.catch_up()
+async def _known_node(
+    gateway: GatewayDep, session: SessionDep, node: str, principal: Principal
+) -> NodeRow:
+    await gateway.catch_up(principal.name)
     row = await session.get(NodeRow, node)
     if row is None or row.state == REMOVED:
         raise HTTPException(status_code=404, detail=f"node {node} not found")
     return row
 
 
-async def _node_after_write(gateway: GatewayDep, session: SessionDep, node: str) -> Node:
-    await gateway.catch_up()
+async def _node_after_write(
+    gateway: GatewayDep, session: SessionDep, node: str, principal: Principal
+) -> Node:
+    await gateway.catch_up(principal.name)
     session.expire_all()
     row = await session.get(NodeRow, node)
     assert row is not None
@@ -192,12 +197,12 @@ async def _node_after_write(gateway: GatewayDep, session: SessionDep, node: str)
 
 
 @router.get("/v1/queue", response_model=Queue, tags=["queue"])
-async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
+async def queue(gateway: GatewayDep, principal: PrincipalDep, limit: int = 1000) -> Queue:
     """Pending jobs in queue order with each priority factor (like Slurm's sprio)."""
-    await gateway.catch_up()
-    if gateway.projector is None:
+    await gateway.catch_up(principal.name)
+    if gateway.read_model is None:
         return Queue(weights={}, jobs=[])
-    state = gateway.projector.state
+    state = gateway.read_model.state
     weights = priority_weights(state)
     jobs = []
     for position, (job, factors) in enumerate(pending_in_order(state)[:limit], 1):
@@ -234,10 +239,10 @@ async def queue(gateway: GatewayDep, limit: int = 1000) -> Queue:
 
 
 @router.get("/v1/audit", response_model=AuditView, tags=["audit"])
-async def last_audit(gateway: GatewayDep) -> AuditView:
+async def last_audit(gateway: GatewayDep, principal: PrincipalDep) -> AuditView:
     """The latest `gpuloom audit` written to the log: decisions verified, mismatches."""
-    await gateway.catch_up()
-    state = gateway.projector.state if gateway.projector is not None else None
+    await gateway.catch_up(principal.name)
+    state = gateway.read_model.state if gateway.read_model is not None else None
     event = state.last_audit if state is not None else None
     if event is None:
         return AuditView(audited=False, log_seq=state.seq if state is not None else 0)
@@ -262,5 +267,5 @@ async def event_schemas() -> dict[str, Any]:
 @public.get("/healthz", response_model=Health, tags=["health"])
 async def healthz(gateway: GatewayDep) -> Health:
     nats_ok = gateway.bus is not None and gateway.bus.connected
-    seq = gateway.projector.written_seq if gateway.projector else 0
+    seq = gateway.read_model.written_seq if gateway.read_model else 0
     return Health(status="ok" if nats_ok else "degraded", nats=nats_ok, projection_seq=seq)

@@ -93,8 +93,8 @@ async def stream_request(
             f"(known: {', '.join(sorted(EVENT_TYPES))})",
         )
     bus = gateway.live_bus()
-    projector = gateway.projector
-    if projector is None:
+    read_model = gateway.read_model
+    if read_model is None:
         raise unavailable("the gateway has not read the log yet")
     start = resume_point(last_event_id, after)
     gateway.stream_budget.check_room(principal.name)  # before it costs a read of the log
@@ -108,7 +108,7 @@ async def stream_request(
     ticket = gateway.stream_budget.take(principal.name, replay, time.monotonic())
 
     def state() -> ClusterState:
-        return projector.state
+        return read_model.state
 
     def accounts() -> Accounts:
         return accounts_of(gateway)

@@ -57,8 +57,10 @@ def check_job(gateway: Gateway, principal: Principal, act: JobAct, user: str, ac
     forbidden(job_problem(principal, act, user, account, accounts_of(gateway)))
 
 
-async def load_job(gateway: GatewayDep, session: SessionDep, job_id: str) -> JobRow:
-    await gateway.catch_up()
+async def load_job(
+    gateway: GatewayDep, session: SessionDep, job_id: str, principal: Principal
+) -> JobRow:
+    await gateway.catch_up(principal.name)
     row = await session.get(JobRow, job_id)
     if row is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
@@ -71,9 +73,9 @@ async def load_array(gateway: Gateway, session: SessionDep, array_id: str) -> li
     The task ids come from the folded state, not from a range or LIKE on the id
     column: a PostgreSQL collation such as en_US does not sort `-` and `.` bytewise.
     """
-    if gateway.projector is None:
+    if gateway.read_model is None:
         raise unavailable("the gateway has not read the log yet")
-    tasks = gateway.projector.state.array_tasks(array_id)
+    tasks = gateway.read_model.state.array_tasks(array_id)
     if not tasks:
         return []
     rows = {
@@ -93,7 +95,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=5000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="rows to skip")] = 0,
 ) -> JobList:
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     query = select(JobRow)
     if state:
         query = query.where(JobRow.state == state)
@@ -106,7 +108,7 @@ async def list_jobs(
         query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
     )
     accounts = accounts_of(gateway)
-    folded = gateway.projector.state if gateway.projector is not None else None
+    folded = gateway.read_model.state if gateway.read_model is not None else None
     shared = Shared(folded) if folded is not None else None  # one quota book, one node view
     jobs = [with_pending_reason(gateway, to_job(row, principal, accounts), shared) for row in rows]
     return JobList(jobs=jobs, total=total)
@@ -116,7 +118,7 @@ def with_pending_reason(gateway: Gateway, job: Job, shared: Shared | None = None
     """A pending job with its explain code and detail as `reason` (squeue's REASON:
     `Resources: no node has room for it now`), what the row said kept after it.
     `shared`: what explaining the other jobs of a list computed already."""
-    state = gateway.projector.state if gateway.projector is not None else None
+    state = gateway.read_model.state if gateway.read_model is not None else None
     live = state.jobs.get(job.id) if state is not None else None
     # The rows are written a batch after the fold: explain only the state the row shows,
     # lest a row still `submitted` carry the reason of the job already queued.
@@ -140,7 +142,7 @@ async def get_job(
     A job array's id answers with the array as a whole: its tasks' states counted
     in `array`, and one state for all (`running` while any task runs, ...).
     """
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     accounts = accounts_of(gateway)
     row = await session.get(JobRow, job_id)
     if row is None:
@@ -164,7 +166,7 @@ async def cancel_job(
 
     With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
     """
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     row = await session.get(JobRow, job_id)
     if row is None:
         tasks = await load_array(gateway, session, job_id)
@@ -188,16 +190,18 @@ async def cancel_job(
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
-async def explain_job(job_id: JobId, gateway: GatewayDep, session: SessionDep) -> JobExplanation:
+async def explain_job(
+    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+) -> JobExplanation:
     """Why the job is pending: reason code, queue position, per-node verdicts, estimate.
 
     A job that ended long enough ago has left the live state (only a tombstone, or
     nothing, is kept there): its row says how it ended."""
-    await gateway.catch_up()
-    if gateway.projector is None:
+    await gateway.catch_up(principal.name)
+    if gateway.read_model is None:
         raise unavailable("the gateway has not read the log yet")
-    found = explain(gateway.projector.state, job_id)
-    if found is None or job_id not in gateway.projector.state.jobs:
+    found = explain(gateway.read_model.state, job_id)
+    if found is None or job_id not in gateway.read_model.state.jobs:
         row = await session.get(JobRow, job_id)
         if row is not None:
             return JobExplanation(id=job_id, state=row.state, reason=None, detail=row.reason)
@@ -226,10 +230,10 @@ async def job_events(
     cancellation of the whole array).
     """
     bus = gateway.live_bus()
-    await gateway.catch_up()
-    if gateway.projector is None:
+    await gateway.catch_up(principal.name)
+    if gateway.read_model is None:
         raise unavailable("the gateway has not read the log yet")
-    state = gateway.projector.state
+    state = gateway.read_model.state
     subjects = [job_subjects(job_id)]
     job = state.jobs.get(job_id)
     ended = state.tombstones.get(job_id)  # ended and forgotten by the fold (retention.py)
@@ -283,7 +287,7 @@ async def job_logs(
 ) -> JobLogs:
     """stdout and stderr of one replica's run (replica 0's, the job's last attempt, by
     default), fetched from the agent of the node it ran on."""
-    row = await load_job(gateway, session, job_id)
+    row = await load_job(gateway, session, job_id, principal)
     check_job(gateway, principal, "logs", row.user, row.account)
     if row.node is None and attempt is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")

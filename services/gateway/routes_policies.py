@@ -97,9 +97,9 @@ class LimitsList(BaseModel):
 
 
 def _state(gateway: Gateway) -> ClusterState:
-    if gateway.projector is None:
+    if gateway.read_model is None:
         raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
-    return gateway.projector.state
+    return gateway.read_model.state
 
 
 def _class_view(known: FoldedClass, state: ClusterState) -> PriorityClassView:
@@ -123,9 +123,9 @@ def _class_list(state: ClusterState) -> PriorityClassList:
 
 
 @router.get("/v1/priority-classes", response_model=PriorityClassList)
-async def list_priority_classes(gateway: GatewayDep) -> PriorityClassList:
+async def list_priority_classes(gateway: GatewayDep, principal: PrincipalDep) -> PriorityClassList:
     """Every priority class a job may name, and the default one."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _class_list(_state(gateway))
 
 
@@ -141,7 +141,7 @@ async def set_priority_class(
     """Define or redefine a priority class (event PriorityClassSet): operators only."""
     event = PriorityClassSet(name=name, **body.model_dump())
     await publish(gateway, event, principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _class_list(_state(gateway))
 
 
@@ -156,11 +156,11 @@ async def delete_priority_class(
 ) -> PriorityClassList:
     """Remove a priority class (event PriorityClassDeleted): operators only. Its jobs
     keep their priority; pending ones may no longer preempt."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     if name not in _state(gateway).priority_classes:
         raise HTTPException(status_code=404, detail=f"priority class {name} not found")
     await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _class_list(_state(gateway))
 
 
@@ -185,9 +185,9 @@ def _limits_list(state: ClusterState) -> LimitsList:
 
 
 @router.get("/v1/limits", response_model=LimitsList)
-async def list_limits(gateway: GatewayDep) -> LimitsList:
+async def list_limits(gateway: GatewayDep, principal: PrincipalDep) -> LimitsList:
     """The limits operators set, and the defaults that hold where they set none."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _limits_list(_state(gateway))
 
 
@@ -215,5 +215,5 @@ async def set_limits(
             [{"loc": ("path", "name"), "msg": reason, "type": "value_error"}]
         ) from exc
     await publish(gateway, event, principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _limits_list(_state(gateway))

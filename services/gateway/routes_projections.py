@@ -109,16 +109,16 @@ def _readiness(gateway: Gateway) -> Readiness:
 async def readyz(gateway: GatewayDep) -> JSONResponse:
     """200 when the projection keeps up with the log, else 503; the lag in both."""
     readiness = _readiness(gateway)
-    projector = gateway.projector
-    written = projector.written_seq if projector is not None else 0
-    quarantined = projector.quarantined if projector is not None else 0
+    read_model = gateway.read_model
+    written = read_model.written_seq if read_model is not None else 0
+    quarantined = read_model.quarantined if read_model is not None else 0
     lag: int | None = None
-    if projector is not None and gateway.bus is not None and gateway.bus.connected:
+    if read_model is not None and gateway.bus is not None and gateway.bus.connected:
         try:
-            lag = await projector.lag_behind_stream()
+            lag = await read_model.lag_behind_stream()
         except (NatsError, TimeoutError, OSError):
             lag = None
-    if projector is None or lag is None:
+    if read_model is None or lag is None:
         status: Literal["ready", "starting", "lagging", "unavailable"] = "unavailable"
         detail = "the event log (NATS) is unreachable: the lag is unknown"
     else:
@@ -132,7 +132,7 @@ async def readyz(gateway: GatewayDep) -> JSONResponse:
         ready=status == "ready",
         status=status,
         lag=lag,
-        stream_seq=projector.stream_seq if projector is not None and lag is not None else None,
+        stream_seq=read_model.stream_seq if read_model is not None and lag is not None else None,
         written_seq=written,
         max_lag=readiness.max_lag,
         quarantined=quarantined,
@@ -159,8 +159,10 @@ async def projections(
         row.name: row.last_seq for row in await session.scalars(select(ProjectionCheckpoint))
     }
     counts = await count_quarantined(session)
-    projector = gateway.projector
-    names = set(checkpoints) | set(counts) | ({projector.name} if projector is not None else set())
+    read_model = gateway.read_model
+    names = (
+        set(checkpoints) | set(counts) | ({read_model.name} if read_model is not None else set())
+    )
     bus = gateway.bus if gateway.bus is not None and gateway.bus.connected else None
     stream_seq: int | None = None
     if bus is not None:
@@ -171,7 +173,7 @@ async def projections(
     views = []
     for name in sorted(names):
         checkpoint = checkpoints.get(name, 0)
-        live = projector if projector is not None and projector.name == name else None
+        live = read_model if read_model is not None and read_model.name == name else None
         lag: int | None = None
         if live is not None and stream_seq is not None:
             live.stream_seq = max(live.stream_seq, stream_seq)

@@ -169,10 +169,10 @@ def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
     Judged on the cluster as this gateway has read it; while it still reads the log at
     its start, or while no node is registered yet (a stack starting: its agents come
     a moment later), admission alone judges (it rejects such a job with the reason)."""
-    projector = gateway.projector
-    if projector is None or projector.state.seq < gateway.start_seq or not projector.state.nodes:
+    read_model = gateway.read_model
+    if read_model is None or read_model.state.seq < gateway.start_seq or not read_model.state.nodes:
         return
-    found = gateway.feasibility.answer(projector.state, spec, resources_problem)
+    found = gateway.feasibility.answer(read_model.state, spec, resources_problem)
     if found is None:
         return
     field, why = found
@@ -205,10 +205,10 @@ async def submitted_with(
     this catches one that comes after the window, from the folded state. A key that
     made another user's job is not theirs to learn about (409).
     """
-    await gateway.catch_up()
-    if gateway.projector is None:
+    await gateway.catch_up(principal.name)
+    if gateway.read_model is None:
         return None
-    state = gateway.projector.state
+    state = gateway.read_model.state
     job_id = state.idempotency_keys.get(key)
     if job_id is None:
         return None

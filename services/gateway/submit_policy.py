@@ -40,7 +40,7 @@ OPERATOR_DEFAULTS = (("default", "user"), ("default", "account"), CLUSTER_TOTAL)
 def _state(gateway: Gateway) -> ClusterState:
     """The folded state (an empty one before the gateway read the log: no classes,
     no limits, the built-in class only)."""
-    return gateway.projector.state if gateway.projector is not None else ClusterState()
+    return gateway.read_model.state if gateway.read_model is not None else ClusterState()
 
 
 def submission_spec(
@@ -94,7 +94,7 @@ async def _check(
     state = _state(gateway)
     applying = {*OPERATOR_DEFAULTS, *(i for spec in specs for i in identities(spec)[:2])}
     if not applying.isdisjoint(state.limits):
-        await gateway.catch_up()
+        await gateway.fold_own_writes()
         state = _state(gateway)
     counts = active_counts(state, with_submitted=True)
     for number, spec in enumerate(specs):

@@ -67,7 +67,11 @@ def test_short_jobs_backfill_around_the_reservation_and_long_ones_wait(queue: Cl
         assert time.monotonic() < deadline, why
         time.sleep(0.2)
     assert head in why["detail"], why
-    assert queue.job(endless)["reason"].startswith("Reservation: it would delay"), "GET says so"
+    # explain reads the gateway's fold; GET the row, which the read-model writer writes a
+    # moment later (reads wait for the caller's own writes only)
+    while not (queue.job(endless)["reason"] or "").startswith("Reservation: it would delay"):
+        assert time.monotonic() < deadline, f"GET never says so: {queue.job(endless)}"
+        time.sleep(0.1)
     head_view = queue.http.get(f"/v1/jobs/{head}/explain").json()
     assert head_view["reason"] == "Resources" and "reservation" in head_view["detail"]
     assert head_view["estimated_start"] is not None

@@ -1,8 +1,9 @@
 """/readyz and /v1/projections: the projection's lag and quarantine, as operators see them.
 
-Real NATS and real databases; the first tests mount the router over a projector
-the test drives (to hold it back, or to make its database refuse a row), the last
-one runs the whole gateway application.
+Real NATS and real databases; the first tests mount the router over the gateway's read
+model and a read-model writer (`Projector`, the process `services.projector` runs) that
+the test drives (to hold it back, or to make its database refuse a row); one runs the
+whole gateway application beside a writer.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from gpuloom.bus import EventBus
 from gpuloom.bus.provision import provision_at
 from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
-from gpuloom.store.migrate import upgrade
-from services.gateway.app import attach_projector, create_app
+from services.gateway.app import attach_read_model, create_app
 from services.gateway.auth import authenticate
 from services.gateway.deps import Gateway
 from services.gateway.freshness import Freshness
+from services.gateway.readmodel import ReadModel
 from services.gateway.routes_projections import Readiness, public, router
 
 pytestmark = pytest.mark.integration
@@ -74,18 +75,22 @@ async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
 ) -> None:
     settings = Settings(nats_url=nats_url, database_url=database_url)
     projector = Projector(bus, sessions)
-    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, projector=projector)
+    read_model = ReadModel(bus, sessions)
+    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, read_model=read_model)
     gateway.extra["readiness"] = Readiness(max_lag=1, grace_s=0.3)
     last = await put(bus, *(submit(f"job-{i}") for i in range(5)))
+    following = asyncio.Event()
+    gateway_task = asyncio.create_task(read_model.run(following))
     async with mounted(gateway) as http:
-        response = await http.get("/readyz")  # the projector has not replayed the log yet
+        assert await read_model.wait_folded(last, 15)
+        response = await http.get("/readyz")  # folded, but the rows are not written yet
         assert response.status_code == 503
         assert response.json()["status"] == "starting"
         assert response.json()["lag"] == last
 
         stop = asyncio.Event()
         task = asyncio.create_task(projector.run(stop))
-        assert await projector.wait_for(last, 15)
+        assert await read_model.wait_for(last, 15)
         response = await http.get("/readyz")
         assert response.status_code == 200
         assert response.json() | {"detail": ""} == {
@@ -93,9 +98,10 @@ async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
             "max_lag": 1, "quarantined": 0, "detail": "",
         }  # fmt: skip
 
-        stop.set()  # the projection stalls while the log grows
+        stop.set()  # the writer stalls while the log grows (the gateway's fold goes on)
         await task
         behind = await put(bus, submit("late-1"), submit("late-2"))
+        assert await read_model.wait_folded(behind, 15)
         response = await http.get("/readyz")
         assert response.status_code == 200  # within the grace
         await asyncio.sleep(0.4)
@@ -103,6 +109,8 @@ async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
         assert response.status_code == 503
         assert response.json()["status"] == "lagging"
         assert response.json()["lag"] == behind - last
+    following.set()
+    await gateway_task
 
 
 async def test_projections_list_checkpoint_lag_and_the_quarantined_row(
@@ -110,18 +118,20 @@ async def test_projections_list_checkpoint_lag_and_the_quarantined_row(
 ) -> None:
     settings = Settings(nats_url=nats_url, database_url=database_url)
     projector = Projector(bus, sessions, job_row=Refusing(refused_value(database_url)))
-    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, projector=projector)
+    read_model = ReadModel(bus, sessions)
+    gateway = Gateway(settings=settings, sessions=sessions, bus=bus, read_model=read_model)
     stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
+    tasks = [asyncio.create_task(projector.run(stop)), asyncio.create_task(read_model.run(stop))]
     try:
         last = await put(bus, submit("good-1"), submit("bad-forever"), submit("good-2"))
-        assert await projector.wait_for(last, 15)
+        assert await read_model.wait_for(last, 15)
+        await read_model.read_checkpoint()  # the quarantine, as the gateway reads it
         async with mounted(gateway) as http:
             body = (await http.get("/v1/projections")).json()
             assert (await http.get("/readyz")).json()["quarantined"] == 1
     finally:
         stop.set()
-        await task
+        await asyncio.gather(*tasks)
     assert body["stream_seq"] == last
     (view,) = [p for p in body["projections"] if p["name"] == CHECKPOINT]
     assert (view["checkpoint"], view["written_seq"], view["lag"]) == (last, last, 0)
@@ -133,12 +143,14 @@ async def test_projections_list_checkpoint_lag_and_the_quarantined_row(
 
 
 async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
-    database_url: str, nats_url: str, tmp_path: Path
+    database_url: str, nats_url: str, tmp_path: Path, sessions: async_sessionmaker[Any]
 ) -> None:
-    await upgrade(database_url)
     await provision_at(nats_url, "GPULOOM")  # as `gpuloom bus setup`: no service creates it
     settings = Settings(nats_url=nats_url, database_url=database_url, data_dir=tmp_path)
     app = create_app(settings)
+    writer_bus = await EventBus.connect(nats_url, "GPULOOM", name="projector", create=False)
+    stop = asyncio.Event()
+    writer = asyncio.create_task(Projector(writer_bus, sessions).run(stop))  # its process
     transport = httpx.ASGITransport(app=app)
     secret = read_secret(settings.secret_file())  # made by the gateway
     token = issue_token(secret, "ops", now=datetime.now(UTC), ttl_s=600, roles=[OPERATOR])
@@ -162,6 +174,9 @@ async def test_the_gateway_is_ready_when_caught_up_and_reports_the_lag(
         (view,) = [p for p in projections["projections"] if p["name"] == CHECKPOINT]
         assert view["lag"] == 0 and view["checkpoint"] == projections["stream_seq"] >= 1
         assert (await http.get("/healthz")).json()["status"] == "ok"  # liveness unchanged
+    stop.set()
+    await writer
+    await writer_bus.close()
 
 
 async def test_reads_say_they_are_stale_until_the_replay_reaches_the_end_of_the_log(
@@ -183,23 +198,29 @@ async def test_reads_say_they_are_stale_until_the_replay_reaches_the_end_of_the_
         assert before.headers["gpuloom-stale"] == "unavailable"
         assert "gpuloom-projection-lag" not in before.headers
 
-        projector = await attach_projector(gateway, bus)
+        read_model = await attach_read_model(gateway, bus)
         replaying = await http.get("/v1/projections")
         assert replaying.headers["gpuloom-stale"] == "starting"
         assert int(replaying.headers["gpuloom-projection-lag"]) == last
 
-        stop = asyncio.Event()
-        task = asyncio.create_task(projector.run(stop))
-        assert await projector.wait_for(last, 15)
+        following, stop = asyncio.Event(), asyncio.Event()
+        gateway_task = asyncio.create_task(read_model.run(following))
+        assert await read_model.wait_folded(last, 15)
+        stale = await http.get("/v1/projections")  # folded; the rows are not written yet
+        assert stale.headers["gpuloom-stale"] == "starting"
+        task = asyncio.create_task(Projector(bus, sessions).run(stop))
+        assert await read_model.wait_for(last, 15)
         fresh = await http.get("/v1/projections")
         assert "gpuloom-stale" not in fresh.headers
         assert fresh.headers["gpuloom-projection-lag"] == "0"
         assert "gpuloom-stale" not in (await http.get("/readyz")).headers  # reads only
 
-        stop.set()  # the projection stalls while the log grows past ready_max_lag
+        stop.set()  # the writer stalls while the log grows past ready_max_lag
         await task
         await put(bus, submit("stale-late"))
-        await projector.lag_behind_stream()
+        await read_model.lag_behind_stream()
         late = await http.get("/v1/projections")
         assert late.headers["gpuloom-stale"] == "lagging"
         assert late.headers["gpuloom-projection-lag"] == "1"
+        following.set()
+        await gateway_task

@@ -69,12 +69,12 @@ def test_projections_are_rebuilt_from_the_log(cluster_any_db: Cluster) -> None:
         "usage": cluster.http.get("/v1/usage").json(),
     }
 
-    stack.kill("gateway", signal.SIGTERM)
-    stack.kill("accounting", signal.SIGTERM)
+    for service in ("gateway", "projector", "accounting"):
+        stack.kill(service, signal.SIGTERM)
     asyncio.run(downgrade(cluster.database_url, "base"))  # drop every projection table
     asyncio.run(upgrade(cluster.database_url))
-    stack.restart("gateway")
-    stack.restart("accounting")
+    for service in ("gateway", "projector", "accounting"):
+        stack.restart(service)
 
     deadline = time.monotonic() + 60
     after: dict[str, object] = {}

@@ -52,6 +52,7 @@ SERVICES = (
     "accounting",
     "webhooks",
     "dispatch",
+    "projector",
 )
 ADMIN = "admin"
 READER = "reader"

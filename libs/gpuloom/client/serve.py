@@ -14,6 +14,7 @@ from typing import cast
 #: Every process `gpuloom serve` can run, in pipeline order.
 SERVICES: tuple[str, ...] = (
     "gateway",
+    "projector",
     "admission",
     "queue",
     "placement",

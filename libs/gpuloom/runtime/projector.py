@@ -1,4 +1,7 @@
-"""The gateway's projector: fold the log and keep the jobs and nodes tables in step.
+"""The read-model writer's projector: fold the log and keep the jobs and nodes tables
+in step. It runs in a process of its own (`services.projector`); the gateway answers
+reads from the rows and learns how far they reach from the checkpoint
+(`services.gateway.readmodel`).
 
 It folds the whole log with the one fold (so a row is exactly what every other
 service believes), remembers which jobs and nodes each event touched, and after
@@ -37,9 +40,9 @@ from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 
 log = logging.getLogger(__name__)
 
+#: The rows' checkpoint, named when the gateway wrote them (kept: a database keeps it).
 CHECKPOINT = "gateway.jobs_nodes"
-#: Events folded between two writes: the gateway's API answers on the same loop, so a
-#: burst of another user's events holds a read up for one batch's fold at most.
+#: Events folded between two writes (and by the gateway's fold between two answers).
 PROJECTOR_BATCH = 250
 #: Rows written in one transaction (`Projector._flush`).
 ROWS_PER_WRITE = 500
@@ -64,6 +67,7 @@ class Projector:
         name: str = CHECKPOINT,
         snapshots: Snapshotter | None = None,
         inbox_limit: int = INBOX_LIMIT,
+        service: str = "projector",
     ) -> None:
         self.bus = bus
         #: Start from a snapshot of the fold not past the checkpoint, and write some.
@@ -73,7 +77,7 @@ class Projector:
         self.job_row = job_row
         self.node_row = node_row
         self.follower = LogFollower(
-            bus, "gateway", observers=[self], inbox_limit=inbox_limit, batch=PROJECTOR_BATCH
+            bus, service, observers=[self], inbox_limit=inbox_limit, batch=PROJECTOR_BATCH
         )
         #: Rows up to this sequence are written (or quarantined).
         self.written_seq = 0
@@ -197,8 +201,8 @@ class Projector:
 
     async def _flush(self) -> None:
         """Write the dirty rows, at most `ROWS_PER_WRITE` a transaction, and the
-        checkpoint with the last: the loop answers requests between two (an array's
-        submission touches 10,000 rows at once). A crash between two loses nothing:
+        checkpoint with the last (an array's submission touches 10,000 rows at once:
+        one transaction would hold the database's write lock for all of them). A crash between two loses nothing:
         rows are upserts, and the checkpoint moves only with the last."""
         seq = self.state.seq
         if seq > self._checkpoint:
@@ -274,7 +278,7 @@ class Projector:
         if not await self._load(stop):
             return
         await self.follower.start(
-            stop, self.snapshots, at_most=self._checkpoint, who="the gateway's projector"
+            stop, self.snapshots, at_most=self._checkpoint, who="the read-model writer"
         )
         self.written_seq = self._checkpoint
         log.info(

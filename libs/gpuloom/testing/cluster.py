@@ -148,8 +148,15 @@ class Cluster:
         job_id: str = response.json()["id"]
         return job_id
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        response = self.http.get(f"/v1/jobs/{job_id}")
+    def job(self, job_id: str, appear_within: float = 10) -> dict[str, Any]:
+        """The job as the operator reads it. A read waits for the caller's own writes
+        only: another user's submission reaches the rows a moment later, so a 404 is
+        asked again for `appear_within` seconds."""
+        deadline = time.monotonic() + appear_within
+        while (response := self.http.get(f"/v1/jobs/{job_id}")).status_code == 404:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert response.status_code == 200, response.text
         doc: dict[str, Any] = response.json()
         return doc

@@ -177,7 +177,7 @@ ExpiryDep = Annotated[datetime | None, Depends(token_expiry)]
 
 
 def _hooks(gateway: Gateway) -> dict[str, Webhook]:
-    return gateway.projector.state.webhooks if gateway.projector is not None else {}
+    return gateway.read_model.state.webhooks if gateway.read_model is not None else {}
 
 
 def _mine(gateway: Gateway, hook_id: str, principal: Principal) -> Webhook:
@@ -227,7 +227,7 @@ async def register(
     """Register a webhook (event WebhookRegistered): the events written from now on that
     pass its filter and that you may see are POSTed to `url`, signed with its secret."""
     await _check(body, gateway)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     owned = sum(1 for hook in _hooks(gateway).values() if hook.owner == principal.name)
     most = gateway.settings.webhook_max_per_owner
     if owned >= most:  # the state of your webhooks, not a rate: 409, delete one first
@@ -253,7 +253,7 @@ async def register(
         description=body.description,
     )
     await publish(gateway, event, principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     hook = _hooks(gateway).get(hook_id)
     if hook is None:
         raise HTTPException(status_code=503, detail="the webhook is written; read it again shortly")
@@ -263,7 +263,7 @@ async def register(
 @router.get("/v1/webhooks", response_model=WebhookList)
 async def list_webhooks(gateway: GatewayDep, principal: PrincipalDep) -> Any:
     """Your webhooks (an operator's: everyone's)."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     hooks = [
         _view(hook)
         for _, hook in sorted(_hooks(gateway).items())
@@ -274,17 +274,17 @@ async def list_webhooks(gateway: GatewayDep, principal: PrincipalDep) -> Any:
 
 @router.get("/v1/webhooks/{hook_id}", response_model=WebhookView, responses={**ERRORS})
 async def get_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Any:
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _view(_mine(gateway, hook_id, principal))
 
 
 @router.delete("/v1/webhooks/{hook_id}", status_code=204, responses={**ERRORS})
 async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Response:
     """Delete a webhook (event WebhookDeleted): nothing more is delivered."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     _mine(gateway, hook_id, principal)
     await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return Response(status_code=204)
 
 
@@ -301,7 +301,7 @@ async def renew(
 ) -> Any:
     """Renew an operator webhook's powers (event WebhookRenewed): with its owner's fresh
     operator token it sees every event again, until that token's expiry."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     hook = _mine(gateway, hook_id, principal)
     if hook.owner != principal.name:
         raise HTTPException(
@@ -314,7 +314,7 @@ async def renew(
         )
     event = WebhookRenewed(webhook_id=hook_id, operator=True, operator_until=expiry)
     await publish(gateway, event, principal=principal)
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     return _view(_mine(gateway, hook_id, principal))
 
 
@@ -327,7 +327,7 @@ async def deliveries(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Any:
     """The latest deliveries, newest first, each with its attempts and the answers."""
-    await gateway.catch_up()
+    await gateway.catch_up(principal.name)
     _mine(gateway, hook_id, principal)
     query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.webhook_id == hook_id)
     if status is not None:

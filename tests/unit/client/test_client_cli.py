@@ -183,8 +183,8 @@ def test_unknown_service_name_lists_the_services(cli: Invoke) -> None:
     assert result.exit_code == 2
     assert "unknown service 'scheduler'" in result.stderr
     assert (
-        "gateway, admission, queue, placement, dispatch, inventory, accounting, webhooks, agent"
-        in (result.stderr)
+        "gateway, projector, admission, queue, placement, dispatch, inventory, accounting, "
+        "webhooks, agent" in (result.stderr)
     )
 
 

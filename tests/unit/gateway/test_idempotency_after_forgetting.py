@@ -14,13 +14,13 @@ from gpuloom.testing.builders import LogBuilder
 from services.gateway.routes_submit import submitted_with
 
 
-async def no_wait() -> None:
+async def no_wait(caller: str) -> None:
     return None
 
 
 def gateway_after(log: LogBuilder) -> Any:
-    projector = SimpleNamespace(state=log.state())
-    return SimpleNamespace(catch_up=no_wait, projector=projector)
+    read_model = SimpleNamespace(state=log.state())
+    return SimpleNamespace(catch_up=no_wait, read_model=read_model)
 
 
 def finished_with_key() -> LogBuilder:
@@ -32,7 +32,7 @@ def finished_with_key() -> LogBuilder:
 
 async def test_a_retry_of_a_forgotten_job_answers_with_the_job_and_its_end() -> None:
     gateway = gateway_after(finished_with_key())
-    assert "j1" in gateway.projector.state.tombstones
+    assert "j1" in gateway.read_model.state.tombstones
     answer = await submitted_with(gateway, "once", Principal("alice"), "alice")
     assert answer is not None and (answer.id, answer.state) == ("j1", "rejected")
 

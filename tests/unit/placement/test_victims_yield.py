@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuloom.auth import OPERATOR, Principal
 from gpuloom.config import Settings
 from gpuloom.decide.explain import explain
 from gpuloom.events import JobPlaced, JobPreempted, PriorityClassSet, QueuePolicySet
@@ -100,14 +101,14 @@ def test_victims_move_right_behind_their_preemptor_and_the_rest_keep_their_ranks
 
 
 async def test_the_queue_listing_shows_the_victim_behind_its_preemptor_and_why() -> None:
-    async def no_wait() -> None:
+    async def no_wait(caller: str) -> None:
         return None
 
     log = urgent_job_for_a_full_node(victims_yield=True)
     play(log, 1)
     log.run_to_queue("later", gpus=1)
-    gateway = SimpleNamespace(catch_up=no_wait, projector=SimpleNamespace(state=log.state()))
-    listed = await queue(gateway, limit=10)  # type: ignore[arg-type]
+    gateway = SimpleNamespace(catch_up=no_wait, read_model=SimpleNamespace(state=log.state()))
+    listed = await queue(gateway, Principal("ops", frozenset({OPERATOR})), limit=10)  # type: ignore[arg-type]
     assert [(j.id, j.reason) for j in listed.jobs] == [
         ("urgent", None),
         ("old", "Yields to urgent: preempted for it, it goes first"),

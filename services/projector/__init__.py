@@ -1,0 +1,1 @@
+"""The read-model writer: the SQL rows the gateway answers reads from."""
