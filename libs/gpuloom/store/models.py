@@ -89,6 +89,8 @@ class ProjectionQuarantine(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    #: `GET /v1/jobs` pages in submission order: read in order, never sorted (0009).
+    __table_args__ = (Index("ix_jobs_submit_order", "submit_seq", "id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
