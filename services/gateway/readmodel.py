@@ -28,12 +28,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
 from gpuloom.runtime.follower import LogFollower
-from gpuloom.runtime.projector import CHECKPOINT, PROJECTOR_BATCH
+from gpuloom.runtime.projector import CHECKPOINT, PROJECTOR_BATCH, Progress
 from gpuloom.runtime.snapshots import Snapshotter
-from gpuloom.state import ClusterState
 from gpuloom.store.models import ProjectionQuarantine
 from gpuloom.store.upsert import load_checkpoint
-from gpuloom.telemetry.metrics import PROJECTION_LAG, PROJECTION_QUARANTINED
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +43,7 @@ POLL_WAITING_S = 0.02
 STALLED_S = 30.0
 
 
-class ReadModel:
+class ReadModel(Progress):
     """The gateway's fold and the rows' checkpoint (module doc)."""
 
     def __init__(
@@ -64,39 +62,15 @@ class ReadModel:
         self.follower = LogFollower(bus, "gateway", batch=PROJECTOR_BATCH)
         #: Rows up to this sequence are written (or quarantined) by the writer.
         self.written_seq = 0
-        #: Rows of this projection in the quarantine, as last read.
-        self.quarantined = 0
+        self._quarantined_rows = 0
         self.changed = asyncio.Condition()
         self._waiting = 0
         self._poll_now = asyncio.Event()
 
     @property
-    def state(self) -> ClusterState:
-        return self.follower.state
-
-    @property
-    def stream_seq(self) -> int:
-        """The log's last sequence as last seen (deliveries, `lag_behind_stream`)."""
-        return self.follower.stream_seq
-
-    @stream_seq.setter
-    def stream_seq(self, seq: int) -> None:
-        self.follower.stream_seq = seq
-
-    @property
-    def lag(self) -> int:
-        """Events of the log, as last seen, not yet in both the rows and the fold."""
-        return max(0, self.stream_seq - min(self.written_seq, self.state.seq))
-
-    async def lag_behind_stream(self) -> int:
-        """The lag, after asking the stream for its last sequence."""
-        self.stream_seq = max(self.stream_seq, await self.bus.last_seq())
-        self._report()
-        return self.lag
-
-    def _report(self) -> None:
-        PROJECTION_LAG.labels(self.name).set(self.lag)
-        PROJECTION_QUARANTINED.labels(self.name).set(self.quarantined)
+    def quarantined(self) -> int:
+        """Rows of this projection in the quarantine, as last read."""
+        return self._quarantined_rows
 
     async def wait_for(self, seq: int, timeout: float) -> bool:
         """Wait until the rows and the fold both include `seq`; False on timeout."""
@@ -137,7 +111,7 @@ class ReadModel:
                 .select_from(ProjectionQuarantine)
                 .where(ProjectionQuarantine.projection == self.name)
             )
-        self.quarantined = int(quarantined or 0)
+        self._quarantined_rows = int(quarantined or 0)
         if written != self.written_seq:
             self.written_seq = written
             await self._notify()

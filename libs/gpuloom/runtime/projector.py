@@ -51,12 +51,57 @@ JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
 
 
+class Progress:
+    """How far a projection of the log has come, as its writer and the gateway report
+    it: the fold's state, the log's end as last seen, the rows written, the lag."""
+
+    bus: EventBus
+    follower: LogFollower
+    #: The projection (its checkpoint's name, the metrics' label).
+    name: str
+    #: Rows up to this sequence are written (or quarantined).
+    written_seq: int
+
+    @property
+    def quarantined(self) -> int:
+        """Rows of this projection now in the quarantine."""
+        raise NotImplementedError
+
+    @property
+    def state(self) -> ClusterState:
+        return self.follower.state
+
+    @property
+    def stream_seq(self) -> int:
+        """The log's last sequence as last seen (deliveries, `lag_behind_stream`)."""
+        return self.follower.stream_seq
+
+    @stream_seq.setter
+    def stream_seq(self, seq: int) -> None:
+        self.follower.stream_seq = seq
+
+    @property
+    def lag(self) -> int:
+        """Events of the log, as last seen, not yet both folded and written."""
+        return max(0, self.stream_seq - min(self.written_seq, self.state.seq))
+
+    async def lag_behind_stream(self) -> int:
+        """The lag, after asking the stream for its last sequence."""
+        self.stream_seq = max(self.stream_seq, await self.bus.last_seq())
+        self._report()
+        return self.lag
+
+    def _report(self) -> None:
+        PROJECTION_LAG.labels(self.name).set(self.lag)
+        PROJECTION_QUARANTINED.labels(self.name).set(self.quarantined)
+
+
 def removed_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
     """The last row of a removed node (NodeRemoved): the node as it was, `removed`."""
     return {**rows.node_row(node, state), "state": "removed"}
 
 
-class Projector:
+class Projector(Progress):
     def __init__(
         self,
         bus: EventBus,
@@ -98,37 +143,8 @@ class Projector:
         self.changed = asyncio.Condition()
 
     @property
-    def state(self) -> ClusterState:
-        return self.follower.state
-
-    @property
-    def stream_seq(self) -> int:
-        """The log's last sequence as last seen (deliveries, `lag_behind_stream`)."""
-        return self.follower.stream_seq
-
-    @stream_seq.setter
-    def stream_seq(self, seq: int) -> None:
-        self.follower.stream_seq = seq
-
-    @property
     def quarantined(self) -> int:
-        """Rows of this projection now in the quarantine."""
         return len(self._quarantined)
-
-    @property
-    def lag(self) -> int:
-        """Events of the log, as last seen, not yet folded and written."""
-        return max(0, self.stream_seq - min(self.written_seq, self.state.seq))
-
-    async def lag_behind_stream(self) -> int:
-        """The lag, after asking the stream for its last sequence."""
-        self.stream_seq = max(self.stream_seq, await self.bus.last_seq())
-        self._report()
-        return self.lag
-
-    def _report(self) -> None:
-        PROJECTION_LAG.labels(self.name).set(self.lag)
-        PROJECTION_QUARANTINED.labels(self.name).set(self.quarantined)
 
     def before(self, recorded: Recorded) -> None:
         """Note the rows the event touches as they are before it (the nodes a job held)."""
