@@ -55,6 +55,7 @@ from gpuloom.state.nodeview import (
     everything,
     route,
 )
+from gpuloom.telemetry.metrics import SYNCS_REFUSED
 
 log = logging.getLogger("services.dispatch")
 
@@ -115,6 +116,7 @@ class Dispatcher:
                 raise ValueError(f"bad sequence {seq!r}")
         except (ValueError, KeyError, TypeError) as exc:
             self.refused_syncs += 1  # logged at the 1st, 2nd, 4th, 8th...: a flood costs no disk
+            SYNCS_REFUSED.inc()
             if self.refused_syncs & (self.refused_syncs - 1) == 0:
                 log.warning(
                     "refused a sync request on %s (%d so far): %s",

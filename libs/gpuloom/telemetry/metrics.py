@@ -23,6 +23,11 @@ DECIDE_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
 )
 
+SYNCS_REFUSED = Counter(
+    "gpuloom_dispatch_syncs_refused_total",
+    "Agents' sync requests the dispatcher could not read (a bad node name or sequence)",
+)
+
 PROJECTION_LAG = Gauge(
     "gpuloom_projection_lag",
     "Events in the log that a SQL projection has not written yet",
