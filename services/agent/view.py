@@ -53,6 +53,8 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 class ViewFollower:
     """The view of `nodes` as a Reactor's state (`gpuloom.runtime.reactor.Follower`)."""
 
+    source = "the view of its nodes"
+
     def __init__(self, bus: EventBus, nodes: Sequence[str]) -> None:
         self.bus = bus
         self.view = NodeView(nodes)

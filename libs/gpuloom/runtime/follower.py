@@ -53,6 +53,8 @@ class FoldObserver(Protocol):
 class LogFollower:
     """One process's fold of the log: its state, fed in order, nothing skipped."""
 
+    source = "the log"
+
     def __init__(
         self,
         bus: EventBus | None,

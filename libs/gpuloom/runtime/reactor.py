@@ -88,6 +88,8 @@ class Follower(Protocol):
     """Where a reactor's state comes from: the fold of the log (`LogFollower`), or
     another source of a `ClusterState` (an agent's per-node view)."""
 
+    #: What it reads, for the logs: "the log", "the view of its nodes".
+    source: str
     catch_up_seq: int
 
     @property
@@ -211,8 +213,9 @@ class Reactor:
         written = [p.written_seq for p in self.projections]
         await self.follower.start(stop, self.snapshots, at_most=min(written, default=None))
         log.info(
-            "%s replaying the log from seq %d up to seq %d",
+            "%s reading %s from seq %d up to seq %d",
             self.service,
+            self.follower.source,
             self.state.seq + 1,
             self.follower.catch_up_seq,
         )
