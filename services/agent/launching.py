@@ -4,6 +4,7 @@ before anything starts."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 from services.agent.cgroups import RECORD, JobGroup
@@ -77,3 +78,21 @@ def spawn(
         if group is not None:
             group.remove()
         raise
+
+
+#: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
+#: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
+LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
+
+
+def never_started(failed: Exception) -> str:
+    """Why a spawn that raised `failed` can never start, to report the attempt failed.
+    Re-raises what a later try may cure (no memory, too many processes): the agent's
+    next round tries again."""
+    if isinstance(failed, OSError):
+        if failed.errno not in LASTING_SPAWN_ERRORS:
+            raise failed
+        return f"could not start: {failed.strerror}"
+    if isinstance(failed, ValueError | TypeError):  # what spawn_problem did not foresee
+        return f"could not start: {failed}"
+    raise failed

@@ -4,10 +4,11 @@ A `Runner` holds the agent's local processes (one shim per `(job_id, attempt)`)
 and carries out the actions of `reconcile`. Its `run` loop polls every
 `poll_s`: it notices ended shims, enforces time limits and escalates stops
 (SIGTERM via the shim, after `grace_s` SIGKILL of the command, after another
-`grace_s` SIGKILL of the whole group), and, with `cgroups`, holds each job in a
-cgroup of its own that is killed when the job ends (`services.agent.cgroups`) and
-stops jobs whose logs pass `max_log_bytes` (`services.agent.confinement`). Each end is handed once to `on_exit` as
-an `Exited`, except the ends of dropped processes, which are silent. How each
+`grace_s` SIGKILL of the whole group), with `cgroups` holds each job in a cgroup of
+its own that is killed when the job ends (`services.agent.cgroups`), and stops jobs
+over their GPU memory or their logs' cap (`services.agent.watches`). Each end is
+handed once to `on_exit` as an `Exited`, except the ends of dropped processes, which
+are silent. How each
 step of a stop is carried out and an end is noticed: `services.agent.processes`.
 
 Everything the runner knows is also in the run folders (see `shim`), so a new
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import time
@@ -33,23 +33,17 @@ from services.agent.confinement import (
     LOG_CAP_GRACE_S,
     adopted_group,
     ended_in_group,
-    log_over_cap,
     release,
     release_leftover,
 )
 from services.agent.containers import (
     Podman,
     Removals,
-    container_of,
-    read_container_id,
     read_name,
 )
 from services.agent.gpuwatch import (
     GpuMemoryProbe,
-    Limit,
     memory_limits,
-    over_limit,
-    process_groups,
 )
 from services.agent.identity import Accounts, job_accounts, prepare_workdir
 from services.agent.jobenv import (
@@ -57,7 +51,7 @@ from services.agent.jobenv import (
     ensure_environment,
     exec_size_problem,
 )
-from services.agent.launching import spawn, start_problem
+from services.agent.launching import never_started, spawn, start_problem
 from services.agent.outcomes import (
     EnsureResult,
     Exited,
@@ -82,12 +76,9 @@ from services.agent.shim import (
 )
 from services.agent.starting import forget_launch
 from services.agent.uids import UIDS_FILE, UidError
+from services.agent.watches import log_overruns, memory_overruns
 
 log = logging.getLogger(__name__)
-
-#: Spawn errors that retrying cannot cure: the job's own argv or env is too big for
-#: `execve` (a word over 128 KiB, or the whole over ARG_MAX).
-LASTING_SPAWN_ERRORS = frozenset({errno.E2BIG, errno.ENAMETOOLONG})
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,14 +242,8 @@ class Runner:
     def _spawned(self, step: Spawn, pid: int | Exception) -> EnsureResult:
         """Take on the shim `step` spawned (its pid), or say why it did not start."""
         action, run, master = step.action, step.run, step.master
-        if isinstance(pid, OSError):
-            if pid.errno not in LASTING_SPAWN_ERRORS:
-                raise pid  # e.g. no memory, too many processes: the next round tries again
-            return self._not_started(run, f"could not start: {pid.strerror}")
-        if isinstance(pid, ValueError | TypeError):  # what spawn_problem did not foresee
-            return self._not_started(run, f"could not start: {pid}")
         if isinstance(pid, Exception):
-            raise pid
+            return self._not_started(run, never_started(pid))
         key = action.key
         limit = action.spec.time_limit_s
         self._procs[key] = Proc(
@@ -365,28 +350,7 @@ class Runner:
         if self.probe is None or now - self._memory_checked < LIVENESS_EVERY_S:
             return
         self._memory_checked = now
-        limits = {
-            key: Limit(
-                proc.pid,
-                proc.memory_limits,
-                read_container_id(proc.run) if proc.container is not None else None,
-            )
-            for key, proc in self._procs.items()
-            if proc.status is Status.RUNNING and proc.memory_limits
-        }
-        if not limits:
-            return
-        try:
-            usage = self.probe.usage()
-        except Exception as exc:  # NVML hiccup: try again next time
-            log.warning("GPU memory watch could not read usage: %s", exc)
-            return
-        pids = list(usage)
-        containers: dict[int, str] = {}
-        if any(limit.container is not None for limit in limits.values()):
-            containers = {pid: found for pid in pids if (found := container_of(pid)) is not None}
-        found_over = over_limit(usage, limits, process_groups(pids), containers)
-        for key, reason in found_over.items():
+        for key, reason in memory_overruns(self.probe, self._procs).items():
             log.info("job %s attempt %d replica %d: %s", *key, reason)
             self.stop(key, "failed", reason)
 
@@ -395,12 +359,9 @@ class Runner:
         if self.max_log_bytes <= 0 or now - self._logs_checked < LIVENESS_EVERY_S:
             return
         self._logs_checked = now
-        for key, proc in list(self._procs.items()):
-            if proc.status is Status.RUNNING:
-                over = log_over_cap(proc.run, self.max_log_bytes)
-                if over is not None:
-                    log.info("job %s attempt %d replica %d: %s", *key, over)
-                    self.stop(key, "failed", over, grace_s=LOG_CAP_GRACE_S)
+        for key, over in log_overruns(self._procs, self.max_log_bytes).items():
+            log.info("job %s attempt %d replica %d: %s", *key, over)
+            self.stop(key, "failed", over, grace_s=LOG_CAP_GRACE_S)
 
     def poll(self) -> None:
         """Notice ended processes, enforce time limits, GPU memory and log caps,
