@@ -2,8 +2,9 @@
 
 The agent does not read the log (it holds every job's command and environment): it
 follows its nodes' subjects of the view stream, which the dispatch process writes
-(`gpuloom.state.nodeview`), with one pull consumer per node (the only consumers its
-identity may create: `gpuloom.bus.identities.agent_permissions`). `ViewFollower` is the
+(`gpuloom.state.nodeview`), with one pull consumer per node, named after it (the only
+consumers its identity may create, two names per node:
+`gpuloom.bus.identities.agent_permissions`). `ViewFollower` is the
 Reactor's source of state in place of the fold of the log:
 
 - caught up at start once every node's view is complete up to the log's last
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.streams import view_stream
-from gpuloom.events.subjects import sync_subject, view_subjects
+from gpuloom.events.subjects import sync_subject, view_consumers, view_subjects
 from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state import ClusterState
 from gpuloom.state.nodeview import (
@@ -86,7 +87,12 @@ class ViewFollower:
         self._stopper = asyncio.create_task(stop.wait())
         for node in self.view.positions:
             self._stops.append(
-                await self.views.follow(self._inbox.put, from_seq=1, subjects=view_subjects(node))
+                await self.views.follow(
+                    self._inbox.put,
+                    from_seq=1,
+                    subjects=view_subjects(node),
+                    consumer=view_consumers(node)[0],
+                )
             )
         await self._ask()
 

@@ -15,6 +15,7 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from test_bus_permissions import STREAM, connect_as
 
+from gpuloom.events.subjects import view_consumers
 from gpuloom.state.nodeview import KIND_HEADER, decode_record
 from gpuloom.testing.cluster import Cluster
 
@@ -54,7 +55,7 @@ async def read_view(url: str, identity: str, node: str) -> list[tuple[str, dict[
     nc = await connect_as(url, identity)
     try:
         js = nc.jetstream(timeout=2.0)
-        name = f"reading-{identity}-{time.monotonic_ns()}"
+        name = view_consumers(node)[1]  # the agent's own is the first
         config = ConsumerConfig(
             name=name,
             filter_subject=f"gpuloom.view.{node}.>",
@@ -93,18 +94,21 @@ def test_an_agent_reads_its_nodes_view_and_nothing_of_the_log(shared_cluster: Cl
         "a get of the log": (f"{api}.STREAM.MSG.GET.{STREAM}", {"seq": 1}),
         "an unfiltered consumer of the view": create(VIEW, "c3"),
         "a consumer of another node's view": create(VIEW, "c4", "gpuloom.view.node-b.>"),
+        "a consumer of its node's view under another name": create(
+            VIEW, "c7", "gpuloom.view.node-a.>"
+        ),
         "a direct get of the view": (f"{api}.DIRECT.GET.{VIEW}", {"seq": 1}),
     }
     for what, (call, body) in refused.items():
         answer = asyncio.run(attempt(url, "agent-a", call, body))
         assert "permissions violation" in answer.lower(), (what, answer)
     # its own node in the request's subject, another filter in its body: the server refuses
-    own = f"{api}.CONSUMER.CREATE.{VIEW}.c5.gpuloom.view.node-a.>"
-    _, smuggled = create(VIEW, "c5", "gpuloom.view.node-b.>")
+    named = view_consumers("node-a")[1]
+    own = f"{api}.CONSUMER.CREATE.{VIEW}.{named}.gpuloom.view.node-a.>"
+    _, smuggled = create(VIEW, named, "gpuloom.view.node-b.>")
     assert '"error"' in asyncio.run(attempt(url, "agent-a", own, smuggled))
-    _, several = create(VIEW, "c6")
+    _, several = create(VIEW, named)
     several["config"]["filter_subjects"] = ["gpuloom.view.>"]
-    own = f"{api}.CONSUMER.CREATE.{VIEW}.c6.gpuloom.view.node-a.>"
     assert '"error"' in asyncio.run(attempt(url, "agent-a", own, several))
     # what agent-a may read: its node's jobs, whole, and no other's
     seen = asyncio.run(read_view(url, "agent-a", "node-a"))

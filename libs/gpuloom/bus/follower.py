@@ -32,6 +32,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
 from gpuloom.tasks import cancel_and_wait
@@ -64,10 +65,14 @@ async def follow_pull(
     subjects: str,
     from_seq: int,
     on_message: Callable[[Msg], Awaitable[None]],
+    name: str | None = None,
 ) -> Callable[[], Awaitable[None]]:
     """Deliver every message of `stream` on `subjects` from `from_seq` on, in order, to
-    `on_message` (which may wait: the next one comes once it returns); returns `stop`."""
-    follower = _Follower(nc, js, stream, subjects, from_seq, on_message)
+    `on_message` (which may wait: the next one comes once it returns); returns `stop`.
+    `name`: the consumer's fixed name (one the identity may use: an agent's view),
+    made anew each time, an earlier one of that name deleted first; None: a new name
+    each time."""
+    follower = _Follower(nc, js, stream, subjects, from_seq, on_message, name)
     task = asyncio.create_task(follower.run(), name=f"follow {stream} from {from_seq}")
 
     async def stop() -> None:
@@ -94,8 +99,10 @@ class _Follower:
         subjects: str,
         from_seq: int,
         on_message: Callable[[Msg], Awaitable[None]],
+        fixed_name: str | None = None,
     ) -> None:
         self.nc, self.js, self.stream, self.subjects = nc, js, stream, subjects
+        self.fixed_name = fixed_name
         #: The next sequence to deliver: where a new consumer starts.
         self.next_seq = max(1, from_seq)
         self.on_message = on_message
@@ -127,7 +134,10 @@ class _Follower:
                     await asyncio.wait_for(self.js.delete_consumer(self.stream, name), 2.0)
 
     async def _make_consumer(self) -> str:
-        name = f"follow-{self.names.next().decode()}"
+        name = self.fixed_name or f"follow-{self.names.next().decode()}"
+        if self.fixed_name is not None:  # one left by an earlier run, whatever its start
+            with contextlib.suppress(NotFoundError):
+                await asyncio.wait_for(self.js.delete_consumer(self.stream, name), 2.0)
         config = ConsumerConfig(
             name=name,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,

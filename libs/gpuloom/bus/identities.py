@@ -39,6 +39,7 @@ from gpuloom.events.subjects import (
     event_subject,
     heartbeat_subject,
     sync_subject,
+    view_consumers,
     view_subjects,
 )
 
@@ -307,9 +308,10 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
 
 def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Permissions:
     """An agent process serving `nodes`: their events, heartbeats and control subjects,
-    and their views: a consumer of the view stream filtered to one of its nodes (the
-    server checks that the filter in the request is the one in its subject), pulling
-    from it and deleting it, and asking the dispatcher to confirm a node's view. Of the
+    and their views: consumers of the view stream filtered to one of its nodes (the
+    server checks that the filter in the request is the one in its subject), under the
+    few names each node's consumers may take (so that no agent holds more), pulling
+    from them and deleting them, and asking the dispatcher to confirm a node's view. Of the
     log, only its last sequence (stream info): never a message."""
     if not nodes:
         raise ValueError("an agent serves at least one node")
@@ -325,8 +327,13 @@ def agent_permissions(nodes: Sequence[str], public_key: str, stream: str) -> Per
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.STREAM.INFO.{stream}_DLQ",
     ]
-    publish += [f"$JS.API.CONSUMER.CREATE.{view}.*.{view_subjects(n)}" for n in nodes]
-    publish += [f"$JS.API.CONSUMER.MSG.NEXT.{view}.*", f"$JS.API.CONSUMER.DELETE.{view}.*"]
+    for node in nodes:  # a fixed number of consumers per node: named, not any name
+        for name in view_consumers(node):
+            publish += [
+                f"$JS.API.CONSUMER.CREATE.{view}.{name}.{view_subjects(node)}",
+                f"$JS.API.CONSUMER.MSG.NEXT.{view}.{name}",
+                f"$JS.API.CONSUMER.DELETE.{view}.{name}",
+            ]
     publish.append(inbox)
     subscribe = [agent_control_subjects(n) for n in nodes] + [inbox]
     return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)

@@ -221,6 +221,7 @@ class EventBus:
         *,
         from_seq: int = 1,
         subjects: str = ALL_EVENTS,
+        consumer: str | None = None,
     ) -> Callable[[], Awaitable[None]]:
         """Deliver every message from `from_seq` on, in order, then keep following.
 
@@ -228,7 +229,8 @@ class EventBus:
         survives reconnects and server restarts, and holds at most a batch of
         messages besides what `on_message` keeps. `on_message` may wait (a full inbox,
         `INBOX_LIMIT`): the next message is delivered once it returns, and the server
-        keeps the rest. Returns a function that stops it.
+        keeps the rest. `consumer`: the consumer's fixed name (an agent's view); None:
+        a fresh one. Returns a function that stops it.
         """
 
         async def callback(msg: Msg) -> None:
@@ -244,7 +246,9 @@ class EventBus:
                 )
             )
 
-        return await follow_pull(self.nc, self.js, self.stream, subjects, from_seq, callback)
+        return await follow_pull(
+            self.nc, self.js, self.stream, subjects, from_seq, callback, name=consumer
+        )
 
     async def read_subject(self, subjects: str, timeout: float = 2.0) -> list[Incoming]:
         """Every message on `subjects` so far (an audit trail), read with an ordered consumer."""

@@ -86,6 +86,17 @@ def view_subjects(node: str) -> str:
     return f"{VIEW_PREFIX}.{node}.>"
 
 
+#: Consumers of one node's view its agent may hold at once: its own, and one more (a
+#: second copy while the first stops, a tool reading as the agent). Each has a fixed
+#: name (`view_consumers`), so no number of requests makes more.
+VIEW_CONSUMERS_PER_NODE = 2
+
+
+def view_consumers(node: str) -> list[str]:
+    """The names the consumers of `node`'s view may take (the agent's is the first)."""
+    return [f"view-{node}-{index}" for index in range(VIEW_CONSUMERS_PER_NODE)]
+
+
 def view_job_subject(node: str, job_id: str) -> str:
     return f"{VIEW_PREFIX}.{node}.job.{job_id}"
 

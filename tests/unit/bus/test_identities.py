@@ -129,6 +129,13 @@ def test_an_agent_reads_its_own_nodes_view_and_nothing_of_the_log() -> None:
         f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.>",
         f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-b.>",
         f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.*.>",
+        # its own node's view, under a name not among the node's few: no more consumers
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-a-2.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-b-0.gpuloom.view.node-b.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-b-0.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.MSG.NEXT.{STREAM}_VIEW.c1",
+        f"{api}.CONSUMER.DELETE.{STREAM}_VIEW.view-node-b-0",
         f"{api}.DIRECT.GET.{STREAM}_VIEW",
         f"{api}.STREAM.MSG.GET.{STREAM}_VIEW",
         f"{api}.STREAM.INFO.{STREAM}_VIEW",
@@ -137,9 +144,11 @@ def test_an_agent_reads_its_own_nodes_view_and_nothing_of_the_log() -> None:
     ):
         assert not may_publish(mine, denied), denied
     for allowed in (
-        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-a.>",
-        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.c1.gpuloom.view.node-c.>",
-        f"{api}.CONSUMER.MSG.NEXT.{STREAM}_VIEW.c1",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-a-0.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-a-1.gpuloom.view.node-a.>",
+        f"{api}.CONSUMER.CREATE.{STREAM}_VIEW.view-node-c-0.gpuloom.view.node-c.>",
+        f"{api}.CONSUMER.MSG.NEXT.{STREAM}_VIEW.view-node-a-0",
+        f"{api}.CONSUMER.DELETE.{STREAM}_VIEW.view-node-a-1",
         f"{api}.STREAM.INFO.{STREAM}",
         "gpuloom.dispatch.sync.node-a",
     ):
