@@ -101,8 +101,13 @@ def test_a_node_gone_for_good_is_removed_by_an_operator(habits: Cluster) -> None
     )
     assert code == 0, err
     assert "node-b removed" in out
-    names = [n["name"] for n in habits.http.get("/v1/nodes").json()["nodes"]]
-    assert names == ["node-a"]
+    # another caller's read: it waits for its own writes only, so the row goes a moment later
+    deadline = time.monotonic() + 10
+    while (names := [n["name"] for n in habits.http.get("/v1/nodes").json()["nodes"]]) != [
+        "node-a"
+    ]:
+        assert time.monotonic() < deadline, names
+        time.sleep(0.1)
     removed = [r for r in habits.read_log() if r.event.TYPE == "NodeRemoved"]
     assert [(r.event.node, r.event.reason, r.envelope.principal) for r in removed] == [
         ("node-b", "decommissioned", "alice")
