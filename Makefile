@@ -51,6 +51,7 @@ bench: $(STAMP) ## the benchmarks of docs/benchmarks.md
 	$(PY) bench/queue_replay.py
 	$(PY) bench/nats_sync.py
 	$(PY) bench/restart_catchup.py
+	$(PY) bench/job_listing.py
 
 migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) to the latest schema
 	$(PY) -m gpuloom.store.migrate

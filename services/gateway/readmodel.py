@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
@@ -80,7 +81,7 @@ class ReadModel(Progress):
         """Wait until the gateway's fold includes `seq`; False on timeout."""
         return await self._wait(lambda: self.state.seq >= seq, timeout)
 
-    async def _wait(self, reached: Any, timeout: float) -> bool:
+    async def _wait(self, reached: Callable[[], bool], timeout: float) -> bool:
         if reached():
             return True
         self._waiting += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -51,7 +52,7 @@ JobMapper = Callable[[JobState, ClusterState], dict[str, Any]]
 NodeMapper = Callable[[NodeState, ClusterState], dict[str, Any]]
 
 
-class Progress:
+class Progress(ABC):
     """How far a projection of the log has come, as its writer and the gateway report
     it: the fold's state, the log's end as last seen, the rows written, the lag."""
 
@@ -63,9 +64,9 @@ class Progress:
     written_seq: int
 
     @property
+    @abstractmethod
     def quarantined(self) -> int:
         """Rows of this projection now in the quarantine."""
-        raise NotImplementedError
 
     @property
     def state(self) -> ClusterState:
