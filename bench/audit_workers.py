@@ -20,7 +20,7 @@ from placement_scale import Log, build
 from gpuloom.audit import audit
 from gpuloom.audit.workers import usable_cpus
 from gpuloom.placement.cycle import placement_cycle
-from gpuloom.placement.index_cache import IndexCache
+from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.registry import default_registry
 from gpuloom.runtime.collector import tune_collector
 from gpuloom.state import ClusterState, apply

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from loom_paired import TRACE_DIR, policy_named
 
-from gpuloom.placement.resources import WHOLE
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.sim.replay import cluster_when_arrived
 from gpuloom.sim.trace import load_nodes, load_tasks, typical_workload
 
@@ -28,21 +28,23 @@ def leftover(job: tuple[str, str, int]) -> tuple[float, float, float]:
     trace, name, seed = job
     nodes = load_nodes(TRACE_DIR / "openb_node_list_gpu_node.csv")
     tasks = load_tasks(TRACE_DIR / f"openb_pod_list_{trace}.csv")
-    capacity = sum(n.gpus for n in nodes) * WHOLE
+    capacity = sum(n.gpus for n in nodes) * MILLI_PER_GPU
     workload = typical_workload(tasks, nodes)
     index = cluster_when_arrived(nodes, tasks, policy_named(name), seed, workload, capacity)
-    one_gpu = {(t.cpu_milli, t.memory_mib) for t in tasks if t.gpus == 1 and t.gpu_milli == WHOLE}
+    one_gpu = {
+        (t.cpu_milli, t.memory_mib) for t in tasks if t.gpus == 1 and t.gpu_milli == MILLI_PER_GPU
+    }
     gaps = short = idle = 0
     for node in index.nodes.values():
         cpu, memory = node.cpu_free_milli or 0, node.memory_free_mib or 0
         hosts_one = any(c <= cpu and m <= memory for c, m in one_gpu)
         for gpu in node.gpus:
-            if gpu.milli_free < WHOLE:
+            if gpu.milli_free < MILLI_PER_GPU:
                 gaps += gpu.milli_free
             elif hosts_one:
-                idle += WHOLE
+                idle += MILLI_PER_GPU
             else:
-                short += WHOLE
+                short += MILLI_PER_GPU
     return gaps * 100 / capacity, short * 100 / capacity, idle * 100 / capacity
 
 

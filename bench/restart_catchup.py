@@ -56,7 +56,7 @@ from pathlib import Path
 from longlog import LongLog, finished_jobs, validate, write
 
 from gpuloom.bus import EventBus
-from gpuloom.bus.identities import bucket_of
+from gpuloom.bus.jsapi import bucket_of
 from gpuloom.bus.provision import provision_at
 from gpuloom.devstack import REPO_ROOT, NatsServer, die_with_parent, free_port
 

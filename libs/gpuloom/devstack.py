@@ -151,7 +151,7 @@ class Stack:
         self.commands[name] = command
         self.envs[name] = {**(env or {}), **self.identity_env(name, module, nodes)}
         self.provision()
-        self._spawn(name)
+        self.spawn(name)
 
     def provision(self) -> None:
         """Create, as the admin, the log, the per-node view and the services' snapshot
@@ -183,7 +183,8 @@ class Stack:
             raise ValueError(f"{name}: services.{module} has no identity on the bus")
         return {"GPULOOM_NATS_SEED_FILE": str(seed)}
 
-    def _spawn(self, name: str) -> None:
+    def spawn(self, name: str) -> None:
+        """Start service `name` with its command and environment, its output to its log."""
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
         self.processes[name] = subprocess.Popen(
             self.commands[name],
@@ -204,7 +205,7 @@ class Stack:
 
     def restart(self, name: str) -> None:
         self.kill(name, signal.SIGKILL)
-        self._spawn(name)
+        self.spawn(name)
 
     def exited(self) -> dict[str, int]:
         """Services whose process has ended, with their exit codes."""

@@ -12,12 +12,24 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from gpuloom.natsserver import NatsServer, PortTakenError
 
-if TYPE_CHECKING:
-    from gpuloom.devstack import Stack
+
+class Supervised(Protocol):
+    """What the watch needs of the processes it restarts (`gpuloom.devstack.Stack`)."""
+
+    log_dir: Path
+
+    def exited(self) -> dict[str, int]:
+        """The processes that ended, with their exit codes."""
+        ...
+
+    def spawn(self, name: str) -> None:
+        """Start process `name` again."""
+        ...
 
 
 def say(text: str) -> None:
@@ -76,7 +88,7 @@ def after(delay: float) -> str:
     return "restarting" if delay <= 0 else f"restarting in {delay:.0f} s"
 
 
-def supervise(stack: Stack, nats: NatsServer | None = None, tick: float = 1.0) -> None:
+def supervise(stack: Supervised, nats: NatsServer | None = None, tick: float = 1.0) -> None:
     """Restart any service that dies, and `nats` (the stack's own nats-server) if it
     dies, with the same port, store and identities, until a stop signal. A process that
     keeps dying is restarted less and less often (`Restarts`)."""
@@ -94,7 +106,7 @@ def supervise(stack: Stack, nats: NatsServer | None = None, tick: float = 1.0) -
                 log = stack.log_dir / f"{name}.log"
                 say(f"service {name} {ended(code)}; {after(delay)} (log: {log})")
             if policy.is_due(now):
-                stack._spawn(name)
+                stack.spawn(name)
                 policy.started(now)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuloom.events import JobSpec
+from gpuloom.events.units import MILLI_PER_CPU
 
 MIB = 1024 * 1024
 CPU_PERIOD_US = 100_000
@@ -73,7 +74,7 @@ def limits_for(spec: JobSpec, max_pids: int = DEFAULT_MAX_PIDS) -> Limits:
     memory = spec.memory_mib * MIB if spec.memory_mib > 0 else None
     cpu = None
     if spec.cpu_milli > 0:
-        cpu = max(MIN_CPU_QUOTA_US, spec.cpu_milli * CPU_PERIOD_US // 1000)
+        cpu = max(MIN_CPU_QUOTA_US, spec.cpu_milli * CPU_PERIOD_US // MILLI_PER_CPU)
     return Limits(memory, cpu, max_pids if max_pids > 0 else None)
 
 

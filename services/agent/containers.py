@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuloom.events.units import MILLI_PER_CPU, MILLI_PER_GPU
 from services.agent.identity import Account
 from services.agent.reconcile import Ensure
 from services.agent.shim import RunDir
@@ -105,7 +106,7 @@ class Podman:
             "--security-opt=no-new-privileges",
             f"--pids-limit={self.max_pids or -1}",
             *([f"--memory={memory_mib}m"] if memory_mib else []),
-            *([f"--cpus={cpu_milli / 1000:g}"] if cpu_milli else []),
+            *([f"--cpus={cpu_milli / MILLI_PER_CPU:g}"] if cpu_milli else []),
             "--log-driver=none",
             f"--env-file={run_dir / ENV_FILE}",
             f"--volume={work}:{work}",
@@ -246,7 +247,7 @@ def container_launcher(
         image=action.spec.image,
         command=action.spec.command,
         gpu_uuids=action.gpu_uuids,
-        fractions=any(piece.milli < 1000 for piece in action.slices),
+        fractions=any(piece.milli < MILLI_PER_GPU for piece in action.slices),
         memory_mib=action.spec.memory_mib,
         cpu_milli=action.spec.cpu_milli,
         labels={

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuloom.events import GpuSpec, NodeSpec
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.units import MILLI_PER_CPU
 from services.agent.inventory_file import NAME_RULE, ServedNode
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def cpu_milli() -> int:
         count = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         count = os.cpu_count() or 1
-    return count * 1000
+    return count * MILLI_PER_CPU
 
 
 def memory_mib() -> int:

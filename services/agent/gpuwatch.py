@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpuloom.events.units import MILLI_PER_GPU
 from services.agent.reconcile import Ensure
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def memory_limits(action: Ensure) -> dict[str, int]:
     return {
         piece.uuid: piece.memory_mib
         for piece in action.slices
-        if piece.node == action.node and piece.milli < 1000
+        if piece.node == action.node and piece.milli < MILLI_PER_GPU
     }
 
 

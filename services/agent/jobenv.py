@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpuloom.events import JobSpec, SliceRef
 from gpuloom.events.text import reserved_env_reason
+from gpuloom.events.units import MILLI_PER_GPU
 from services.agent.reconcile import Ensure
 from services.agent.rendezvous import Master, launcher_environment
 
@@ -126,7 +127,7 @@ def sharing_environment(node: str, slices: Sequence[SliceRef]) -> dict[str, str]
     local = [s for s in slices if s.node == node]
     remote = [s for s in slices if s.node != node]
     env: dict[str, str] = {}
-    fractions = [s for s in slices if s.milli < 1000]
+    fractions = [s for s in slices if s.milli < MILLI_PER_GPU]
     if fractions:
         milli = fractions[0].milli
         env["GPULOOM_GPU_MILLI"] = str(milli)

@@ -1,8 +1,7 @@
 """Answer log requests: the tail of a job's stdout and stderr on one node.
 
-Request (JSON, core NATS request on `agent_logs_subject(node)`):
-`{"job_id": str, "tail_bytes": int = 65536, "replica": int = 0, "attempt": int | null}`.
-Reply: `{"job_id", "found", "attempt", "replica", "attempts", "stdout", "stderr"}` for
+Request: `gpuloom.events.logs.LogsRequest` (JSON, a core NATS request on
+`agent_logs_subject(node)`). Reply: `{"job_id", "found", "attempt", "replica", "attempts", "stdout", "stderr"}` for
 the replica's given attempt on this node (null: its latest, the highest attempt
 folder), decoded as UTF-8 with errors replaced; `attempts` lists the replica's
 attempts this node holds. `found` is false and `attempt` null when the node never
@@ -17,22 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.logs import LogsRequest
 from services.agent.shim import RunDir, parse_run_leaf
-
-DEFAULT_TAIL = 65536
-MAX_TAIL = 4 * 1024 * 1024
-
-
-class LogsRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    job_id: str = Field(pattern=SUBJECT_TOKEN.pattern)  # also keeps paths inside the root
-    tail_bytes: int = Field(default=DEFAULT_TAIL, ge=0, le=MAX_TAIL)
-    replica: int = Field(default=0, ge=0, le=1023)
-    attempt: int | None = Field(default=None, ge=1)
 
 
 def attempts_of(root: Path, node: str, job_id: str, replica: int = 0) -> list[int]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpuloom.events import Decision, JobFinished, JobSpec, JobStarted, Outcome, SliceRef
+from gpuloom.events import Decision, JobFinished, JobSpec, JobStarted, Outcome, SliceRef, intents
 from gpuloom.state import ON_NODE_PHASES, ClusterState, JobState
 
 #: (job id, attempt, replica): one local process.
@@ -125,16 +125,6 @@ class Report:
 Action = Ensure | Stop | Drop | Forget | Report
 
 
-def started_msg_id(job_id: str, attempt: int, replica: int = 0) -> str:
-    suffix = f":r{replica}" if replica else ""
-    return f"{job_id}:started:{attempt}{suffix}"
-
-
-def finished_msg_id(job_id: str, attempt: int, replica: int = 0) -> str:
-    suffix = f":r{replica}" if replica else ""
-    return f"{job_id}:finished:{attempt}{suffix}"
-
-
 def started(
     job: JobState,
     node: str,
@@ -153,7 +143,7 @@ def started(
             master_addr=address,
             master_port=port,
         ),
-        started_msg_id(job.job_id, job.attempt, replica),
+        intents.started(job.job_id, job.attempt, replica),
         job.last_event_id,
     )
 
@@ -178,7 +168,7 @@ def finished(
             replica=replica,
             ended_at=ended_at,
         ),
-        finished_msg_id(job.job_id, job.attempt, replica),
+        intents.finished(job.job_id, job.attempt, replica),
         job.last_event_id,
     )
 

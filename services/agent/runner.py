@@ -36,44 +36,16 @@ from services.agent.confinement import (
     release,
     release_leftover,
 )
-from services.agent.containers import (
-    Podman,
-    Removals,
-    read_name,
-)
-from services.agent.gpuwatch import (
-    GpuMemoryProbe,
-    memory_limits,
-)
+from services.agent.containers import Podman, Removals, read_name
+from services.agent.gpuwatch import GpuMemoryProbe, memory_limits
 from services.agent.identity import Accounts, job_accounts, prepare_workdir
-from services.agent.jobenv import (
-    base_environment,
-    ensure_environment,
-    exec_size_problem,
-)
+from services.agent.jobenv import base_environment, ensure_environment, exec_size_problem
 from services.agent.launching import never_started, spawn, start_problem
-from services.agent.outcomes import (
-    EnsureResult,
-    Exited,
-    NotStarted,
-    Resumed,
-    Started,
-    read_end,
-)
-from services.agent.processes import (
-    LIVENESS_EVERY_S,
-    Proc,
-    escalate_stop,
-    has_ended,
-    terminate,
-)
+from services.agent.outcomes import EnsureResult, Exited, NotStarted, Resumed, Started, read_end
+from services.agent.processes import LIVENESS_EVERY_S, Proc, escalate_stop, has_ended, terminate
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
-from services.agent.shim import (
-    Ended,
-    RunDir,
-    parse_run_leaf,
-)
+from services.agent.shim import Ended, RunDir, parse_run_leaf
 from services.agent.starting import forget_launch
 from services.agent.uids import UIDS_FILE, UidError
 from services.agent.watches import log_overruns, memory_overruns

@@ -28,7 +28,7 @@ from nats.aio.msg import Msg
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.identities import check_token
-from gpuloom.bus.jetstream import Outgoing
+from gpuloom.bus.messages import Outgoing
 from gpuloom.bus.streams import VIEW_TOMBSTONE_TTL_S, view_stream
 from gpuloom.config import Settings
 from gpuloom.events import Recorded

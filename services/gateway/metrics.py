@@ -28,7 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from gpuloom.bus.jetstream import StreamFigures
+from gpuloom.bus.messages import StreamFigures
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import ClusterState
 from gpuloom.state.model import JobPhase
 from services.gateway.deps import Gateway
@@ -89,7 +90,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
     for key in sorted(count):
         gpus.add_metric(list(key), count[key])
         gpus_held.add_metric(list(key), held[key])
-        milli.add_metric(list(key), 1000 * count[key])
+        milli.add_metric(list(key), MILLI_PER_GPU * count[key])
         milli_held.add_metric(list(key), milli_used[key])
 
     placements = CounterMetricFamily(

@@ -23,7 +23,7 @@ from gpuloom.events.accounts import GPU_MILLI, QUOTA_MAX, RESOURCE
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
 from gpuloom.state import ClusterState
-from gpuloom.state.model import AccountState
+from gpuloom.state.tenancy import AccountState
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import AccountName, Gateway, GatewayDep
 from services.gateway.publish import publish

@@ -26,9 +26,9 @@ from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
 from services.gateway.deps import GatewayDep
 from services.gateway.publish import publish_batch
+from services.gateway.requests import JobRequest
 from services.gateway.routes_submit import (
     SUBMIT_RESPONSES,
-    JobRequest,
     accepted,
     checked_spec,
     submission_event,

@@ -57,7 +57,7 @@ async def dead_letters(
 ) -> DeadLetterList:
     """Messages a service could not handle and skipped, newest first, with the reason."""
     bus = gateway.live_bus()
-    total, letters = await read_dead_letters(bus, limit)
+    total, letters = await read_dead_letters(bus.js, bus.stream, limit)
     return DeadLetterList(
         stream=dead_letter_stream(bus.stream),
         total=total,

@@ -18,11 +18,11 @@ from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
 from gpuloom.decide.explain import Shared, explain, reason_text
 from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode
+from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
 from gpuloom.state.retention import owner
 from gpuloom.store.models import JobRow
-from services.agent.logs import MAX_TAIL
 from services.gateway.arrays import array_view
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
@@ -279,7 +279,7 @@ async def job_logs(
     gateway: GatewayDep,
     session: SessionDep,
     principal: PrincipalDep,
-    tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = 65536,  # what the agent sends
+    tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = DEFAULT_TAIL,
     replica: Annotated[int, Query(ge=0, le=1023, description="A gang's replica.")] = 0,
     attempt: Annotated[
         int | None, Query(ge=1, le=2**31 - 1, description="An earlier attempt; default: the last.")
@@ -296,11 +296,11 @@ async def job_logs(
     if replica or attempt is not None:
         node = await _host_of(bus, job_id, attempt or row.attempt, replica)
     assert node is not None
-    request = orjson.dumps(
-        {"job_id": job_id, "tail_bytes": tail_bytes, "replica": replica, "attempt": attempt}
-    )
+    request = LogsRequest(
+        job_id=job_id, tail_bytes=tail_bytes, replica=replica, attempt=attempt
+    ).model_dump_json()
     try:
-        reply = await bus.nc.request(agent_logs_subject(node), request, timeout=3)
+        reply = await bus.nc.request(agent_logs_subject(node), request.encode(), timeout=3)
     except (NatsError, TimeoutError) as exc:
         raise unavailable(f"the agent of node {node} did not answer: {exc}") from exc
     doc = orjson.loads(reply.data)

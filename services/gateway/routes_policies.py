@@ -21,8 +21,8 @@ from gpuloom.events.text import INT32_MAX, Remark, UserName
 from gpuloom.queueing.classes import classes, default_class
 from gpuloom.queueing.limits import cluster_limits, default_limits
 from gpuloom.state import ClusterState
-from gpuloom.state.model import IdentityLimits
-from gpuloom.state.model import PriorityClass as FoldedClass
+from gpuloom.state.tenancy import IdentityLimits
+from gpuloom.state.tenancy import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish

@@ -15,25 +15,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException
 from fastapi.exceptions import RequestValidationError
-from pydantic import ConfigDict, Field
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import submit_problem
 from gpuloom.decide.admission import resources_problem, time_limit_problem
-from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted
+from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
 from gpuloom.events.codec import new_event_id
-from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import (
-    LOADER_ENV_ALLOWED,
-    RESERVED_ENV_PATTERN,
     HeaderValue,
-    UserName,
     reserved_env_reason,
 )
 from gpuloom.state.retention import final_phase, owner
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
+from services.gateway.requests import JobRequest
 from services.gateway.schemas import Problem, Submitted
 from services.gateway.submit_policy import check_submit_limits, submission_spec
 
@@ -48,60 +44,6 @@ SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"model": Problem},
     413: {"model": Problem},
 }
-
-
-def _what_jobspec_checks(schema: dict[str, Any]) -> None:
-    """Say in the request's schema what JobSpec checks beyond its fields' types:
-    `command[0]` is not empty; `env` sets no variable the scheduler sets (`_check_env`);
-    a fraction (`gpu_milli`) needs `gpus >= 1` and is not from the physical pool;
-    `gpu_memory_mib` needs `gpu_milli`. (The cluster's MaxTime is a setting: apidocs.)"""
-    command = schema["properties"]["command"]
-    command["prefixItems"] = [{**command["items"], "minLength": 1}]
-    names = schema["properties"]["env"]["propertyNames"]
-    names["anyOf"] = [
-        {"not": {"pattern": RESERVED_ENV_PATTERN}},
-        {"enum": list(LOADER_ENV_ALLOWED)},
-    ]
-    fraction = {"required": ["gpu_milli"], "properties": {"gpu_milli": {"type": "integer"}}}
-    schema["allOf"] = [
-        {
-            "if": fraction,
-            "then": {"properties": {"gpus": {"minimum": 1}, "pool": {"enum": ["vgpu", "any"]}}},
-        },
-        {
-            "if": {
-                "required": ["gpu_memory_mib"],
-                "properties": {"gpu_memory_mib": {"type": "integer"}},
-            },
-            "then": fraction,
-        },
-    ]
-
-
-class JobRequest(JobSpec):
-    """A job as submitted: a JobSpec whose `user` may be left out (the token's user),
-    and whose `priority_class` and `priority` may be too (the default class, and its
-    priority)."""
-
-    model_config = ConfigDict(json_schema_extra=_what_jobspec_checks)
-
-    #: The job's user: the token's by default; another only for an operator.
-    user: UserName | None = Field(default=None)  # type: ignore[assignment]
-    #: At most the class's priority (an operator may set any); absent: the class's.
-    priority: int | None = Field(  # type: ignore[assignment]
-        default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX
-    )
-
-    def spec_for(self, user: str, priority: int = 0, priority_class: str | None = None) -> JobSpec:
-        """The JobSpec of this request with its user, class and priority decided."""
-        return JobSpec.model_validate(
-            {
-                **self.model_dump(),
-                "user": user,
-                "priority": priority,
-                "priority_class": priority_class,
-            }
-        )
 
 
 @router.post(
@@ -129,7 +71,7 @@ async def submit_job(
             return existing
     await check_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
     event = submission_event(spec, idempotency_key)
-    msg_id = f"submit:{idempotency_key}" if idempotency_key else None
+    msg_id = intents.submitted(idempotency_key) if idempotency_key else None
     recorded = await publish(gateway, event, msg_id, principal=principal)
     return accepted(recorded.event, "submitted")
 

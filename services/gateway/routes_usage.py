@@ -17,6 +17,7 @@ from pydantic import BeforeValidator
 from sqlalchemy import ColumnElement, false, func, or_, select
 
 from gpuloom.auth.policy import Scope, usage_scope
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
 from services.gateway.auth import PrincipalDep, accounts_of
 from services.gateway.deps import GatewayDep, SessionDep
@@ -132,11 +133,16 @@ async def usage(
     report = Usage(
         since=since,
         until=until,
-        accounts=[AccountUsage(account=a, gpu_seconds=ms / 1000, jobs=n) for a, ms, n in accounts],
-        users=[
-            UserUsage(user=u, account=a, gpu_seconds=ms / 1000, jobs=n) for u, a, ms, n in users
+        accounts=[
+            AccountUsage(account=a, gpu_seconds=ms / MILLI_PER_GPU, jobs=n) for a, ms, n in accounts
         ],
-        gpu_models=[ModelUsage(gpu_model=m, gpu_seconds=ms / 1000, jobs=n) for m, ms, n in models],
+        users=[
+            UserUsage(user=u, account=a, gpu_seconds=ms / MILLI_PER_GPU, jobs=n)
+            for u, a, ms, n in users
+        ],
+        gpu_models=[
+            ModelUsage(gpu_model=m, gpu_seconds=ms / MILLI_PER_GPU, jobs=n) for m, ms, n in models
+        ],
     )
     if format == "json":
         return report
@@ -193,14 +199,14 @@ async def usage_records(
                 account=r.account,
                 gpus=r.gpus,
                 seconds=r.seconds,
-                gpu_seconds=r.gpu_milli_seconds / 1000,
+                gpu_seconds=r.gpu_milli_seconds / MILLI_PER_GPU,
                 charged_at=r.charged_at,
             )
         else:
             runs[key] = seen.model_copy(
                 update={
                     "seconds": seen.seconds + r.seconds,
-                    "gpu_seconds": seen.gpu_seconds + r.gpu_milli_seconds / 1000,
+                    "gpu_seconds": seen.gpu_seconds + r.gpu_milli_seconds / MILLI_PER_GPU,
                     "charged_at": r.charged_at,
                 }
             )
@@ -243,5 +249,5 @@ async def _models_of_runs(
         )
         for job_id, attempt, model, milli in (await session.execute(query)).tuples():
             if (job_id, attempt) in wanted:
-                found.setdefault((job_id, attempt), {})[model] = int(milli or 0) / 1000
+                found.setdefault((job_id, attempt), {})[model] = int(milli or 0) / MILLI_PER_GPU
     return found

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
@@ -24,12 +23,10 @@ from gpuloom.events import JobSpec
 from gpuloom.queueing.classes import class_named, class_use_problem, classes, default_class
 from gpuloom.queueing.limits import active_counts, identities, submit_limit_problem
 from gpuloom.state import ClusterState
-from gpuloom.state.model import CLUSTER_TOTAL
+from gpuloom.state.tenancy import CLUSTER_TOTAL
 from services.gateway.auth import forbidden
 from services.gateway.deps import Gateway
-
-if TYPE_CHECKING:
-    from services.gateway.routes_submit import JobRequest
+from services.gateway.requests import JobRequest
 
 log = logging.getLogger(__name__)
 

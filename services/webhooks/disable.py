@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from gpuloom.bus import EventBus, Outgoing
-from gpuloom.events import encode, make_envelope, subject_for
+from gpuloom.events import encode, intents, make_envelope, subject_for
 from gpuloom.events.webhooks import WebhookDisabled
 from gpuloom.state import ClusterState
 from gpuloom.telemetry import inject
@@ -33,7 +33,7 @@ def disabler(bus: EventBus, state: Callable[[], ClusterState], timeout_s: float)
         log.warning("webhooks: disabling %s (%s): %s", hook_id, redacted(hook.url), reason)
         event = WebhookDisabled(webhook_id=hook_id, reason=reason)
         envelope = make_envelope(event, at=datetime.now(UTC), by=SERVICE, correlation_id=hook_id)
-        headers = inject({"Nats-Msg-Id": f"{hook_id}:disabled"})
+        headers = inject({"Nats-Msg-Id": intents.webhook_disabled(hook_id)})
         try:
             await bus.publish(Outgoing(subject_for(event), encode(envelope), headers), timeout_s)
         except Exception as exc:

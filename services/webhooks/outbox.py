@@ -44,7 +44,7 @@ from gpuloom.webhooks.policy import backlog_problem, gets
 
 log = logging.getLogger(__name__)
 
-#: The durable consumer's name (`gpuloom.bus.identities.DURABLES`: the webhooks
+#: The durable consumer's name (`gpuloom.bus.jsapi.DURABLES`: the webhooks
 #: identity's own).
 DURABLE = "webhooks"
 #: Events taken per fetch (and unacknowledged at most).

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.config import Settings
 from gpuloom.state import ClusterState
-from gpuloom.state.model import Webhook
+from gpuloom.state.tenancy import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.tasks import cancel_and_wait
 from gpuloom.webhooks.policy import next_delay, outcome, retry_after_s

@@ -18,7 +18,8 @@ from nats.js.errors import NotFoundError
 from test_bus_permissions import STREAM, body, connect_as, server_of
 
 from gpuloom.bus import EventBus
-from gpuloom.bus.identities import BASE_BUCKET, SERVICES, bucket_of
+from gpuloom.bus.identities import SERVICES
+from gpuloom.bus.jsapi import BASE_BUCKET, bucket_of
 from gpuloom.devstack import REPO_ROOT, Stack
 from gpuloom.events import JobSubmitted, subject_for
 from gpuloom.testing.builders import make_job_spec

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.archive import read_archive
-from gpuloom.bus.identities import BASE_BUCKET, bucket_of
+from gpuloom.bus.jsapi import BASE_BUCKET, bucket_of
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.cli import app
 from gpuloom.devstack import wait_http

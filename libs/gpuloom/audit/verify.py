@@ -38,7 +38,7 @@ from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
 from gpuloom.audit.workers import can_fork, collector_paused, run_parts
 from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
-from gpuloom.placement.index_cache import IndexCache
+from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.registry import PolicyRegistry, default_registry
 from gpuloom.state import ClusterState, apply
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuloom.auth.tokens import Principal
-from gpuloom.state.model import AccountState
+from gpuloom.state.tenancy import AccountState
 
 Accounts = Mapping[str, AccountState]
 

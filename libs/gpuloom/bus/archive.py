@@ -30,7 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpuloom.bus.jetstream import EventBus, Incoming
+from gpuloom.bus.jetstream import EventBus
+from gpuloom.bus.messages import Incoming
 
 FORMAT = "gpuloom-log-archive"
 VERSION = 1

@@ -21,16 +21,16 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import orjson
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from gpuloom.bus.messages import Incoming
 from gpuloom.bus.streams import DEAD_LETTER_PREFIX, dead_letter_stream
+from gpuloom.events import intents
 from gpuloom.telemetry.metrics import DEAD_LETTERS
-
-if TYPE_CHECKING:
-    from gpuloom.bus.jetstream import EventBus, Incoming
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class DeadLetter:
     envelope_id: str | None = None
 
     def msg_id(self) -> str | None:
-        return f"{self.service}:{self.seq}" if self.seq is not None else None
+        return intents.dead_letter(self.service, self.seq) if self.seq is not None else None
 
     def encode(self) -> bytes:
         excerpt, encoding = excerpt_of(self.body)
@@ -124,10 +124,14 @@ def envelope_id_of(body: bytes) -> str | None:
 
 
 class DeadLetters:
-    """The dead-letter outbox of one service on one bus (get it with `bus.dead_letters`)."""
+    """The dead-letter outbox of one service on one bus (get it with `bus.dead_letters`):
+    it writes to the dead-letter stream of the log stream `stream`."""
 
-    def __init__(self, bus: EventBus, service: str, publish_timeout_s: float = 2.0) -> None:
-        self.bus = bus
+    def __init__(
+        self, js: JetStreamContext, stream: str, service: str, publish_timeout_s: float = 2.0
+    ) -> None:
+        self.js = js
+        self.stream = stream
         self.service = service
         self.publish_timeout_s = publish_timeout_s
         self.published = 0
@@ -201,19 +205,19 @@ class DeadLetters:
     async def _publish(self, letter: DeadLetter) -> bool:
         """Publish one dead letter; True when the stream already had it (Nats-Msg-Id)."""
         msg_id = letter.msg_id()
-        ack = await self.bus.js.publish(
+        ack = await self.js.publish(
             dead_letter_subject(letter.service, letter.source),
             letter.encode(),
             timeout=self.publish_timeout_s,
-            stream=dead_letter_stream(self.bus.stream),
+            stream=dead_letter_stream(self.stream),
             headers={"Nats-Msg-Id": msg_id} if msg_id else None,
         )
         return bool(ack.duplicate)
 
     async def _last_covered_seq(self) -> int:
         try:
-            last = await self.bus.js.get_last_msg(
-                dead_letter_stream(self.bus.stream), dead_letter_subject(self.service, "log")
+            last = await self.js.get_last_msg(
+                dead_letter_stream(self.stream), dead_letter_subject(self.service, "log")
             )
             seq = orjson.loads(last.data or b"{}").get("seq")
         except NotFoundError:
@@ -228,22 +232,24 @@ def _where(letter: DeadLetter) -> str:
     return f"seq {letter.seq}" if letter.seq is not None else letter.subject
 
 
-async def read_dead_letters(bus: EventBus, limit: int) -> tuple[int, list[dict[str, Any]]]:
+async def read_dead_letters(
+    js: JetStreamContext, stream: str, limit: int
+) -> tuple[int, list[dict[str, Any]]]:
     """(how many the stream holds, the newest `limit` of them, newest first).
 
     Each is the stored JSON plus `dlq_seq`; an entry that is not JSON (someone
     else wrote on `gpuloom.dlq.>`) comes back as its excerpt. No stream: (0, []).
     """
-    name = dead_letter_stream(bus.stream)
+    name = dead_letter_stream(stream)
     try:
-        info = await bus.js.stream_info(name)
+        info = await js.stream_info(name)
     except NotFoundError:
         return 0, []
     letters: list[dict[str, Any]] = []
     seq, first = int(info.state.last_seq), int(info.state.first_seq)
     while seq >= max(first, 1) and len(letters) < limit:
         try:
-            stored = await bus.js.get_msg(name, seq=seq)
+            stored = await js.get_msg(name, seq=seq)
         except NotFoundError:  # deleted, or aged out while reading
             seq -= 1
             continue

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -20,55 +18,11 @@ from nats.js.errors import NotFoundError
 
 from gpuloom.bus.deadletters import DeadLetters
 from gpuloom.bus.follower import follow_pull
+from gpuloom.bus.messages import Incoming, Outgoing, StreamFigures
 from gpuloom.bus.streams import Expected, check_streams, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
 log = logging.getLogger(__name__)
-
-
-#: The most messages a follower of the log (`follow`) holds delivered but not yet
-#: folded. A process that folds slower than the server delivers (the gateway writing
-#: rows as it replays a long log) would otherwise hold the log itself in memory
-#: (a gigabyte for a million events, measured); bounded, it holds a few megabytes
-#: and the server keeps the rest.
-INBOX_LIMIT = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class StreamFigures:
-    """The stream's size as the server reports it: what `/metrics` shows operators, so
-    the log's growth (rate of `bytes`) is watched before the disk fills."""
-
-    messages: int
-    bytes: int
-    first_seq: int
-    last_seq: int
-    #: When the stream was created (ISO 8601; "" where the server does not say): which
-    #: log this is, since a stream made anew under the same name restarts at seq 1.
-    created: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One message to publish: subject, encoded body, headers (Nats-Msg-Id, traceparent)."""
-
-    subject: str
-    body: bytes
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Incoming:
-    """One message read from the stream."""
-
-    seq: int
-    subject: str
-    body: bytes
-    headers: dict[str, str]
-    #: Messages still in the stream after this one when it was delivered.
-    pending: int
-    #: When the stream stored it (JetStream's own timestamp; None where unknown).
-    stored_at: datetime | None = None
 
 
 class EventBus:
@@ -138,7 +92,7 @@ class EventBus:
     def dead_letters(self, service: str) -> DeadLetters:
         """The dead-letter outbox of `service` on this bus (one per service)."""
         if service not in self._dead_letters:
-            self._dead_letters[service] = DeadLetters(self, service)
+            self._dead_letters[service] = DeadLetters(self.js, self.stream, service)
         return self._dead_letters[service]
 
     async def close(self, drain_timeout_s: float = 3.0) -> None:
@@ -279,7 +233,7 @@ class EventBus:
 
     async def drop_durable(self, durable: str) -> bool:
         """Delete the durable consumer `durable` of the log if it exists (one an older
-        version kept, `gpuloom.bus.identities.DURABLES`); True when one was deleted."""
+        version kept, `gpuloom.bus.jsapi.DURABLES`); True when one was deleted."""
         try:
             return bool(await self.js.delete_consumer(self.stream, durable))
         except NotFoundError:

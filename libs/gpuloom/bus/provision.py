@@ -28,7 +28,8 @@ from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BadRequestError, NotFoundError
 
-from gpuloom.bus.identities import BASE_BUCKET, SERVICES, bucket_of
+from gpuloom.bus.identities import SERVICES
+from gpuloom.bus.jsapi import BASE_BUCKET, bucket_of
 from gpuloom.bus.streams import Expected, ensure_streams
 
 log = logging.getLogger(__name__)

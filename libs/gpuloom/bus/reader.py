@@ -12,8 +12,9 @@ from typing import Any
 
 from gpuloom.bus.archive import MANIFEST, ArchiveError, load_manifest, read_archive
 from gpuloom.bus.credentials import connect_options
-from gpuloom.bus.identities import SERVICES, SNAPSHOT_BUCKET_PREFIX, bucket_of
+from gpuloom.bus.identities import SERVICES
 from gpuloom.bus.jetstream import EventBus
+from gpuloom.bus.jsapi import SNAPSHOT_BUCKET_PREFIX, bucket_of
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import load_settings
 from gpuloom.events import MalformedEvent, Recorded, decode

@@ -31,7 +31,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
-from gpuloom.bus.identities import bucket_of
+from gpuloom.bus.jsapi import bucket_of
 from gpuloom.bus.provision import Bucket, create_bucket
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ from gpuloom.bus.archive import (
     verify_archive,
 )
 from gpuloom.bus.credentials import connect_options
-from gpuloom.bus.identities import BASE_BUCKET
 from gpuloom.bus.jetstream import EventBus
+from gpuloom.bus.jsapi import BASE_BUCKET
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.context import emit, fail
 from gpuloom.client.logcmds import resolve_nats_url

@@ -24,6 +24,7 @@ from gpuloom.client.schema import (
     UsageRecord,
 )
 from gpuloom.decide.explain import reason_text
+from gpuloom.events.units import MILLI_PER_CPU
 
 STATE_STYLES: dict[str, str] = {
     "succeeded": "green",
@@ -200,7 +201,7 @@ def _mib(value: int) -> str:
 
 
 def _cores(cpu_milli: int) -> str:
-    return f"{cpu_milli / 1000:g}" if cpu_milli else "-"
+    return f"{cpu_milli / MILLI_PER_CPU:g}" if cpu_milli else "-"
 
 
 def _node_state(node: Node) -> str:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpuloom.events import Decision, UsageCharged
+from gpuloom.events import Decision, UsageCharged, intents
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import ClusterState, JobState, Run
 
 
-def _msg_id(job_id: str, attempt: int, part: int, interim: bool) -> str:
-    suffix = f":p{part}" if part else ""
-    return f"{job_id}:{'charged-interim' if interim else 'charged'}:{attempt}{suffix}"
-
-
 def _charge(job: JobState, run: Run, end: datetime, final: bool) -> UsageCharged:
-    milli = run.gpu_milli or run.gpus * 1000
+    milli = run.gpu_milli or run.gpus * MILLI_PER_GPU
     since = run.charged_until or run.started_at
     total = run.gpu_milli_seconds() if final else run.milli_seconds_until(end, milli)
     by_model = {
@@ -53,7 +49,7 @@ def decide_charges(
             if run.ended_at is None or run.attempt in job.charged_attempts:
                 continue
             event = _charge(job, run, run.ended_at, final=True)
-            msg_id = _msg_id(job_id, run.attempt, run.charges, interim=False)
+            msg_id = intents.charged(job_id, run.attempt, run.charges, interim=False)
             decisions.append(Decision(event, msg_id, job.last_event_id))
     if now is None or interval is None:
         return decisions
@@ -64,6 +60,6 @@ def decide_charges(
         if current is None or now - (current.charged_until or current.started_at) < interval:
             continue
         event = _charge(job, current, now, final=False)
-        msg_id = _msg_id(job_id, current.attempt, current.charges, interim=True)
+        msg_id = intents.charged(job_id, current.attempt, current.charges, interim=True)
         decisions.append(Decision(event, msg_id, job.last_event_id))
     return decisions

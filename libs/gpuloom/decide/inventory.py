@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuloom.events import Decision, NodeLost, NodeRecovered, NodeRegistered, NodeSpec
+from gpuloom.events import Decision, NodeLost, NodeRecovered, NodeRegistered, NodeSpec, intents
 from gpuloom.state import ClusterState, registration_conflict
 
 
@@ -118,7 +118,7 @@ def inventory_round(
         except Exception as exc:
             result.skipped.append((name, f"{type(exc).__name__}: {exc}"))
             continue
-        result.decisions.append(Decision(event, f"{name}:lost:{state.seq}"))
+        result.decisions.append(Decision(event, intents.node_lost(name, state.seq)))
     return result
 
 
@@ -131,9 +131,11 @@ def _from_heartbeat(
     if node is None or node.spec.fingerprint != beat.spec.fingerprint:
         if registration_conflict(name, node, beat.spec) is not None:
             return None  # the fold would void it; the agent's log says why
-        return Decision(NodeRegistered(node=name, spec=beat.spec), f"{name}:registered:{state.seq}")
+        return Decision(
+            NodeRegistered(node=name, spec=beat.spec), intents.node_registered(name, state.seq)
+        )
     if node.phase == "lost":
-        return Decision(NodeRecovered(node=name), f"{name}:recovered:{state.seq}")
+        return Decision(NodeRecovered(node=name), intents.node_recovered(name, state.seq))
     return None
 
 

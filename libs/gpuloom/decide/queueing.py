@@ -4,7 +4,7 @@ is a query, `gpuloom.queueing.order`)."""
 from __future__ import annotations
 
 from gpuloom.decide.turns import ROUND, in_turns
-from gpuloom.events import Decision, JobCancelled, JobQueued, QueuePolicySet
+from gpuloom.events import Decision, JobCancelled, JobQueued, QueuePolicySet, intents
 from gpuloom.queueing.order import dependency_status
 from gpuloom.state import ClusterState
 
@@ -16,13 +16,15 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
     decisions: list[Decision] = []
     current = state.queue_policy or QueuePolicySet()
     if policy is not None and policy != current:
-        decisions.append(Decision(policy, f"queue-policy:{state.seq}"))
+        decisions.append(Decision(policy, intents.queue_policy(state.seq)))
     pending = (state.jobs[j] for j in state.cancel_pending)
     cancelled = (j for j in pending if j.phase in ("submitted", "admitted", "queued"))
     for unit in in_turns(cancelled, arrays=False):  # a task's cancel is its own
         job = unit.first
         decisions.append(
-            Decision(JobCancelled(job_id=job.job_id), f"{job.job_id}:cancelled", job.last_event_id)
+            Decision(
+                JobCancelled(job_id=job.job_id), intents.cancelled(job.job_id), job.last_event_id
+            )
         )
     for job_id in sorted(state.queued_with_dependencies, key=lambda j: state.jobs[j].order):
         job = state.jobs[job_id]
@@ -33,7 +35,7 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
             decisions.append(
                 Decision(
                     JobCancelled(job_id=job_id, reason=f"DependencyNeverSatisfied: {why}"),
-                    f"{job_id}:cancelled",
+                    intents.cancelled(job_id),
                     job.last_event_id,
                 )
             )

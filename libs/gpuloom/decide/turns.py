@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 
+from gpuloom.events import intents
 from gpuloom.state import JobState
 
 #: The most units (events) one round of admission or of the queue answers.
@@ -45,14 +46,14 @@ class Unit:
             return self.first.array_id
         return self.first.job_id
 
-    def msg_id(self, what: str) -> str:
+    def msg_id(self, what: intents.Answer) -> str:
         """The answer's intent key: `<job>:<what>` for one job, as always; for an array
         the tasks it covers and their latest event too, since an array's tasks may be
         answered in more than one go (some cancelled, some admitted later)."""
         if len(self.jobs) == 1:
-            return f"{self.first.job_id}:{what}"
+            return intents.answered(self.first.job_id, what)
         latest = max(job.last_seq for job in self.jobs)
-        return f"{self.answered_id}:{what}:{len(self.jobs)}:{latest}"
+        return intents.answered_tasks(self.answered_id, what, len(self.jobs), latest)
 
 
 def units(jobs: Iterable[JobState], *, arrays: bool = True) -> list[Unit]:

@@ -18,6 +18,7 @@ from gpuloom.events.text import (
     ModelName,
     UserName,
 )
+from gpuloom.events.units import MILLI_PER_GPU
 
 
 class Dependency(BaseModel):
@@ -94,4 +95,4 @@ class JobSpec(BaseModel):
     @property
     def share_milli(self) -> int:
         """Milli-GPU per GPU: the fraction, or 1000 for whole GPUs."""
-        return self.gpu_milli if self.gpu_milli is not None else 1000
+        return self.gpu_milli if self.gpu_milli is not None else MILLI_PER_GPU

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuloom.events.base import JobEvent
+from gpuloom.events.units import MILLI_PER_GPU
 
 
 class PolicyRef(BaseModel):
@@ -28,7 +29,7 @@ class SliceRef(BaseModel):
     node: str
     index: int = Field(ge=0)
     uuid: str
-    milli: int = Field(ge=1, le=1000)
+    milli: int = Field(ge=1, le=MILLI_PER_GPU)
     memory_mib: int = Field(ge=0)
 
 
@@ -75,7 +76,7 @@ class JobPlaced(JobEvent):
             ReplicaAssignment(
                 host=self.node,
                 slices=[
-                    SliceRef(node=self.node, index=i, uuid=u, milli=1000, memory_mib=0)
+                    SliceRef(node=self.node, index=i, uuid=u, milli=MILLI_PER_GPU, memory_mib=0)
                     for i, u in zip(self.gpu_indexes, self.gpu_uuids, strict=False)
                 ],
             )

@@ -6,7 +6,7 @@ simulator (`gpuloom sim`).
 
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
-from gpuloom.placement.index_cache import IndexCache
+from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import (
     FGD,

@@ -25,9 +25,11 @@ from gpuloom.events import (
     QueuePolicySet,
     ReplicaAssignment,
     SliceRef,
+    intents,
 )
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy
-from gpuloom.placement.index_cache import IndexCache
+from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.inputs import (
     candidate_of,
     context_for,
@@ -41,7 +43,6 @@ from gpuloom.placement.resources import (
     Placement,
 )
 from gpuloom.placement.scheduling import (
-    Candidate,
     Placed,
     Preempted,
     find_reservation,
@@ -109,7 +110,7 @@ def placement_cycle(
     Jobs held by quota or dependencies are skipped; the rest are placed,
     preempt, get the reservation or backfill as the log's QueuePolicySet says.
     `kept` carries the node index from one cycle to the next (same decisions,
-    fewer scores: `gpuloom.placement.index_cache`).
+    fewer scores: `gpuloom.placement.incremental.index_cache`).
     """
     views = node_views(state) if kept is None else kept.views_of(state)
     if not views:
@@ -172,7 +173,7 @@ def placement_cycle(
             )
             decisions.append(
                 Decision(
-                    event, f"{job.job_id}:placed:{event.attempt}:{state.seq}", job.last_event_id
+                    event, intents.placed(job.job_id, event.attempt, state.seq), job.last_event_id
                 )
             )
         elif isinstance(outcome, Preempted):
@@ -187,7 +188,9 @@ def placement_cycle(
                     **common,
                 )
                 decisions.append(
-                    Decision(preempted, f"{job.job_id}:preempted:{job.attempt}", job.last_event_id)
+                    Decision(
+                        preempted, intents.preempted(job.job_id, job.attempt), job.last_event_id
+                    )
                 )
         else:
             reservation = outcome.reservation
@@ -202,6 +205,6 @@ def placement_cycle(
                 **common,
             )
             decisions.append(
-                Decision(reserved, f"{job.job_id}:reserved:{state.seq}", job.last_event_id)
+                Decision(reserved, intents.reserved(job.job_id, state.seq), job.last_event_id)
             )
     return decisions

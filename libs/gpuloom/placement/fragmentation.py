@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuloom.placement.resources import WHOLE, NodeView, Request
+from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.placement.resources import NodeView, Request
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ def usable(models: frozenset[str], share: int, model: str, pool: str) -> bool:
     """May a shape asking `share` of a GPU of `models` (empty: any) use a GPU of `model` in
     `pool`: its model allowed, and a vGPU, or a physical GPU for a whole-GPU shape. (Room
     for the share is the caller's question.)"""
-    return (not models or model in models) and (pool == "vgpu" or share >= WHOLE)
+    return (not models or model in models) and (pool == "vgpu" or share >= MILLI_PER_GPU)
 
 
 #: Bits of one part's lane in `FragmentationMeter.lanes`: GPUs that fit the part, and

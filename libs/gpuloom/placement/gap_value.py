@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.fragmentation import Workload
-from gpuloom.placement.resources import WHOLE
 
 #: c above: how long a gap waits, relative to the share of requests that fit it.
 COMPETITION = Fraction(1, 5)
@@ -40,13 +40,13 @@ def gap_values(workload: Workload, competition: Fraction = COMPETITION) -> tuple
     """W(f) for f = 0..1000 milli of one GPU, in milli (see the module's docstring)."""
     weights: Counter[int] = Counter()
     for shape, weight in workload.shapes:
-        if shape.gpus and 0 < shape.gpu_milli <= WHOLE:  # a share of 0 would fill nothing
+        if shape.gpus and 0 < shape.gpu_milli <= MILLI_PER_GPU:  # a share of 0 would fill nothing
             weights[shape.gpu_milli] += weight * shape.gpus
     total = sum(weights.values())
     sizes = sorted(weights)
     c = float(competition)
-    values = [0.0] * (WHOLE + 1)
-    for free in range(1, WHOLE + 1):
+    values = [0.0] * (MILLI_PER_GPU + 1)
+    for free in range(1, MILLI_PER_GPU + 1):
         fitting = [size for size in sizes if size <= free]
         if not fitting:
             values[free] = float(free)

@@ -13,12 +13,14 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from gpuloom.events import JobSpec
+from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
-from gpuloom.placement.holdings import HeldSum, Holding
+from gpuloom.placement.holdings import Holding
 from gpuloom.placement.resources import GpuView, NodeView, Pool, ReplicaPlacement, Request, Slice
 from gpuloom.placement.scarcity import with_scarcity
-from gpuloom.placement.scheduling import Candidate, Reservation
+from gpuloom.placement.scheduling import Reservation
 from gpuloom.queueing.order import upfront_demand
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.model import RECENT_SPECS_KEPT, NodeState
@@ -56,7 +58,7 @@ def node_view(node: NodeState, rank: int, *, idle: bool = False) -> NodeView:
     # is summed in one pass over each GPU's holders, not two
     gpus = []
     for _, gpu in sorted(node.gpus.items()):
-        milli, memory = 1000, gpu.memory_mib
+        milli, memory = MILLI_PER_GPU, gpu.memory_mib
         if not idle:
             for held_milli, held_memory in gpu.holders.values():
                 milli -= held_milli
@@ -191,138 +193,23 @@ def holdings_of(state: ClusterState) -> list[Holding]:
         if cached is not None and cached[0] == key:
             holdings.append(cast(Holding, cached[1]))
             continue
-        holding = _holding(state, job, began)
+        holding = holding_of(state, job, began)
         job.derived["holding"] = (key, holding)
         holdings.append(holding)
     return holdings
 
 
-class KeptHoldings:
-    """`holdings_of(state)`, kept from one cycle to the next.
-
-    A job's holding changes only with an event about the job, and every such event
-    moves the job to the end of the fold's `ClusterState.job_feed`. So a cycle reads
-    only the jobs fed since it last looked, re-makes their holdings, and keeps the
-    rest where they stand in placement order: a full cluster holds tens of thousands
-    of running jobs, and building and sorting all their holdings was a fifth of a
-    cycle with a blocked job. What it keeps is also split for the reservation search
-    (`by_end`), and the jobs whose victims are still stopping are known (`awaiting`).
-    """
-
-    def __init__(self) -> None:
-        self._state: ClusterState | None = None
-        self._seq = -1  # the state's `seq` when last refreshed
-        #: job id -> (the job's `last_seq` when its holding was made, the holding)
-        self._held: dict[str, tuple[int, Holding]] = {}
-        #: The holdings in placement order (`_placement_order`), by job.
-        self._ordered: dict[str, Holding] = {}
-        #: The holdings with an end (`ends_at`), by job, and the sum of those without.
-        self._timed: dict[str, Holding] = {}
-        self._unbounded = HeldSum()
-        #: All of them summed (`gpuloom.placement.released`).
-        self._everything = HeldSum()
-        #: Preempted jobs still on a node -> the job they were preempted for.
-        self._preempted_for: dict[str, str] = {}
-
-    def of(self, state: ClusterState) -> list[Holding]:
-        """`holdings_of(state)`."""
-        self._refresh(state)
-        return list(self._ordered.values())
-
-    def by_end(self, state: ClusterState) -> tuple[list[Holding], HeldSum]:
-        """The same holdings split for the reservation search: those with an end (in no
-        particular order), and the sum of those without one (do not change it)."""
-        self._refresh(state)
-        return list(self._timed.values()), self._unbounded
-
-    def everything(self, state: ClusterState) -> HeldSum:
-        """The sum of every holding (do not change it)."""
-        self._refresh(state)
-        return self._everything
-
-    def awaiting(self, state: ClusterState) -> frozenset[str]:
-        """The jobs that preempted a job still on a node (they wait for it to stop)."""
-        self._refresh(state)
-        return frozenset(self._preempted_for.values())
-
-    def _refresh(self, state: ClusterState) -> None:
-        if state is self._state and state.seq == self._seq:
-            return  # nothing folded since (a pass asks up to three times)
-        if state is not self._state or state.feed_trimmed > self._seq:
-            # a new state, or a job left the feed that this cache never saw leave
-            self._state, self._held, self._ordered = state, {}, {}
-            self._timed, self._unbounded, self._preempted_for = {}, HeldSum(), {}
-            self._everything = HeldSum()
-            changed: Iterable[str] = {j for jobs in state.on_node.values() for j in jobs}
-        else:
-            changed = []
-            for job_id, seq in reversed(state.job_feed.items()):
-                if seq <= self._seq:
-                    break
-                changed.append(job_id)
-        self._seq = state.seq
-        jobs, held, ordered = state.jobs, self._held, self._ordered
-        added = []
-        for job_id in changed:
-            job = jobs.get(job_id)
-            on = job is not None and _on_a_node(state, job)
-            entry = held.get(job_id)
-            if entry is not None:
-                if on and job is not None and job.last_seq == entry[0]:
-                    continue
-                del held[job_id]
-                self._file(job_id, entry[1], None, -1)
-                if not on:
-                    del ordered[job_id]
-                    continue
-            elif not on:
-                continue
-            assert job is not None
-            run = job.current_run()
-            holding = _holding(state, job, run.started_at if run else job.placed_at)
-            held[job_id] = (job.last_seq, holding)
-            self._file(job_id, holding, job.preempted_by, 1)
-            if entry is not None and entry[1].order == holding.order:
-                ordered[job_id] = holding  # where it stood: its place in the order is as it was
-            else:
-                if entry is not None:
-                    del ordered[job_id]
-                added.append(holding)
-        if not added:
-            return
-        added.sort(key=_placement_order)
-        last = next(reversed(ordered.values()), None)
-        if last is not None and _placement_order(added[0]) < _placement_order(last):
-            every = sorted([*ordered.values(), *added], key=_placement_order)
-            self._ordered = {holding.job_id: holding for holding in every}
-        else:
-            ordered.update((holding.job_id, holding) for holding in added)
-
-    def _file(self, job_id: str, holding: Holding, preempted_for: str | None, sign: int) -> None:
-        self._everything.add(holding, sign)
-        if holding.ends_at is None:
-            self._unbounded.add(holding, sign)
-        elif sign > 0:
-            self._timed[job_id] = holding
-        else:
-            del self._timed[job_id]
-        if sign < 0:
-            self._preempted_for.pop(job_id, None)
-        elif preempted_for is not None:
-            self._preempted_for[job_id] = preempted_for
-
-
-def _on_a_node(state: ClusterState, job: JobState) -> bool:
+def on_a_node(state: ClusterState, job: JobState) -> bool:
     """What `holdings_of` counts as running: the job is on one of the nodes it holds."""
     on_node = state.on_node
     return any(job.job_id in on_node.get(name, ()) for name in job.nodes_held())
 
 
-def _placement_order(holding: Holding) -> tuple[int, str]:
+def placement_order(holding: Holding) -> tuple[int, str]:
     return (holding.order, holding.job_id)
 
 
-def _holding(state: ClusterState, job: JobState, began: datetime | None) -> Holding:
+def holding_of(state: ClusterState, job: JobState, began: datetime | None) -> Holding:
     limit = job.spec.time_limit_s
     ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
     if job.preempted_at is not None:

@@ -5,15 +5,11 @@ and what it took is charged to each afterwards."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import NodeIndex
 from gpuloom.placement.resources import Placement
 from gpuloom.queueing.quota import QuotaBook
-
-if TYPE_CHECKING:
-    from gpuloom.placement.scheduling import Candidate
-
 
 #: The cluster's GPU models and pools, or () when no model or pool quota exists.
 Where = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]

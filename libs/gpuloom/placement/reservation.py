@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
 from gpuloom.placement.holdings import HeldSum, Holding, release_all, scratch
 from gpuloom.placement.resources import Placement, ReplicaPlacement, fits_locally
-
-if TYPE_CHECKING:
-    from gpuloom.placement.scheduling import Candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +127,7 @@ def find_reservation(
     a node to come back, say). The search runs on a scratch copy of the views.
     `unbounded`: more running jobs, without a time limit, summed (`HeldSum`); they
     end last, with those of `holdings` that have no limit. `released`: the views with
-    all of them given back (`gpuloom.placement.released`), for the last step; it is
+    all of them given back (`gpuloom.placement.incremental.released`), for the last step; it is
     left as it was found.
     """
     views, request = index, candidate.request

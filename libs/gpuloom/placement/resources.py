@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuloom.events.units import MILLI_PER_GPU
+
 Pool = Literal["physical", "vgpu"]
 PoolChoice = Literal["physical", "vgpu", "any"]
 Locality = Literal["local-only", "local-first", "any"]
-
-WHOLE = 1000  # milli-GPU in one GPU
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class GpuView:
     model: str
     pool: Pool
     memory_mib: int
-    milli_free: int = WHOLE
+    milli_free: int = MILLI_PER_GPU
     memory_free_mib: int = -1  # -1: all of memory_mib (set in __post_init__)
 
     def __post_init__(self) -> None:
@@ -41,7 +41,7 @@ class GpuView:
 
     @property
     def idle(self) -> bool:
-        return self.milli_free == WHOLE and self.memory_free_mib == self.memory_mib
+        return self.milli_free == MILLI_PER_GPU and self.memory_free_mib == self.memory_mib
 
 
 @dataclass(slots=True)
@@ -114,7 +114,7 @@ class Request:
     """
 
     gpus: int = 0
-    gpu_milli: int = WHOLE
+    gpu_milli: int = MILLI_PER_GPU
     gpu_memory_mib: int | None = None
     cpu_milli: int = 0
     memory_mib: int = 0
@@ -128,7 +128,7 @@ class Request:
 
     @property
     def fractional(self) -> bool:
-        return 0 < self.gpu_milli < WHOLE
+        return 0 < self.gpu_milli < MILLI_PER_GPU
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -141,7 +141,7 @@ class Request:
             return gpu.memory_mib  # a whole GPU comes with all its memory
         if self.gpu_memory_mib is not None:
             return self.gpu_memory_mib
-        return -(-gpu.memory_mib * self.gpu_milli // WHOLE)  # ceiling share
+        return -(-gpu.memory_mib * self.gpu_milli // MILLI_PER_GPU)  # ceiling share
 
     def shape(self) -> tuple[object, ...]:
         """What a per-request cache may key on (everything that affects a decision)."""
@@ -239,13 +239,13 @@ def fits_locally(request: Request, node: NodeView) -> bool:
     if need == 0:
         return True
     models, milli, memory, count = request.models, request.gpu_milli, request.gpu_memory_mib, 0
-    if 0 < milli < WHOLE:  # a fraction: a vGPU with room for the share and its memory
+    if 0 < milli < MILLI_PER_GPU:  # a fraction: a vGPU with room for the share and its memory
         if request.pool == "physical":
             return False
         for gpu in node.gpus:
             if gpu.pool != "vgpu" or gpu.milli_free < milli or (models and gpu.model not in models):
                 continue
-            share = memory if memory is not None else -(-gpu.memory_mib * milli // WHOLE)
+            share = memory if memory is not None else -(-gpu.memory_mib * milli // MILLI_PER_GPU)
             if gpu.memory_free_mib >= share:
                 count += 1
                 if count >= need:
@@ -253,7 +253,7 @@ def fits_locally(request: Request, node: NodeView) -> bool:
         return False
     pool = request.pool  # whole GPUs: idle ones of the pool, the models, enough memory
     for gpu in node.gpus:
-        if gpu.milli_free != WHOLE or gpu.memory_free_mib != gpu.memory_mib:
+        if gpu.milli_free != MILLI_PER_GPU or gpu.memory_free_mib != gpu.memory_mib:
             continue
         if (models and gpu.model not in models) or (pool != "any" and gpu.pool != pool):
             continue

@@ -27,11 +27,12 @@ epoch (exact both ways with the events' datetimes); nothing here reads a clock, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.holdings import HeldSum, Holding, scratch
 from gpuloom.placement.preemption import choose_victims
@@ -54,7 +55,6 @@ PreemptReason = Literal["priority", "reclaim"]
 
 __all__ = [
     "Backfill",
-    "Candidate",
     "Outcome",
     "Placed",
     "Preempted",
@@ -64,32 +64,6 @@ __all__ = [
     "find_reservation",
     "schedule",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pending job as the scheduler sees it."""
-
-    job_id: str
-    request: Request
-    time_limit_s: int | None = None
-    priority_class: int = 0
-    account: str = ""
-    #: What the job takes of the quota resources known before placement
-    #: (`gpu_milli`, `gpus`); its model and pool ones follow from where it lands.
-    demand: Mapping[str, int] = field(default_factory=dict)
-    preemptible: bool = False
-    #: Jobs were already stopped for it and have not ended yet: it preempts no more.
-    awaiting_victims: bool = False
-    #: Its user, for the per-identity GPU maxima ("": none checked).
-    user: str = ""
-    #: Its priority class lets it preempt (`PriorityClassSet.may_preempt`); a job
-    #: whose class may not never stops another, for priority or to reclaim quota.
-    may_preempt: bool = True
-
-    @property
-    def demand_milli(self) -> int:
-        return self.demand.get(GPU_MILLI, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from gpuloom.events import JobSpec
 from gpuloom.events.policies import BUILTIN_CLASS
 from gpuloom.state import ClusterState
-from gpuloom.state.model import PriorityClass
+from gpuloom.state.tenancy import PriorityClass
 
 #: The class a cluster has before an operator defines any.
 BUILTIN = PriorityClass(

@@ -20,7 +20,7 @@ from collections import Counter
 
 from gpuloom.events import JobSpec
 from gpuloom.state import ClusterState, JobState
-from gpuloom.state.model import CLUSTER_TOTAL, IdentityLimits
+from gpuloom.state.tenancy import CLUSTER_TOTAL, IdentityLimits
 
 #: What a user or account is held to where no operator set a limit (by scope). Slurm's
 #: `MaxArraySize` defaults to 1,001; gpuloom's arrays of 10,000 tasks are in its

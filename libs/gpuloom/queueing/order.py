@@ -13,6 +13,7 @@ from typing import Literal, TypeVar
 
 from gpuloom.events import JobSpec, QueuePolicySet
 from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.queueing import (
     PriorityFactors,
     PriorityWeights,
@@ -97,7 +98,7 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
     factors = fair_share_factors(
         state.decayed_usage, shares, now.timestamp() if now else 0.0, parents
     )
-    capacity = 1000 * sum(len(node.gpus) for node in state.nodes.values())
+    capacity = MILLI_PER_GPU * sum(len(node.gpus) for node in state.nodes.values())
     ranked = []
     for job in jobs:
         spec = job.spec
@@ -212,7 +213,7 @@ def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
             node = state.nodes.get(piece.node)
             gpu = node.gpus.get(piece.index) if node is not None else None
             demand[GPU_MILLI] += piece.milli
-            demand["gpus"] += 1 if piece.milli >= 1000 else 0
+            demand["gpus"] += 1 if piece.milli >= MILLI_PER_GPU else 0
             if gpu is not None:
                 for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
                     demand[key] = demand.get(key, 0) + piece.milli
@@ -232,7 +233,7 @@ def quota_book(state: ClusterState) -> QuotaBook:
         book.trackers[resource] = QuotaTracker(quotas, {}, resource)
     for identity, limits in sorted(state.limits.items()):
         if limits.max_gpus is not None:
-            book.identity_caps[identity] = 1000 * limits.max_gpus
+            book.identity_caps[identity] = MILLI_PER_GPU * limits.max_gpus
     if not resources and not book.identity_caps:
         return book
     on_node = sorted({job_id for jobs in state.on_node.values() for job_id in jobs})

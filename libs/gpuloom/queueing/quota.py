@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.events.units import MILLI_PER_GPU
 
 Demand = Mapping[str, int]
 
@@ -155,5 +156,5 @@ class QuotaBook:
 
 def _gpus(milli: int) -> str:
     """Milli-GPU as GPUs: `2`, `1.5`."""
-    whole, rest = divmod(milli, 1000)
+    whole, rest = divmod(milli, MILLI_PER_GPU)
     return str(whole) if not rest else f"{whole}.{rest:03d}".rstrip("0")

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.deadletters import ReasonKind
-from gpuloom.bus.jetstream import INBOX_LIMIT, StreamFigures
+from gpuloom.bus.messages import INBOX_LIMIT, StreamFigures
 from gpuloom.events import MalformedEvent, Recorded, decode
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, apply

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.jetstream import INBOX_LIMIT
+from gpuloom.bus.messages import INBOX_LIMIT
 from gpuloom.events import JobEvent, NodeEvent, NodeRemoved, Recorded
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.snapshots import Snapshotter

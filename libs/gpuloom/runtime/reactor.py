@@ -21,7 +21,7 @@ from typing import Protocol
 from opentelemetry.trace import SpanKind
 
 from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.jetstream import INBOX_LIMIT, Outgoing
+from gpuloom.bus.messages import INBOX_LIMIT, Outgoing
 from gpuloom.events import Decision, Recorded, encode, make_envelope, subject_for
 from gpuloom.runtime.follower import FoldObserver, LogFollower
 from gpuloom.runtime.snapshots import Snapshotter

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuloom.bus import EventBus
 from gpuloom.bus.credentials import connect_options
-from gpuloom.bus.identities import BASE_BUCKET
+from gpuloom.bus.jsapi import BASE_BUCKET
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
 from gpuloom.natsserver import strip_credentials

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
 from gpuloom.placement.holdings import Holding
-from gpuloom.placement.resources import WHOLE
-from gpuloom.placement.scheduling import Backfill, Candidate, Placed, schedule
+from gpuloom.placement.scheduling import Backfill, Placed, schedule
 from gpuloom.sim.trace import TraceNode, TraceTask, load_tasks
 
 #: Priority classes of the trace's QoS labels (Kubernetes' and Alibaba's names).
@@ -144,7 +145,7 @@ def simulate(
     by_priority, backfill = MODES[mode]
     views = [node.view(rank) for rank, node in enumerate(sorted(nodes, key=lambda n: n.name))]
     index = NodeIndex(views)
-    run = QueueRun(mode, capacity_milli=sum(n.gpus for n in nodes) * WHOLE)
+    run = QueueRun(mode, capacity_milli=sum(n.gpus for n in nodes) * MILLI_PER_GPU)
     idle = NodeIndex([node.view(rank) for rank, node in enumerate(nodes)])
     order = sorted(range(len(tasks)), key=lambda i: (tasks[i].arrival_s, tasks[i].task.name))
     feasible = [i for i in order if _fits_idle(tasks[i].task, idle, policy)]

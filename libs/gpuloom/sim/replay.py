@@ -16,9 +16,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place
 from gpuloom.placement.fragmentation import FragmentationMeter, Workload
-from gpuloom.placement.resources import WHOLE, Placement
+from gpuloom.placement.resources import Placement
 from gpuloom.sim.trace import TraceNode, TraceTask
 
 INFLATE = 1.3
@@ -73,7 +74,7 @@ def replay(
     meter = FragmentationMeter(workload)
     node_frag = {v.name: meter.of_node(v) for v in index.nodes.values()}
     total_frag = sum(node_frag.values())
-    run = Run(policy.name, seed, sum(n.gpus for n in nodes) * WHOLE)
+    run = Run(policy.name, seed, sum(n.gpus for n in nodes) * MILLI_PER_GPU)
     arrived = allocated = 0
     for position, task in enumerate(sequence):
         arrived += task.demand_milli
@@ -101,7 +102,7 @@ def seeded_start(
     """The seed's arrival sequence and the empty cluster, nodes ranked by the seed (in the
     published draw order: shuffle, resampling, node permutation)."""
     rng = random.Random(seed)
-    sequence = arrival_sequence(tasks, sum(n.gpus for n in nodes) * WHOLE, rng)
+    sequence = arrival_sequence(tasks, sum(n.gpus for n in nodes) * MILLI_PER_GPU, rng)
     by_name = sorted(nodes, key=lambda n: n.name)
     ranks = list(range(len(by_name)))
     rng.shuffle(ranks)

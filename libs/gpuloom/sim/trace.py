@@ -13,8 +13,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.fragmentation import Shape, Workload
-from gpuloom.placement.resources import WHOLE, GpuView, NodeView, Request
+from gpuloom.placement.resources import GpuView, NodeView, Request
 from gpuloom.placement.scarcity import with_scarcity
 
 
@@ -57,14 +58,14 @@ class TraceTask:
         """The failure categories of the paper: cpu, share, or the GPU count."""
         if self.gpus == 0:
             return "cpu"
-        if self.gpu_milli < WHOLE:
+        if self.gpu_milli < MILLI_PER_GPU:
             return "share"
         return f"{self.gpus}-gpu"
 
     def request(self) -> Request:
         return Request(
             gpus=self.gpus,
-            gpu_milli=self.gpu_milli if self.gpus else WHOLE,
+            gpu_milli=self.gpu_milli if self.gpus else MILLI_PER_GPU,
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
             models=self.models,
@@ -93,7 +94,7 @@ def load_tasks(path: Path) -> list[TraceTask]:
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
             gpus = int(row["num_gpu"])
-            share = min(max(int(row["gpu_milli"] or 0), 1), WHOLE) if gpus else 0
+            share = min(max(int(row["gpu_milli"] or 0), 1), MILLI_PER_GPU) if gpus else 0
             cpu = int(row["cpu_milli"]) or 100  # the simulator turns a 0 request into 100
             models = tuple(sorted(m for m in (row.get("gpu_spec") or "").split("|") if m))
             tasks.append(TraceTask(row["name"], cpu, int(row["memory_mib"]), gpus, share, models))

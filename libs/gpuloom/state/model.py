@@ -17,6 +17,8 @@ from gpuloom.events.inventory import NodeSpec
 from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import JobReserved, ReplicaAssignment
 from gpuloom.events.queue import QueuePolicySet
+from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.state.tenancy import AccountState, IdentityLimits, PriorityClass, Webhook
 from gpuloom.state.usage import DecayedUsage
 
 JobPhase = Literal[
@@ -65,7 +67,7 @@ class GpuState:
 
     def slice_memory(self, milli: int, memory_mib: int) -> int:
         """Memory a slice holds: a whole GPU holds all its memory, whatever an old event said."""
-        return self.memory_mib if milli >= 1000 else memory_mib
+        return self.memory_mib if milli >= MILLI_PER_GPU else memory_mib
 
     @property
     def job_id(self) -> str | None:
@@ -91,7 +93,7 @@ class NodeState:
     #: The log sequence of the last event that changed what placement sees of the node:
     #: its registration, a GPU's pool, or what is held on it (each rule that changes one
     #: sets it first). A node whose `changed_seq` is as it was has the same view
-    #: (`gpuloom.placement.index_cache` re-uses it); its phase and cordon only decide
+    #: (`gpuloom.placement.incremental.index_cache` re-uses it); its phase and cordon only decide
     #: whether it has a view at all, and are read every time. Not part of the state's
     #: value: snapshots leave it out (their schema is unchanged by it) and a restored
     #: node has 0, a new state object to whatever keeps views (they start afresh).
@@ -146,7 +148,7 @@ class Run:
 
     def gpu_milli_seconds(self) -> int:
         """The exact integer charge of the ended run: a 0.25 GPU for an hour is 0.25 GPU-hours."""
-        return round((self.gpu_milli or self.gpus * 1000) * self.seconds)
+        return round((self.gpu_milli or self.gpus * MILLI_PER_GPU) * self.seconds)
 
 
 @dataclass
@@ -237,80 +239,6 @@ class Voided:
 
 #: How many voided events are kept for inspection (all are counted).
 VOIDED_KEPT = 100
-
-
-@dataclass
-class AccountState:
-    name: str
-    parent: str | None
-    shares: int = 1
-    description: str = ""
-    #: Who may submit under it (AccountUsersSet); empty: anyone.
-    users: tuple[str, ...] = ()
-    #: Who coordinates it and its sub-accounts (AccountCoordinatorsSet), sorted.
-    coordinators: tuple[str, ...] = ()
-    #: Quotas (QuotaSet) by resource kind: (nominal, borrowing limit, cap).
-    quotas: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
-
-    @property
-    def nominal(self) -> int | None:
-        """The nominal quota of all GPU time (milli-GPU), if set."""
-        quota = self.quotas.get("gpu_milli")
-        return quota[0] if quota is not None else None
-
-
-@dataclass(frozen=True)
-class PriorityClass:
-    """An operator's priority class (PriorityClassSet), as folded."""
-
-    name: str
-    priority: int
-    may_preempt: bool = True
-    #: Who may use it: a listed user, or a job under a listed account; both empty: anyone.
-    users: tuple[str, ...] = ()
-    accounts: tuple[str, ...] = ()
-    description: str = ""
-    #: The class of a submission that names none (at most one class has it).
-    default: bool = False
-
-
-#: The key of the whole cluster's count and limits beside ("user", u) and ("account", a).
-CLUSTER_TOTAL = ("cluster", "all")
-
-
-@dataclass(frozen=True)
-class IdentityLimits:
-    """One user's or account's limits (LimitsSet); None: unlimited."""
-
-    max_submit_jobs: int | None = None
-    max_array_size: int | None = None
-    #: GPUs held, a fraction counting as its share (compared in milli-GPU).
-    max_gpus: int | None = None
-
-
-@dataclass(frozen=True)
-class Webhook:
-    """A webhook as folded (WebhookRegistered; WebhookDisabled sets `disabled`)."""
-
-    webhook_id: str
-    owner: str
-    operator: bool
-    url: str
-    types: tuple[str, ...]
-    job: str | None
-    user: str | None
-    account: str | None
-    node: str | None
-    secret_sealed: str
-    description: str
-    #: The sequence of its registration: it gets the events after it.
-    registered_seq: int
-    registered_at: datetime
-    #: Why deliveries stopped (WebhookDisabled), or None.
-    disabled: str | None = None
-    #: When its operator powers end (the registering or renewing token's `exp`);
-    #: None: they do not (`operator` says whether it has them at all).
-    operator_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -414,7 +342,7 @@ class ClusterState:
     #: Job ids by the sequence of the last event that changed the job, oldest first
     #: (`rules.common.touch` moves a job to the end; leaving `jobs` counts as a change):
     #: a cache of what jobs hold reads only what changed since it last looked
-    #: (`gpuloom.placement.inputs.KeptHoldings`). Ids leave with their tombstone, and
+    #: (`gpuloom.placement.incremental.holdings.KeptHoldings`). Ids leave with their tombstone, and
     #: `feed_trimmed` is then the latest sequence of one that left, so a cache that last
     #: looked before it knows to look at everything again. Not part of the state's value:
     #: snapshots leave both out, and a restored state starts with an empty feed (and

@@ -43,6 +43,7 @@ from gpuloom.events import (
     UsageCharged,
     make_envelope,
 )
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import ClusterState, fold
 
 #: When the first event of every built log happened.
@@ -327,7 +328,7 @@ class LogBuilder:
             account=account,
             gpus=gpus,
             seconds=seconds,
-            gpu_milli_seconds=round(gpus * 1000 * seconds),
+            gpu_milli_seconds=round(gpus * MILLI_PER_GPU * seconds),
         )
         return self.append(event, **kw)
 

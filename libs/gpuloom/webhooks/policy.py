@@ -13,7 +13,7 @@ from gpuloom.auth import OPERATOR, Principal
 from gpuloom.auth.policy import Accounts
 from gpuloom.auth.visibility import Owner, StreamFilter, visible
 from gpuloom.events import Event
-from gpuloom.state.model import Webhook
+from gpuloom.state.tenancy import Webhook
 
 #: The longest wait a receiver's `Retry-After` may ask for (longer: this long).
 RETRY_AFTER_MAX_S = 24 * 3600.0

@@ -35,7 +35,7 @@ from gpuloom.events.webhooks import (
     WebhookRegistered,
     WebhookRenewed,
 )
-from gpuloom.state.model import Webhook
+from gpuloom.state.tenancy import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.webhooks.policy import url_problem
 from gpuloom.webhooks.sealing import load_sealer

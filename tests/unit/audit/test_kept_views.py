@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced
 from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
-from gpuloom.placement.inputs import KeptHoldings
-from gpuloom.queueing.kept_queue import KeptQueue
+from gpuloom.placement.incremental.holdings import KeptHoldings
+from gpuloom.placement.incremental.queue import KeptQueue
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.retention import RETENTION
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot

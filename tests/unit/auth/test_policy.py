@@ -19,7 +19,7 @@ from gpuloom.auth.policy import (
     submit_problem,
     usage_scope,
 )
-from gpuloom.state.model import AccountState
+from gpuloom.state.tenancy import AccountState
 
 # org (coordinated by carol) > team-a (dave; members alice, bob) > team-a-1
 # org > team-b (erin; anyone may submit)

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import orjson
 import pytest
+from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
@@ -209,8 +210,7 @@ class FakeJetStream:
 
 
 def outbox(js: FakeJetStream) -> DeadLetters:
-    bus = type("Bus", (), {"stream": "GPULOOM", "js": js})()
-    return DeadLetters(cast(EventBus, bus), "queue")
+    return DeadLetters(cast(JetStreamContext, js), "GPULOOM", "queue")
 
 
 def letter(seq: int) -> DeadLetter:

@@ -18,7 +18,6 @@ from core.test_codec import EXAMPLES
 from gpuloom.bus.identities import (
     ADMIN,
     AGENT,
-    DURABLES,
     READER,
     SERVICES,
     WRITERS,
@@ -30,6 +29,7 @@ from gpuloom.bus.identities import (
     nodes_served,
     subject_matches_pattern,
 )
+from gpuloom.bus.jsapi import DURABLES
 from gpuloom.bus.keyring import Keyring
 from gpuloom.events import (
     ALL_EVENT_CLASSES,

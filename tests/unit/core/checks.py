@@ -14,7 +14,7 @@ from gpuloom.state import (
     ClusterState,
     apply,
 )
-from gpuloom.state.model import CLUSTER_TOTAL
+from gpuloom.state.tenancy import CLUSTER_TOTAL
 
 
 def apply_expecting_void(state: ClusterState, recorded: Recorded, reason: str) -> None:

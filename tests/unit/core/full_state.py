@@ -18,7 +18,7 @@ from gpuloom.events import (
     SliceRef,
 )
 from gpuloom.state import ClusterState, Voided, fold
-from gpuloom.state.model import AccountState, IdentityLimits, PriorityClass, Webhook
+from gpuloom.state.tenancy import AccountState, IdentityLimits, PriorityClass, Webhook
 from gpuloom.testing.builders import make_job_spec
 
 from .test_fold_determinism import story

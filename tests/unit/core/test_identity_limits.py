@@ -13,8 +13,8 @@ from gpuloom.events import Decision, JobAdmitted, JobArraySubmitted, JobRejected
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
 from gpuloom.queueing.quota import QuotaBook
-from gpuloom.state.model import IdentityLimits
 from gpuloom.state.retention import final_phase
+from gpuloom.state.tenancy import IdentityLimits
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 

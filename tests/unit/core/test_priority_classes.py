@@ -20,12 +20,13 @@ from gpuloom.events import (
     encode,
     make_envelope,
 )
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.holdings import Holding, scratch
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import GpuView, NodeView, Request
-from gpuloom.placement.scheduling import Candidate, Preempted, schedule
+from gpuloom.placement.scheduling import Preempted, schedule
 from gpuloom.queueing.classes import class_named, classes, default_class, may_preempt
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 

@@ -33,8 +33,9 @@ from gpuloom.events import (
 )
 from gpuloom.placement import FGD, BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.placement.holdings import HeldSum, release_all, scratch
-from gpuloom.placement.inputs import KeptHoldings, holdings_of
-from gpuloom.queueing.kept_queue import KeptQueue
+from gpuloom.placement.incremental.holdings import KeptHoldings
+from gpuloom.placement.incremental.queue import KeptQueue
+from gpuloom.placement.inputs import holdings_of
 from gpuloom.queueing.order import queue_order
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.nodeview import (

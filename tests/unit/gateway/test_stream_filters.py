@@ -15,7 +15,7 @@ from gpuloom.events import (
 )
 from gpuloom.events.cloud import to_cloudevent
 from gpuloom.events.registry import EVENT_TYPES
-from gpuloom.state.model import AccountState
+from gpuloom.state.tenancy import AccountState
 from gpuloom.testing.builders import LogBuilder
 
 ALICE = Principal("alice", frozenset())

@@ -10,11 +10,12 @@ from hypothesis import HealthCheck, given, settings
 
 from gpuloom.decide.explain import explain
 from gpuloom.events import NodeCordoned
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.filters import FITS, refusal, verdict
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import BestFit
-from gpuloom.placement.resources import WHOLE, NodeView, Request, fits_locally
+from gpuloom.placement.resources import NodeView, Request, fits_locally
 from gpuloom.testing.builders import LogBuilder
 
 from .cluster import copy_nodes
@@ -23,7 +24,7 @@ from .test_placement_properties import clusters, requests
 
 def idle_of(node: NodeView) -> NodeView:
     """The node with its GPUs free (its host's CPU and memory as they are)."""
-    gpus = [replace(g, milli_free=WHOLE, memory_free_mib=g.memory_mib) for g in node.gpus]
+    gpus = [replace(g, milli_free=MILLI_PER_GPU, memory_free_mib=g.memory_mib) for g in node.gpus]
     return replace(node, gpus=gpus, cached_state=None, cached_gpus=None)
 
 

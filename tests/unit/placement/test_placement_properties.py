@@ -23,17 +23,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.policies import FGD, BestFit, DotProd, Loom, Pack, Random, Spread
-from gpuloom.placement.resources import (
-    WHOLE,
-    GpuView,
-    NodeView,
-    Placement,
-    Request,
-    fits_locally,
-)
+from gpuloom.placement.resources import GpuView, NodeView, Placement, Request, fits_locally
 
 from .cluster import (
     Snapshot,
@@ -60,10 +54,10 @@ MODELS = ("A", "B")
 
 gpu_spec = st.one_of(
     st.tuples(st.sampled_from(MODELS), st.just("physical"), st.sampled_from([1000, 2000]),
-              st.sampled_from([WHOLE, WHOLE, 0])),
+              st.sampled_from([MILLI_PER_GPU, MILLI_PER_GPU, 0])),
     st.tuples(st.sampled_from(MODELS), st.just("vgpu"), st.sampled_from([1000, 2000]),
-              st.sampled_from([WHOLE, WHOLE, 700, 500, 250, 0])),
-    st.tuples(st.just("A"), st.just("vgpu"), st.just(1000), st.sampled_from([WHOLE, 500])),
+              st.sampled_from([MILLI_PER_GPU, MILLI_PER_GPU, 700, 500, 250, 0])),
+    st.tuples(st.just("A"), st.just("vgpu"), st.just(1000), st.sampled_from([MILLI_PER_GPU, 500])),
 )  # fmt: skip
 
 template = st.fixed_dictionaries(
@@ -90,7 +84,7 @@ def clusters(
     for number, (choice, rank) in enumerate(zip(choices, ranks, strict=True)):
         spec = templates[choice]
         gpu_views = [
-            GpuView(i, f"n{number}-g{i}", model, pool, memory, free, memory * free // WHOLE)
+            GpuView(i, f"n{number}-g{i}", model, pool, memory, free, memory * free // MILLI_PER_GPU)
             for i, (model, pool, memory, free) in enumerate(spec["gpus"])
         ]
         nodes.append(
@@ -111,7 +105,7 @@ def clusters(
 @st.composite
 def requests(draw: st.DrawFn) -> Request:
     count = draw(st.sampled_from([0, 1, 1, 2, 2, 3]))
-    milli = draw(st.sampled_from([WHOLE, WHOLE, 700, 500, 300, 250, 100]))
+    milli = draw(st.sampled_from([MILLI_PER_GPU, MILLI_PER_GPU, 700, 500, 300, 250, 100]))
     pool = draw(st.sampled_from(["physical", "vgpu", "any", "any"]))
     locality = draw(st.sampled_from(["local-only", "local-only", "local-first", "any"]))
     return Request(
@@ -133,7 +127,7 @@ small_template = st.fixed_dictionaries(
     {
         "gpus": st.lists(
             st.tuples(st.sampled_from(MODELS), st.sampled_from(["vgpu", "vgpu", "physical"]),
-                      st.just(1000), st.sampled_from([WHOLE, WHOLE, 700, 500, 0])),
+                      st.just(1000), st.sampled_from([MILLI_PER_GPU, MILLI_PER_GPU, 700, 500, 0])),
             max_size=2,
         ),
         "cpu": st.sampled_from([None, 0, 8000]),
@@ -147,13 +141,13 @@ small_template = st.fixed_dictionaries(
 @st.composite
 def remote_requests(draw: st.DrawFn) -> Request:
     """Requests too big for one small node, so that remote vGPU is used."""
-    milli = draw(st.sampled_from([WHOLE, 700, 500, 300]))
+    milli = draw(st.sampled_from([MILLI_PER_GPU, 700, 500, 300]))
     return Request(
         gpus=draw(st.integers(2, 4)),
         gpu_milli=milli,
         cpu_milli=draw(st.sampled_from([0, 1000])),
         models=draw(st.sampled_from([(), (), ("A",)])),
-        pool=draw(st.sampled_from(["vgpu", "any"] if milli < WHOLE else ["vgpu"])),
+        pool=draw(st.sampled_from(["vgpu", "any"] if milli < MILLI_PER_GPU else ["vgpu"])),
         locality=draw(st.sampled_from(["local-first", "any", "local-only"])),
         replicas=draw(st.sampled_from([1, 1, 2])),
     )
@@ -173,7 +167,7 @@ def check_bounds(nodes: list[NodeView]) -> None:
         assert n.cpu_free_milli is None or n.cpu_free_milli >= 0, n
         assert n.memory_free_mib is None or n.memory_free_mib >= 0, n
         for g in n.gpus:
-            assert 0 <= g.milli_free <= WHOLE, (n.name, g)
+            assert 0 <= g.milli_free <= MILLI_PER_GPU, (n.name, g)
             assert 0 <= g.memory_free_mib <= g.memory_mib, (n.name, g)
 
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.engine import (
     Context,
     NodeIndex,
@@ -34,7 +35,6 @@ from gpuloom.placement.engine import (
 from gpuloom.placement.fragmentation import Shape, Workload, node_state
 from gpuloom.placement.policies import FGD
 from gpuloom.placement.resources import (
-    WHOLE,
     GpuView,
     NodeView,
     Request,
@@ -69,7 +69,7 @@ def reference_after(
             st.sampled_from(MODELS),
             st.sampled_from(["physical", "vgpu"]),
             st.sampled_from([1000, 2000]),
-            st.sampled_from([WHOLE, 700, 500, 250, 0]),
+            st.sampled_from([MILLI_PER_GPU, 700, 500, 250, 0]),
             st.sampled_from([1.0, 0.5, 0.0]),  # free memory, as a part of the GPU's memory
         ),
         max_size=5,
@@ -93,7 +93,7 @@ def reference_after(
     container=False,
 )
 @example(  # an idle whole GPU with less memory than the request names
-    gpu_list=[("A", "physical", 1000, WHOLE, 1.0)],
+    gpu_list=[("A", "physical", 1000, MILLI_PER_GPU, 1.0)],
     cpu=None,
     memory=None,
     labels={},
@@ -103,7 +103,7 @@ def reference_after(
     container=False,
 )
 @example(  # a GPU with its whole share free but not all its memory is not idle
-    gpu_list=[("A", "vgpu", 1000, WHOLE, 0.5)],
+    gpu_list=[("A", "vgpu", 1000, MILLI_PER_GPU, 0.5)],
     cpu=None,
     memory=None,
     labels={},
@@ -113,7 +113,7 @@ def reference_after(
     container=False,
 )
 @example(  # an idle GPU of the other pool
-    gpu_list=[("A", "vgpu", 1000, WHOLE, 1.0)],
+    gpu_list=[("A", "vgpu", 1000, MILLI_PER_GPU, 1.0)],
     cpu=None,
     memory=None,
     labels={},
@@ -198,7 +198,7 @@ def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: lis
 @settings(max_examples=300, deadline=None)
 @given(
     frees=st.lists(
-        st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250])),
+        st.tuples(st.sampled_from(MODELS), st.sampled_from([MILLI_PER_GPU, 700, 500, 250])),
         min_size=1,
         max_size=6,
     ),
@@ -206,7 +206,9 @@ def test_fgd_choice_equals_its_definition(cluster: list[NodeView], sequence: lis
     milli=st.sampled_from([500, 250, 100]),
     shapes=st.lists(
         st.tuples(
-            st.integers(1, 3), st.sampled_from([WHOLE, 500, 250]), st.sampled_from(["", *MODELS])
+            st.integers(1, 3),
+            st.sampled_from([MILLI_PER_GPU, 500, 250]),
+            st.sampled_from(["", *MODELS]),
         ),
         max_size=4,
     ),
@@ -242,7 +244,7 @@ def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
 @given(
     gpu_lists=st.lists(
         st.lists(
-            st.tuples(st.sampled_from(MODELS), st.sampled_from([WHOLE, 700, 500, 250, 0])),
+            st.tuples(st.sampled_from(MODELS), st.sampled_from([MILLI_PER_GPU, 700, 500, 250, 0])),
             min_size=1,
             max_size=4,
         ),
@@ -253,7 +255,7 @@ def test_fgd_fraction_choice_on_mixed_models_equals_its_definition(
     sequence=st.lists(requests(), min_size=1, max_size=6),
 )
 @example(  # equal CPU class before, not after: 4000 and 9000 free, 4000 asked
-    gpu_lists=[[("A", WHOLE)]],
+    gpu_lists=[[("A", MILLI_PER_GPU)]],
     cpus=[4000, 9000],
     sequence=[Request(gpus=1, gpu_milli=500, cpu_milli=4000), Request(cpu_milli=16000)],
 )

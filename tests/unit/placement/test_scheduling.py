@@ -7,14 +7,14 @@ from itertools import combinations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, place, release
 from gpuloom.placement.holdings import HeldSum, Holding, hold_all, release_all
+from gpuloom.placement.incremental.released import KeptReleased
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.preemption import choose_victims, fits_after
-from gpuloom.placement.released import KeptReleased
 from gpuloom.placement.resources import Request
 from gpuloom.placement.scheduling import (
-    Candidate,
     Placed,
     Preempted,
     Reserved,

@@ -17,7 +17,7 @@ from gpuloom.queueing.limits import (
     default_limits,
     limits_of,
 )
-from gpuloom.state.model import CLUSTER_TOTAL, IdentityLimits
+from gpuloom.state.tenancy import CLUSTER_TOTAL, IdentityLimits
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuloom.queueing.kept_queue import _ONE_BY_ONE, _edited
+from gpuloom.placement.incremental.queue import _ONE_BY_ONE, _edited
 
 KEY = st.tuples(
     st.tuples(

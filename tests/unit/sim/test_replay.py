@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.policies import FGD, Loom
-from gpuloom.placement.resources import WHOLE
 from gpuloom.sim.replay import INFLATE, cluster_when_arrived, replay, seeded_start
 from gpuloom.sim.trace import TraceNode, TraceTask, typical_workload
 
@@ -14,7 +14,7 @@ TASKS = [
     TraceTask("cpu", 6000, 1000, 0, 0, ()),
     TraceTask("pair", 8000, 1000, 2, 1000, ()),
 ]
-CAPACITY = 12 * WHOLE
+CAPACITY = 12 * MILLI_PER_GPU
 
 
 def test_the_sequence_is_inflated_to_130_percent_and_placed_once_each() -> None:
@@ -23,7 +23,9 @@ def test_the_sequence_is_inflated_to_130_percent_and_placed_once_each() -> None:
     sequence, _ = seeded_start(NODES, TASKS, 7)
     assert len(run.arrived) == len(sequence)
     assert run.arrived[-1] == sum(t.demand_milli for t in sequence)
-    assert INFLATE * CAPACITY - WHOLE < run.arrived[-1] <= INFLATE * CAPACITY + WHOLE
+    assert (
+        INFLATE * CAPACITY - MILLI_PER_GPU < run.arrived[-1] <= INFLATE * CAPACITY + MILLI_PER_GPU
+    )
     assert all(a <= b for a, b in zip(run.arrived, run.arrived[1:], strict=False))
     assert all(
         0 <= used <= min(arrived, CAPACITY)
@@ -38,7 +40,7 @@ def test_the_cluster_when_arrived_holds_what_the_replay_allocated_by_then() -> N
     run = replay(NODES, TASKS, Loom(), 3, workload)
     for position in (0, 5, len(run.arrived) - 1):
         index = cluster_when_arrived(NODES, TASKS, Loom(), 3, workload, run.arrived[position])
-        taken = sum(WHOLE - g.milli_free for n in index.nodes.values() for g in n.gpus)
+        taken = sum(MILLI_PER_GPU - g.milli_free for n in index.nodes.values() for g in n.gpus)
         # the first arrival that reaches the amount is included (several may share it)
         first = run.arrived.index(run.arrived[position])
         assert taken == run.allocated[first]

@@ -12,8 +12,9 @@ from gpuloom.events import (
     SharesSet,
 )
 from gpuloom.state.errors import Invalid
-from gpuloom.state.model import AccountState, ClusterState
+from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.tenancy import AccountState
 
 
 def _account_created(state: ClusterState, event: AccountCreated, recorded: Recorded) -> None:

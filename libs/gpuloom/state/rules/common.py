@@ -9,11 +9,10 @@ from typing import TypeVar, cast
 
 from gpuloom.events import Event, QueuePolicySet, Recorded
 from gpuloom.state.errors import Invalid
-from gpuloom.state.model import CLUSTER_TOTAL, ClusterState, JobPhase, JobState
+from gpuloom.state.model import ClusterState, JobPhase, JobState
 from gpuloom.state.retention import unknown_job
+from gpuloom.state.tenancy import CLUSTER_TOTAL
 from gpuloom.state.usage import DecayedUsage
-
-WHOLE_GPU = 1000
 
 E = TypeVar("E", bound=Event)
 #: A rule of the fold: apply one event of its type to the state, or raise `Invalid`.

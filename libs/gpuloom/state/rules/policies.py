@@ -12,8 +12,9 @@ from dataclasses import replace
 from gpuloom.events import Recorded
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.state.errors import Invalid
-from gpuloom.state.model import ClusterState, IdentityLimits, PriorityClass
+from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.tenancy import IdentityLimits, PriorityClass
 
 
 def _class_set(state: ClusterState, event: PriorityClassSet, recorded: Recorded) -> None:

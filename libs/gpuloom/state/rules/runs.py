@@ -15,12 +15,12 @@ from gpuloom.events import (
     SliceRef,
     UsageCharged,
 )
+from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
 from gpuloom.state.retention import known
 from gpuloom.state.rules.common import (
-    WHOLE_GPU,
     Rule,
     forget_placement,
     job_of,
@@ -166,7 +166,7 @@ def assignment_problem(
                 )
             if spec.pool != "any" and gpu.pool != spec.pool:
                 return f"replica {number}: {where} is in the {gpu.pool} pool, not {spec.pool}"
-            if share < WHOLE_GPU and gpu.pool != "vgpu":
+            if share < MILLI_PER_GPU and gpu.pool != "vgpu":
                 return f"replica {number}: {where} is physical: fractions come from vgpu"
             if piece.node != replica.host:
                 if gpu.pool == "physical":
@@ -179,9 +179,9 @@ def assignment_problem(
             milli += piece.milli
             memory += _slice_memory(gpu, piece)
             gpu_taken[(piece.node, piece.index)] = (milli, memory)
-            if share >= WHOLE_GPU and not gpu.idle:
+            if share >= MILLI_PER_GPU and not gpu.idle:
                 return f"replica {number}: {where} is held by job {gpu.job_id}"
-            if gpu.milli_used + milli > WHOLE_GPU or gpu.memory_used + memory > gpu.memory_mib:
+            if gpu.milli_used + milli > MILLI_PER_GPU or gpu.memory_used + memory > gpu.memory_mib:
                 return f"replica {number}: {where} has not enough free share or memory"
     return None
 

@@ -15,8 +15,9 @@ from gpuloom.events.webhooks import (
     WebhookRenewed,
 )
 from gpuloom.state.errors import Invalid
-from gpuloom.state.model import ClusterState, Webhook
+from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.tenancy import Webhook
 
 
 def _registered(state: ClusterState, event: WebhookRegistered, recorded: Recorded) -> None:

@@ -33,8 +33,10 @@ from gpuloom.events import JobSpec
 from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fragmentation import Workload
 from gpuloom.placement.holdings import Holding
+from gpuloom.placement.incremental.holdings import KeptHoldings
+from gpuloom.placement.incremental.queue import KeptQueue
+from gpuloom.placement.incremental.released import KeptReleased
 from gpuloom.placement.inputs import (
-    KeptHoldings,
     context_for,
     node_view,
     node_views,
@@ -43,10 +45,8 @@ from gpuloom.placement.inputs import (
     typical_shapes,
     workload_specs,
 )
-from gpuloom.placement.released import KeptReleased
 from gpuloom.placement.resources import NodeView
 from gpuloom.placement.scarcity import with_scarcity
-from gpuloom.queueing.kept_queue import KeptQueue
 from gpuloom.state import ClusterState
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the

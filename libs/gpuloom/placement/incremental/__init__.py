@@ -1,0 +1,9 @@
+"""The fast twin's caches: what a placement cycle keeps from one cycle to the next so
+that it re-reads only what the log changed since.
+
+`IndexCache` (the node index and its scores, with the kept queue, holdings and released
+views it owns) is what the placement service and the audit hold between cycles;
+`placement_cycle(state, policy)` without one is the reference pass, and tests hold the
+two to the same decisions. Each cache learns what changed from the fold's job feed and
+the nodes' `changed_seq`.
+"""
