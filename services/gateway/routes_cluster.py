@@ -21,12 +21,12 @@ from gpuloom.events import (
 )
 from gpuloom.events.text import Remark
 from gpuloom.queueing.order import (
-    dependency_status,
     pending_in_order,
     priority_weights,
     yields_to,
 )
 from gpuloom.queueing.priority import FACTOR_SCALE
+from gpuloom.state.dependencies import dependency_status
 from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
 from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
@@ -210,7 +210,7 @@ async def queue(gateway: GatewayDep, principal: PrincipalDep, limit: int = 1000)
         if job.cancel_requested:
             reason = "Held: a cancel request is being carried out"
         elif job.spec.depends_on:
-            reason = dependency_status(state, job)[1]
+            reason = dependency_status(state, job.spec.depends_on)[1]
         elif (preemptor := yields_to(state, job)) is not None:
             reason = f"Yields to {preemptor}: preempted for it, it goes first"
         jobs.append(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuloom.auth.tokens import Principal
-from gpuloom.state.tenancy import AccountState
+from gpuloom.state.tenancy import AccountState, membership_problem
 
 Accounts = Mapping[str, AccountState]
 
@@ -75,13 +75,6 @@ def coordinated(principal: Principal, accounts: Accounts) -> frozenset[str]:
     return frozenset(name for name in accounts if coordinates(principal, name, accounts))
 
 
-def is_member(user: str, account: str, accounts: Accounts) -> bool:
-    """Whether `user` may submit under `account` (admission's rule, read the same way):
-    an account nobody created, or one without a member list, takes anyone."""
-    known = accounts.get(account)
-    return known is None or not known.users or user in known.users
-
-
 def operator_only(principal: Principal, what: str) -> str | None:
     """Acts on the cluster itself (nodes, pools, quotas, coordinators, dead letters,
     projections): operators only."""
@@ -103,9 +96,7 @@ def submit_problem(principal: Principal, user: str, account: str, accounts: Acco
             f"{principal.name} may not submit as {user}: only an operator may submit for "
             "another user"
         )
-    if not is_member(user, account, accounts):
-        return f"user {user} may not submit under account {account}"
-    return None
+    return membership_problem(user, account, accounts)
 
 
 def job_problem(

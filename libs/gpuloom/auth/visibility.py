@@ -14,11 +14,12 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gpuloom.auth.policy import Accounts, coordinates, is_member, job_problem
+from gpuloom.auth.policy import Accounts, coordinates, job_problem
 from gpuloom.auth.tokens import Principal
 from gpuloom.events import Event, JobArraySubmitted, JobEvent, JobSubmitted
 from gpuloom.state import ClusterState
 from gpuloom.state.retention import owner
+from gpuloom.state.tenancy import is_member
 
 #: Aggregates only operators see: audits, and webhooks (whose URLs are their owners').
 OPERATORS_ONLY = frozenset({"audit", "webhook"})

@@ -11,33 +11,23 @@ from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
 from gpuloom.queueing.classes import class_problem
 from gpuloom.queueing.limits import SubmitTally
-from gpuloom.state import FINAL_PHASES, ClusterState
-from gpuloom.state.retention import dependency_unknown, final_phase
-
-
-def membership_problem(state: ClusterState, spec: JobSpec) -> str | None:
-    """Why the user may not submit under the account (its AccountUsersSet), if so."""
-    account = state.accounts.get(spec.account)
-    if account is not None and account.users and spec.user not in account.users:
-        return f"user {spec.user} may not submit under account {spec.account}"
-    return None
+from gpuloom.state import ClusterState
+from gpuloom.state.dependencies import dependency_status
+from gpuloom.state.tenancy import membership_problem
 
 
 def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     """Why `spec` is rejected at admission: its user may not use the account, a job it
     depends on is unknown or ended otherwise than it needs, or no registered node could
     ever run it (`resources_problem`)."""
-    membership = membership_problem(state, spec)
+    membership = membership_problem(spec.user, spec.account, state.accounts)
     if membership is not None:
         return membership
     if not state.nodes:
         return NO_NODE
-    for dependency in spec.depends_on:
-        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
-        if phase is None:
-            return dependency_unknown(dependency.job)
-        if dependency.when == "succeeded" and phase in FINAL_PHASES and phase != "succeeded":
-            return f"dependency {dependency.job} ended {phase}, not succeeded"
+    status, why = dependency_status(state, spec.depends_on)
+    if status == "never":
+        return why
     found = resources_problem(state, spec)
     return None if found is None else found[1]
 
@@ -176,7 +166,7 @@ def _judge(
     reason = (
         time_limit_problem(spec, max_time_limit_s)
         or env_problem(spec)
-        or membership_problem(state, spec)
+        or membership_problem(spec.user, spec.account, state.accounts)
         or class_problem(state, spec)
     )
     if reason is not None:

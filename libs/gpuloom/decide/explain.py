@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuloom.events import QueuePolicySet
+from gpuloom.events.accounts import depends_on_where, model_resource, pool_resource
 from gpuloom.placement.cycle import earliest_start
 from gpuloom.placement.engine import Policy
 from gpuloom.placement.filters import FITS, verdict
@@ -27,7 +28,6 @@ from gpuloom.placement.inputs import current_reservation, from_ms, node_views, r
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import NodeView, fits_locally
 from gpuloom.queueing.order import (
-    dependency_status,
     gpu_demand,
     queue_order,
     quota_book,
@@ -36,6 +36,7 @@ from gpuloom.queueing.order import (
 )
 from gpuloom.queueing.quota import QuotaBook
 from gpuloom.state import ClusterState, JobState
+from gpuloom.state.dependencies import dependency_status
 
 AHEAD_SHOWN = 20
 
@@ -59,7 +60,7 @@ def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) ->
     allowed model's quota admits is held by them however much room there is.
     """
     demand = gpu_demand(job)
-    if not demand or not any(r.startswith(("model:", "pool:")) for r in book.trackers):
+    if not demand or not any(depends_on_where(r) for r in book.trackers):
         return None
     places = sorted(
         {
@@ -71,7 +72,9 @@ def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) ->
     )
     reasons = []
     for model, pool in places:
-        why = book.why_not(job.spec.account, {f"model:{model}": demand, f"pool:{pool}": demand})
+        why = book.why_not(
+            job.spec.account, {model_resource(model): demand, pool_resource(pool): demand}
+        )
         if why is None:
             return None
         reasons.append(why)
@@ -153,7 +156,7 @@ def explain(
     if job.cancel_requested:
         return Explanation(job_id, job.phase, "Held", "a cancel request is being carried out")
     if job.spec.depends_on:
-        status, why = dependency_status(state, job)
+        status, why = dependency_status(state, job.spec.depends_on)
         if status != "met":
             return Explanation(job_id, job.phase, "Dependency", why)
     if job.phase != "queued":

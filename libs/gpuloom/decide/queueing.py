@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gpuloom.decide.turns import ROUND, in_turns
 from gpuloom.events import Decision, JobCancelled, JobQueued, QueuePolicySet, intents
-from gpuloom.queueing.order import dependency_status
 from gpuloom.state import ClusterState
+from gpuloom.state.dependencies import dependency_status
 
 
 def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> list[Decision]:
@@ -30,7 +30,7 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
         job = state.jobs[job_id]
         if job.cancel_requested:
             continue
-        status, why = dependency_status(state, job)
+        status, why = dependency_status(state, job.spec.depends_on)
         if status == "never":
             decisions.append(
                 Decision(

@@ -14,6 +14,26 @@ from gpuloom.events.text import Remark, UserName
 QUOTA_MAX = 2**53
 #: The resource of all GPU time, in milli-GPU (1000 per whole GPU): a quota's default.
 GPU_MILLI = "gpu_milli"
+#: Whole GPUs, a count: a quota's other resource that every job's request says upfront.
+GPUS = "gpus"
+
+
+def model_resource(model: str) -> str:
+    """The resource of the milli-GPU of one GPU model (`model:<model>`)."""
+    return f"model:{model}"
+
+
+def pool_resource(pool: str) -> str:
+    """The resource of the milli-GPU of one pool (`pool:physical`, `pool:vgpu`)."""
+    return f"pool:{pool}"
+
+
+def depends_on_where(resource: str) -> bool:
+    """Whether what a job takes of `resource` follows from where it lands (a model's or a
+    pool's), not from its request alone."""
+    return resource.startswith(("model:", "pool:"))
+
+
 #: The resource kinds a quota may limit (`gpuloom.queueing.quota`): all GPU time,
 #: whole GPUs, the milli-GPU of one GPU model or of one pool.
 RESOURCE = re.compile(

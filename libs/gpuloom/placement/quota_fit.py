@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuloom.events.accounts import depends_on_where, model_resource, pool_resource
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import NodeIndex
 from gpuloom.placement.resources import Placement
@@ -17,7 +18,7 @@ Where = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
 
 def where_limited(index: NodeIndex, quotas: QuotaBook) -> Where:
     """The GPU models and pools of the cluster, when some model or pool quota exists."""
-    if not any(r.startswith(("model:", "pool:")) for r in quotas.trackers):
+    if not any(depends_on_where(r) for r in quotas.trackers):
         return ()
     models = sorted({g.model for n in index.nodes.values() for g in n.gpus})
     return (tuple(models), ("physical", "vgpu"))
@@ -41,13 +42,15 @@ def within_quota(
     models, pools = where
     wanted = request.models or models
     allowed = tuple(
-        m for m in wanted if quotas.why_not(candidate.account, {f"model:{m}": milli}) is None
+        m for m in wanted if quotas.why_not(candidate.account, {model_resource(m): milli}) is None
     )
     pool_choices = (
         ("vgpu",) if request.fractional else (pools if request.pool == "any" else (request.pool,))
     )
     open_pools = [
-        p for p in pool_choices if quotas.why_not(candidate.account, {f"pool:{p}": milli}) is None
+        p
+        for p in pool_choices
+        if quotas.why_not(candidate.account, {pool_resource(p): milli}) is None
     ]
     if not allowed or not open_pools:
         return None
@@ -68,6 +71,6 @@ def where_demand(index: NodeIndex, placement: Placement) -> dict[str, int]:
     for replica in placement.replicas:
         for piece in replica.slices:
             gpu = next(g for g in index.nodes[piece.node].gpus if g.index == piece.index)
-            for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+            for key in (model_resource(gpu.model), pool_resource(gpu.pool)):
                 demand[key] = demand.get(key, 0) + piece.milli
     return demand

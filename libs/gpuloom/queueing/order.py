@@ -9,10 +9,10 @@ decision and the read model all ask these; none of them decides anything.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from gpuloom.events import JobSpec, QueuePolicySet
-from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.events.accounts import GPU_MILLI, GPUS, model_resource, pool_resource
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.queueing import (
     PriorityFactors,
@@ -21,35 +21,10 @@ from gpuloom.queueing import (
     multifactor_priority,
 )
 from gpuloom.queueing.quota import Quota, QuotaBook, QuotaTracker
-from gpuloom.state import FINAL_PHASES, ClusterState, JobState
-from gpuloom.state.retention import dependency_unknown, final_phase
+from gpuloom.state import ClusterState, JobState
+from gpuloom.state.dependencies import dependency_status
 
-DependencyStatus = Literal["met", "waiting", "never"]
 _Ranked = TypeVar("_Ranked")
-
-
-def dependency_status(state: ClusterState, job: JobState) -> tuple[DependencyStatus, str | None]:
-    """Whether the jobs `job` depends on have ended as it needs, with a reason if not.
-
-    `never`: a dependency is unknown (never submitted, or ended longer ago than
-    `retention.RETENTION`), or ended otherwise than `succeeded` when the job needs it
-    to succeed. `waiting`: a dependency has not ended yet.
-    """
-    waiting: list[str] = []
-    for dependency in job.spec.depends_on:
-        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
-        if phase is None:
-            return "never", dependency_unknown(dependency.job)
-        if phase not in FINAL_PHASES:
-            waiting.append(
-                f"{dependency.job} to {'succeed' if dependency.when == 'succeeded' else 'end'}"
-            )
-            continue
-        if dependency.when == "succeeded" and phase != "succeeded":
-            return "never", f"dependency {dependency.job} ended {phase}, not succeeded"
-    if waiting:
-        return "waiting", "Dependency: waiting for " + ", ".join(waiting)
-    return "met", None
 
 
 QueueKey = tuple[int, int, tuple[int, int, str]]
@@ -202,20 +177,20 @@ def gpu_demand(job: JobState) -> int:
 def upfront_demand(spec: JobSpec) -> dict[str, int]:
     """What a job takes of the quota resources known before placement."""
     whole = spec.gpus * spec.replicas if spec.gpu_milli is None else 0
-    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.replicas, "gpus": whole}
+    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.replicas, GPUS: whole}
 
 
 def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
     """What a placed or running job holds of every quota resource."""
-    demand: dict[str, int] = {GPU_MILLI: 0, "gpus": 0}
+    demand: dict[str, int] = {GPU_MILLI: 0, GPUS: 0}
     for replica in job.replicas:
         for piece in replica.slices:
             node = state.nodes.get(piece.node)
             gpu = node.gpus.get(piece.index) if node is not None else None
             demand[GPU_MILLI] += piece.milli
-            demand["gpus"] += 1 if piece.milli >= MILLI_PER_GPU else 0
+            demand[GPUS] += 1 if piece.milli >= MILLI_PER_GPU else 0
             if gpu is not None:
-                for key in (f"model:{gpu.model}", f"pool:{gpu.pool}"):
+                for key in (model_resource(gpu.model), pool_resource(gpu.pool)):
                     demand[key] = demand.get(key, 0) + piece.milli
     return demand
 
@@ -271,6 +246,6 @@ def placeable_in_turn(
         ranked = behind_their_preemptors(state, list(ranked), lambda job: job)
     for job in ranked:
         if not job.cancel_requested and (
-            not job.spec.depends_on or dependency_status(state, job)[0] == "met"
+            not job.spec.depends_on or dependency_status(state, job.spec.depends_on)[0] == "met"
         ):
             yield job

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuloom.events.accounts import GPU_MILLI
+from gpuloom.events.accounts import GPU_MILLI, GPUS
 from gpuloom.events.units import MILLI_PER_GPU
 
 Demand = Mapping[str, int]
@@ -74,7 +74,7 @@ class QuotaTracker:
 
     @property
     def unit(self) -> str:
-        if self.resource == "gpus":
+        if self.resource == GPUS:
             return "GPUs"
         if self.resource == GPU_MILLI:
             return "milli-GPU"

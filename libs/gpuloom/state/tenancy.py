@@ -5,6 +5,7 @@ gateway's checks and the webhooks read them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -81,3 +82,18 @@ class Webhook:
     #: When its operator powers end (the registering or renewing token's `exp`);
     #: None: they do not (`operator` says whether it has them at all).
     operator_until: datetime | None = None
+
+
+def is_member(user: str, account: str, accounts: Mapping[str, AccountState]) -> bool:
+    """Whether `user` may submit under `account` (its AccountUsersSet): an account
+    nobody created, or one without a member list, takes anyone. The gateway asks it
+    before it writes a submission, admission again of each one in the log."""
+    known = accounts.get(account)
+    return known is None or not known.users or user in known.users
+
+
+def membership_problem(user: str, account: str, accounts: Mapping[str, AccountState]) -> str | None:
+    """Why `user` may not submit under `account`, if so (`is_member`)."""
+    if is_member(user, account, accounts):
+        return None
+    return f"user {user} may not submit under account {account}"

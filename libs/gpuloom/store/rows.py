@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuloom.queueing.order import dependency_status
 from gpuloom.state import ClusterState, JobState, NodeState
+from gpuloom.state.dependencies import dependency_status
 
 
 def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
@@ -13,7 +13,7 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
     spec = job.spec
     reason = job.reason
     if state is not None and spec.depends_on and job.phase in ("submitted", "admitted", "queued"):
-        status, why = dependency_status(state, job)
+        status, why = dependency_status(state, job.spec.depends_on)
         if status == "waiting":
             reason = why
     return {

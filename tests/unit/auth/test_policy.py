@@ -12,14 +12,13 @@ from gpuloom.auth.policy import (
     account_problem,
     ancestry,
     coordinated,
-    is_member,
     job_problem,
     operator_only,
     priority_problem,
     submit_problem,
     usage_scope,
 )
-from gpuloom.state.tenancy import AccountState
+from gpuloom.state.tenancy import AccountState, is_member
 
 # org (coordinated by carol) > team-a (dave; members alice, bob) > team-a-1
 # org > team-b (erin; anyone may submit)

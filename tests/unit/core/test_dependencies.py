@@ -5,7 +5,8 @@ from __future__ import annotations
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import Dependency, JobAdmitted, JobCancelled, JobRejected
-from gpuloom.queueing.order import dependency_status, queue_order
+from gpuloom.queueing.order import queue_order
+from gpuloom.state.dependencies import dependency_status
 from gpuloom.state.retention import final_phase
 from gpuloom.store.rows import job_row
 from gpuloom.testing.builders import LogBuilder, make_job_spec
@@ -26,7 +27,7 @@ def test_a_job_waits_for_its_dependency_then_runs() -> None:
     log = scene()
     log.run_to_queue("second", gpus=1, depends_on=after("first"))
     state = log.state()
-    assert dependency_status(state, state.jobs["second"]) == (
+    assert dependency_status(state, state.jobs["second"].spec.depends_on) == (
         "waiting",
         "Dependency: waiting for first to succeed",
     )
@@ -38,7 +39,7 @@ def test_a_job_waits_for_its_dependency_then_runs() -> None:
     log.start("first", "n1")
     log.finish("first", "n1", outcome="succeeded")
     state = log.state()
-    assert dependency_status(state, state.jobs["second"]) == ("met", None)
+    assert dependency_status(state, state.jobs["second"].spec.depends_on) == ("met", None)
     assert [j.job_id for j in queue_order(state)] == ["second"]
     assert job_row(state.jobs["second"], state)["reason"] is None
 

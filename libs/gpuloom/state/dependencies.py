@@ -1,0 +1,41 @@
+"""Whether a job's dependencies are met, waiting, or can never be met: the one rule that
+admission (which rejects a job whose dependency can never be met), the queue (which
+cancels a queued one), placement's queue order, explain and the read model all ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from gpuloom.events import Dependency
+from gpuloom.state.model import FINAL_PHASES, ClusterState
+from gpuloom.state.retention import dependency_unknown, final_phase
+
+DependencyStatus = Literal["met", "waiting", "never"]
+
+
+def dependency_status(
+    state: ClusterState, depends_on: Sequence[Dependency]
+) -> tuple[DependencyStatus, str | None]:
+    """Whether the jobs of `depends_on` (a job's) have ended as it needs, with a reason if not.
+
+    `never`: a dependency is unknown (never submitted, or ended longer ago than
+    `retention.RETENTION`), or ended otherwise than `succeeded` when the job needs it
+    to succeed. `waiting`: a dependency has not ended yet.
+    """
+    waiting: list[str] = []
+    for dependency in depends_on:
+        phase = final_phase(state, dependency.job)  # an ended job may be a tombstone
+        if phase is None:
+            return "never", dependency_unknown(dependency.job)
+        if phase not in FINAL_PHASES:
+            waiting.append(
+                f"{dependency.job} to {'succeed' if dependency.when == 'succeeded' else 'end'}"
+            )
+            continue
+        if dependency.when == "succeeded" and phase != "succeeded":
+            return "never", f"dependency {dependency.job} ended {phase}, not succeeded"
+    if waiting:
+        return "waiting", "Dependency: waiting for " + ", ".join(waiting)
+    return "met", None
