@@ -21,13 +21,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
+from gpuloom.decide.explain import Shared
+from gpuloom.placement import BestFit, IndexCache
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.projector import CHECKPOINT, PROJECTOR_BATCH, Progress
 from gpuloom.runtime.snapshots import Snapshotter
@@ -67,6 +69,18 @@ class ReadModel(Progress):
         self.changed = asyncio.Condition()
         self._waiting = 0
         self._poll_now = asyncio.Event()
+        #: What explaining pending jobs read last (the pass's inputs), kept for the next
+        #: request: a job near the head of a long queue is then explained in a short walk.
+        self.explaining = IndexCache()
+        #: The policy explain places with: one object, since the kept index is the one
+        #: policy's (a new one would make it start afresh).
+        self.explain_policy = BestFit()
+
+    def explainer(self, wanted: Iterable[str]) -> Shared:
+        """One scheduling pass on the fold, for the pending reasons of `wanted`."""
+        return Shared(
+            self.state, self.explain_policy, kept=self.explaining, wanted=frozenset(wanted)
+        )
 
     @property
     def quarantined(self) -> int:

@@ -17,7 +17,7 @@ from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
 from gpuloom.decide.explain import Shared, explain, reason_text
-from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode
+from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode, intents
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from gpuloom.state import FINAL_PHASES, PENDING_PHASES
@@ -108,9 +108,11 @@ async def list_jobs(
         query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
     )
     accounts = accounts_of(gateway)
-    folded = gateway.read_model.state if gateway.read_model is not None else None
-    shared = Shared(folded) if folded is not None else None  # one quota book, one node view
-    jobs = [with_pending_reason(gateway, to_job(row, principal, accounts), shared) for row in rows]
+    listed = [to_job(row, principal, accounts) for row in rows]
+    pending = [job.id for job in listed if job.state in PENDING_PHASES]
+    read_model = gateway.read_model
+    shared = read_model.explainer(pending) if read_model is not None and pending else None
+    jobs = [with_pending_reason(gateway, job, shared) for job in listed]
     return JobList(jobs=jobs, total=total)
 
 
@@ -124,6 +126,8 @@ def with_pending_reason(gateway: Gateway, job: Job, shared: Shared | None = None
     # lest a row still `submitted` carry the reason of the job already queued.
     if state is None or live is None or live.phase != job.state or job.state not in PENDING_PHASES:
         return job
+    if shared is None and gateway.read_model is not None:
+        shared = gateway.read_model.explainer([job.id])
     found = explain(state, job.id, brief=True, shared=shared)
     if found is None or found.reason is None:
         return job
@@ -183,7 +187,7 @@ async def cancel_job(
     await publish(
         gateway,
         JobCancelRequested(job_id=job_id, requested_by=principal.name),
-        f"{job_id}:cancel-request",
+        intents.cancel_requested(job_id),
         principal=principal,
     )
     return CancelAccepted(id=job_id, state=state, cancel_requested=True)
@@ -200,7 +204,7 @@ async def explain_job(
     await gateway.catch_up(principal.name)
     if gateway.read_model is None:
         raise unavailable("the gateway has not read the log yet")
-    found = explain(gateway.read_model.state, job_id)
+    found = explain(gateway.read_model.state, job_id, shared=gateway.read_model.explainer([job_id]))
     if found is None or job_id not in gateway.read_model.state.jobs:
         row = await session.get(JobRow, job_id)
         if row is not None:

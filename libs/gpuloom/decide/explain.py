@@ -1,17 +1,16 @@
-"""Why is my job pending? A pure reading of the folded state.
+"""Why is my job pending? The scheduler's own answer, read from a pass it would make now.
 
-For a pending job: a reason code, its position in the queue and the jobs ahead
-of it, for every node the first rule that keeps the job off it, and an
-estimate of when it could start, from the time limits of the jobs running now.
+For a pending job: a reason code, its position in the queue and the jobs ahead of it,
+for every node the first rule that keeps the job off it, and an estimate of when it
+could start, from the time limits of the jobs running now.
 
-Reason codes: `Dependency` (a job it depends on has not ended), `QuotaExceeded`
-(its account's quota, with what it may borrow, has no room), `AssocGrpGRES` (its
-user or account holds as many GPUs as its `max_gpus` allows), `Resources`
-(no node has room now; for the job holding the backfill reservation, when it
-is to start), `Reservation` (a node has room now, but the job would run past
-the start of the job ahead that holds the reservation, on what it reserved),
-`Priority` (a node has room, jobs ahead come first or the next placement cycle
-has not run yet), `Held` (a cancel is pending).
+Before the queue: `Held` (a cancel is pending), `Dependency` (a job it depends on has
+not ended: `gpuloom.state.dependencies`), `Priority` (admission and the queue have not
+answered it yet). A queued job's reason is what the reference placement pass says of it
+(`gpuloom.placement.scheduling`, run here on the state as it is: its `Waiting`), so
+explain keeps no rule of its own: `QuotaExceeded`, `AssocGrpGRES`, `Resources`,
+`Reservation` and `Priority` mean what `gpuloom.placement.outcomes` says. A job the
+pass would place now is `Priority` too: the next placement cycle places it.
 """
 
 from __future__ import annotations
@@ -19,26 +18,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gpuloom.events import QueuePolicySet
-from gpuloom.events.accounts import depends_on_where, model_resource, pool_resource
 from gpuloom.placement.cycle import earliest_start
 from gpuloom.placement.engine import Policy
-from gpuloom.placement.filters import FITS, verdict
-from gpuloom.placement.inputs import current_reservation, from_ms, node_views, request_of
+from gpuloom.placement.filters import verdict
+from gpuloom.placement.incremental.index_cache import IndexCache
+from gpuloom.placement.inputs import from_ms, node_views, pass_inputs, request_of, rules_of
+from gpuloom.placement.outcomes import Placed, Waiting
 from gpuloom.placement.policies import BestFit
-from gpuloom.placement.resources import NodeView, fits_locally
-from gpuloom.queueing.order import (
-    gpu_demand,
-    queue_order,
-    quota_book,
-    upfront_demand,
-    yields_to,
-)
-from gpuloom.queueing.quota import QuotaBook
+from gpuloom.placement.reservation import Reservation
+from gpuloom.placement.scheduling import SchedulingPass
+from gpuloom.queueing.order import queue_order, yields_to
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.dependencies import dependency_status
 
 AHEAD_SHOWN = 20
+#: What a queued job the pass would place now waits for.
+NEXT_CYCLE = "a node has room for it now: the next placement cycle places it"
 
 
 @dataclass(frozen=True)
@@ -53,54 +48,64 @@ class Explanation:
     estimated_start: datetime | None = None
 
 
-def _model_quota_refusal(state: ClusterState, job: JobState, book: QuotaBook) -> str | None:
-    """A refusal when every GPU model (and pool) the job could land on is over quota.
-
-    Model and pool quotas are checked once a placement is known; a job that no
-    allowed model's quota admits is held by them however much room there is.
-    """
-    demand = gpu_demand(job)
-    if not demand or not any(depends_on_where(r) for r in book.trackers):
-        return None
-    places = sorted(
-        {
-            (gpu.model, gpu.pool)
-            for node in state.nodes.values()
-            for gpu in node.gpus.values()
-            if not job.spec.gpu_model or gpu.model in job.spec.gpu_model
-        }
-    )
-    reasons = []
-    for model, pool in places:
-        why = book.why_not(
-            job.spec.account, {model_resource(model): demand, pool_resource(pool): demand}
-        )
-        if why is None:
-            return None
-        reasons.append(why)
-    return reasons[0] if reasons else None
-
-
 @dataclass
 class Shared:
-    """What briefly explaining many jobs of one state shares, computed once on first use
-    (the job list explains each pending job of its page)."""
+    """One pass over the queue, made on first use and read for every job explained on
+    the same state (the job list explains each pending job of its page).
+
+    `wanted`: the jobs that will be asked about; the pass stops once it has decided them
+    (a job near the head of a long queue costs a short walk). `kept`: what the last pass
+    read, kept for the next (the fast twin's inputs, `IndexCache.pass_inputs`: the same
+    answers, re-read only where the log changed; a process that explains again and
+    again, the gateway, keeps one).
+    """
 
     state: ClusterState
-    _book: QuotaBook | None = None
-    _views: list[NodeView] | None = None
+    policy: Policy = field(default_factory=BestFit)
+    kept: IndexCache | None = None
+    wanted: frozenset[str] | None = None
+    _waiting: dict[str, Waiting] | None = None
+    _placed: frozenset[str] = frozenset()
+    _reservation: Reservation | None = None
+    _stopped: str | None = None
 
-    @property
-    def book(self) -> QuotaBook:
-        if self._book is None:
-            self._book = quota_book(self.state)
-        return self._book
+    def waits(self, job_id: str) -> Waiting | None:
+        """Why the pass would leave `job_id` waiting; None when it would place it."""
+        if self._waiting is None or not self._decided(job_id):
+            self._run(job_id)
+        assert self._waiting is not None
+        if job_id in self._placed:
+            return None
+        if job_id in self._waiting:
+            return self._waiting[job_id]
+        return Waiting(job_id, "Priority", self._stopped or "job(s) ahead in the queue")
 
-    @property
-    def views(self) -> list[NodeView]:
-        if self._views is None:
-            self._views = list(node_views(self.state))
-        return self._views
+    def reservation(self, job_id: str) -> Reservation | None:
+        """The reservation the pass holds once it has decided `job_id` (made or kept)."""
+        if self._waiting is None or not self._decided(job_id):
+            self._run(job_id)
+        return self._reservation
+
+    def _decided(self, job_id: str) -> bool:
+        return self.wanted is None or job_id in self.wanted
+
+    def _run(self, job_id: str) -> None:
+        if self.wanted is not None and job_id not in self.wanted:
+            self.wanted = self.wanted | {job_id} if self._waiting is None else None
+        if self.kept is None:
+            inputs = pass_inputs(self.state, self.policy)
+        else:
+            inputs = self.kept.pass_inputs(self.state, self.policy)
+        self._waiting = {}
+        if inputs is None:  # no node: nothing could be placed
+            return
+        rules = rules_of(self.state)
+        walk = SchedulingPass(inputs, self.policy, rules, until=self.wanted)
+        outcomes = walk.run(inputs.candidates)
+        self._waiting = {o.job_id: o for o in outcomes if isinstance(o, Waiting)}
+        self._placed = frozenset(o.candidate.job_id for o in outcomes if isinstance(o, Placed))
+        self._reservation = walk.reservation
+        self._stopped = walk.stopped
 
 
 def reason_text(code: str | None, detail: str | None) -> str | None:
@@ -113,27 +118,6 @@ def reason_text(code: str | None, detail: str | None) -> str | None:
     return detail if detail.startswith(code) else f"{code}: {detail}"
 
 
-def _brief(state: ClusterState, job: JobState, shared: Shared) -> Explanation:
-    """The reason of a queued job that neither quota nor dependencies hold, without the
-    queue order (a sort of the whole queue) or per-node verdicts (see `explain`).
-
-    A job that some node could take now and that is not placed is behind the head of
-    the queue: with a reservation held by another job that is `Reservation` under
-    backfill, otherwise `Priority`.
-    """
-    reserved = current_reservation(state)
-    if reserved is not None and reserved.job_id == job.job_id:
-        return Explanation(job.job_id, job.phase, "Resources", "it holds the reservation")
-    request = request_of(job.spec)
-    if not any(fits_locally(request, view) for view in shared.views):
-        return Explanation(job.job_id, job.phase, "Resources", "no node has room for it now")
-    strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
-    if reserved is not None and not strict:
-        detail = f"it would delay {reserved.job_id}, which holds the reservation"
-        return Explanation(job.job_id, job.phase, "Reservation", detail)
-    return Explanation(job.job_id, job.phase, "Priority", "job(s) ahead in the queue")
-
-
 def explain(
     state: ClusterState,
     job_id: str,
@@ -142,11 +126,12 @@ def explain(
     shared: Shared | None = None,
 ) -> Explanation | None:
     """Why `job_id` is pending (see the module doc). `brief`: the reason code and detail
-    only, cheap enough for `GET /v1/jobs/{id}`, which clients poll (`_brief`).
+    only, for `GET /v1/jobs/{id}`, which clients poll, and the job list.
 
-    Each node's verdict is the placement filters' (`gpuloom.placement.filters`) and
-    the estimate the scheduler's reservation search (`earliest_start`) with `policy`
-    (default best fit: which nodes it picks, not whether the job fits, depends on it)."""
+    The pass runs with `policy` (default best fit: which nodes it picks, not whether a
+    job fits, depends on it); each node's verdict is the placement filters'
+    (`gpuloom.placement.filters`) and the estimate the pass's reservation, else the
+    scheduler's reservation search for this job alone (`earliest_start`)."""
     job = state.jobs.get(job_id)
     if job is None:
         ended = state.tombstones.get(job_id)  # ended and forgotten (retention.py)
@@ -161,22 +146,42 @@ def explain(
             return Explanation(job_id, job.phase, "Dependency", why)
     if job.phase != "queued":
         return Explanation(job_id, job.phase, "Priority", "admission and queueing are pending")
-    shared = shared if shared is not None and shared.state is state else Shared(state)
-    book = shared.book
-    held = book.why_not(job.spec.account, upfront_demand(job.spec), job.spec.user)
-    if held is None:
-        held = _model_quota_refusal(state, job, book)
-    if held is not None:  # "QuotaExceeded: ..." or "AssocGrpGRES: ..." (max_gpus)
-        return Explanation(job_id, job.phase, held.partition(":")[0], held)
+    if shared is None or shared.state is not state:
+        shared = Shared(state, policy or BestFit(), wanted=frozenset({job_id}))
+    waiting = shared.waits(job_id)
+    reason, detail = ("Priority", NEXT_CYCLE) if waiting is None else (waiting.code, waiting.detail)
     if brief:
-        return _yielding(state, job, _brief(state, job, shared))
+        return _yielding(state, job, Explanation(job_id, job.phase, reason, detail))
     order = [j.job_id for j in queue_order(state)]
     position = order.index(job_id) + 1 if job_id in order else None
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]
+    reserved = shared.reservation(job_id)
+    estimate: datetime | None = None
+    if reserved is not None and reason in ("Resources", "Reservation"):
+        start = reserved.start_at
+        when = f"at {from_ms(start).isoformat()}" if start is not None else None
+        if reserved.job_id == job_id:
+            estimate = from_ms(start) if start is not None else None
+            detail += f" to start {when}" if when else " until jobs without a time limit end"
+        elif reason == "Reservation":
+            hosts = ", ".join(sorted({r.host for r in reserved.replicas}))
+            detail += f" (it starts {when or 'when jobs without a time limit end'} on {hosts})"
+    if reason == "Priority" and waiting is not None:
+        detail = f"{len(ahead)} job(s) ahead in the queue; {detail}"
+    if reason == "Resources" and estimate is None:
+        estimate = earliest_start(state, job, policy or BestFit())
+    found = Explanation(
+        job_id, job.phase, reason, detail, position, ahead, _verdicts(state, job), estimate
+    )
+    return _yielding(state, job, found)
+
+
+def _verdicts(state: ClusterState, job: JobState) -> dict[str, str]:
+    """Each node's verdict on the job, lost and cordoned ones included."""
     request = request_of(job.spec)
     current = {v.name: v for v in node_views(state, include_lost=True)}
     idle = {v.name: v for v in node_views(state, idle=True, include_lost=True)}
-    verdicts = {
+    return {
         name: verdict(
             request,
             current[name],
@@ -186,48 +191,6 @@ def explain(
         )
         for name in sorted(current)
     }
-    reserved = current_reservation(state)
-    estimate: datetime | None = None
-    if reserved is not None and reserved.job_id == job_id:
-        reason, detail = "Resources", "no node has room for it now; it holds the reservation"
-        if reserved.start_at is not None:
-            estimate = from_ms(reserved.start_at)
-            detail += f" to start at {estimate.isoformat()}"
-        else:
-            detail += " until jobs without a time limit end"
-    elif any(v == FITS for v in verdicts.values()):
-        strict = (state.queue_policy or QueuePolicySet()).backfill == "off"
-        if strict and ahead:
-            reason = "Priority"
-            detail = (
-                f"{len(ahead)} job(s) ahead in the queue, and nothing passes them (backfill off)"
-            )
-        elif reserved is not None and reserved.job_id in order[: (position or 1) - 1]:
-            hosts = sorted({r.host for r in reserved.replicas})
-            reason = "Reservation"
-            detail = (
-                f"it would delay {reserved.job_id}, which is reserved "
-                + (
-                    f"to start at {from_ms(reserved.start_at).isoformat()}"
-                    if reserved.start_at is not None
-                    else "until jobs without a time limit end"
-                )
-                + f" on {', '.join(hosts)}; a time limit that ends before then lets it backfill"
-            )
-        else:
-            reason, detail = "Priority", f"{len(ahead)} job(s) ahead in the queue"
-            depth = (state.queue_policy or QueuePolicySet()).backfill_depth
-            if depth is not None and position is not None and position > depth + 1:
-                detail += (
-                    f"; a placement pass tries at most {depth} jobs behind the first that"
-                    " cannot start (backfill depth), and this one may be further back"
-                )
-    else:
-        reason, detail = "Resources", "no node has room for it now"
-    if reason == "Resources" and estimate is None:
-        estimate = earliest_start(state, job, policy or BestFit())
-    found = Explanation(job_id, job.phase, reason, detail, position, ahead, verdicts, estimate)
-    return _yielding(state, job, found)
 
 
 def _yielding(state: ClusterState, job: JobState, found: Explanation) -> Explanation:

@@ -39,6 +39,11 @@ def answered_tasks(array_id: str, what: Answer, tasks: int, latest_seq: int) -> 
     return f"{array_id}:{what}:{tasks}:{latest_seq}"
 
 
+def cancel_requested(job_id: str) -> str:
+    """A user's cancel request: one per job (an array's id covers its tasks)."""
+    return f"{job_id}:cancel-request"
+
+
 def cancelled(job_id: str) -> str:
     return f"{job_id}:cancelled"
 

@@ -22,34 +22,26 @@ from gpuloom.events import (
     JobPreempted,
     JobReserved,
     PolicyRef,
-    QueuePolicySet,
     ReplicaAssignment,
     SliceRef,
     intents,
 )
-from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.engine import NodeIndex, Policy
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.inputs import (
     candidate_of,
     context_for,
-    current_reservation,
     from_ms,
     holdings_of,
     node_views,
-    to_ms,
+    pass_inputs,
+    rules_of,
 )
+from gpuloom.placement.outcomes import Placed, Preempted, Reserved
 from gpuloom.placement.resources import (
     Placement,
 )
-from gpuloom.placement.scheduling import (
-    Placed,
-    Preempted,
-    find_reservation,
-    schedule,
-)
-from gpuloom.queueing.classes import may_preempt
-from gpuloom.queueing.order import queue_order, quota_book
+from gpuloom.placement.scheduling import find_reservation, schedule
 from gpuloom.state import ClusterState, JobState
 
 
@@ -109,56 +101,15 @@ def placement_cycle(
 
     Jobs held by quota or dependencies are skipped; the rest are placed,
     preempt, get the reservation or backfill as the log's QueuePolicySet says.
-    `kept` carries the node index from one cycle to the next (same decisions,
-    fewer scores: `gpuloom.placement.incremental.index_cache`).
+    Without `kept` it is the reference pass, on inputs made afresh from the state
+    (`inputs.pass_inputs`); `kept` carries what the last cycle read to the next (the
+    fast twin: the same decisions, less work, `gpuloom.placement.incremental`).
     """
-    views = node_views(state) if kept is None else kept.views_of(state)
-    if not views:
+    inputs = pass_inputs(state, policy) if kept is None else kept.pass_inputs(state, policy)
+    if inputs is None:
         return []
-    context = context_for(state, policy, 0) if kept is None else kept.context_for(state, policy)
-    if kept is None:
-        index = NodeIndex(views)
-    else:
-        index, workload = kept.index_for(views, policy, context.workload)
-        context = Context(context.seed, 0, workload)
+    outcomes = schedule(inputs, policy, rules_of(state, limit))
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
-    queue_policy = state.queue_policy or QueuePolicySet()
-    awaiting = (
-        frozenset(
-            by
-            for jobs in state.on_node.values()
-            for job_id in jobs
-            if (by := state.jobs[job_id].preempted_by) is not None
-        )
-        if kept is None
-        else kept.holdings.awaiting(state)
-    )
-    classes: dict[str | None, bool] = {}  # whether each priority class may preempt
-
-    def candidate(job: JobState) -> Candidate:
-        allowed = classes.get(job.spec.priority_class)
-        if allowed is None:
-            allowed = classes[job.spec.priority_class] = may_preempt(state, job.spec)
-        return candidate_of(job, awaiting, allowed)
-
-    queued = queue_order(state) if kept is None else kept.queue.order(state)
-    outcomes = schedule(
-        (candidate(job) for job in queued),  # made as needed
-        index,
-        # built only if a job is blocked
-        (lambda: holdings_of(state)) if kept is None else (lambda: kept.holdings.of(state)),
-        by_end=None if kept is None else (lambda: kept.holdings.by_end(state)),
-        released=None if kept is None else (lambda placed: kept.released(state, placed)),
-        now=to_ms(state.clock) if state.clock is not None else 0,
-        policy=policy,
-        context=context,
-        backfill=queue_policy.backfill,
-        preemption=queue_policy.preemption,
-        quotas=quota_book(state),
-        current=current_reservation(state),
-        limit=limit,
-        depth=queue_policy.backfill_depth,
-    )
     common = {"basis_seq": state.seq, "policy": ref}
     decisions: list[Decision] = []
     for outcome in outcomes:
@@ -192,7 +143,7 @@ def placement_cycle(
                         preempted, intents.preempted(job.job_id, job.attempt), job.last_event_id
                     )
                 )
-        else:
+        elif isinstance(outcome, Reserved):
             reservation = outcome.reservation
             job = state.jobs[reservation.job_id]
             reserved = JobReserved(

@@ -3,7 +3,9 @@
 The views of the nodes, each pending job as a `Candidate`, what placed and running
 jobs hold and until when, the recorded reservation, the typical workload of
 fragmentation-aware policies, and the log's time in the scheduler's integer
-milliseconds. Each is a pure function of the state; `cycle` decides with them.
+milliseconds. Each is a pure function of the state; `pass_inputs` gathers them for
+the reference pass (`placement_cycle` without a kept index; the fast twin's are
+`IndexCache.pass_inputs`), `cycle` decides with them.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from gpuloom.events import JobSpec
+from gpuloom.events import JobSpec, QueuePolicySet
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, Policy
+from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.holdings import Holding
+from gpuloom.placement.reservation import Reservation
 from gpuloom.placement.resources import GpuView, NodeView, Pool, ReplicaPlacement, Request, Slice
 from gpuloom.placement.scarcity import with_scarcity
-from gpuloom.placement.scheduling import Reservation
-from gpuloom.queueing.order import upfront_demand
+from gpuloom.placement.scheduling import PassInputs, Rules
+from gpuloom.queueing.classes import may_preempt
+from gpuloom.queueing.order import queue_order, quota_book, upfront_demand
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.model import RECENT_SPECS_KEPT, NodeState
 
@@ -285,3 +289,53 @@ def current_reservation(state: ClusterState) -> Reservation | None:
             for r in event.replicas
         ),
     )
+
+
+def rules_of(state: ClusterState, limit: int = 10_000) -> Rules:
+    """What the log's queue policy lets a pass do (its defaults before any)."""
+    policy = state.queue_policy or QueuePolicySet()
+    return Rules(policy.backfill, policy.preemption, limit, policy.backfill_depth)
+
+
+def awaiting_victims(state: ClusterState) -> frozenset[str]:
+    """The jobs that preempted a job still on a node: they wait for it to stop."""
+    return frozenset(
+        by
+        for jobs in state.on_node.values()
+        for job_id in jobs
+        if (by := state.jobs[job_id].preempted_by) is not None
+    )
+
+
+def candidates(
+    state: ClusterState, jobs: Iterable[JobState], awaiting: frozenset[str]
+) -> Iterator[Candidate]:
+    """`jobs` as the pass sees them, made as the pass asks for them (a pass that stops
+    early never builds the rest of a long queue)."""
+    classes: dict[str | None, bool] = {}  # whether each priority class may preempt
+    for job in jobs:
+        allowed = classes.get(job.spec.priority_class)
+        if allowed is None:
+            allowed = classes[job.spec.priority_class] = may_preempt(state, job.spec)
+        yield candidate_of(job, awaiting, allowed)
+
+
+def pass_inputs(state: ClusterState, policy: Policy) -> PassInputs | None:
+    """What the reference pass reads, made afresh from `state` (None: no node to place on)."""
+    views = node_views(state)
+    if not views:
+        return None
+    return PassInputs(
+        candidates=candidates(state, queue_order(state), awaiting_victims(state)),
+        index=NodeIndex(views),
+        context=context_for(state, policy, 0),
+        now=log_ms(state),
+        holdings=lambda: holdings_of(state),  # built only if a job is blocked
+        quotas=quota_book(state),
+        current=current_reservation(state),
+    )
+
+
+def log_ms(state: ClusterState) -> int:
+    """The log's time as the pass counts it (0 before any event with a time)."""
+    return to_ms(state.clock) if state.clock is not None else 0

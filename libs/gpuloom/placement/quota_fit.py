@@ -28,12 +28,14 @@ def within_quota(
     candidate: Candidate,
     quotas: QuotaBook,
     where: Where,
-) -> Candidate | None:
-    """The candidate restricted to the models and pools its account's quotas admit.
+) -> Candidate | str:
+    """The candidate restricted to the models and pools its account's quotas admit, or
+    why none is (the first model's or pool's refusal).
 
     Model and pool quotas depend on where a job lands, so instead of placing it and
-    checking afterwards, the request is narrowed to what the quotas allow (None:
-    nothing is allowed); what it then takes is charged to each after placement.
+    checking afterwards, the request is narrowed to what the quotas allow; what it then
+    takes is charged to each after placement. A model and a pool are admitted each on
+    its own: a job may land on any admitted model in any admitted pool.
     """
     request = candidate.request
     milli = request.gpu_demand_milli * request.replicas
@@ -52,8 +54,13 @@ def within_quota(
         for p in pool_choices
         if quotas.why_not(candidate.account, {pool_resource(p): milli}) is None
     ]
-    if not allowed or not open_pools:
-        return None
+    if not allowed:
+        first = {model_resource(wanted[0]): milli} if wanted else {}
+        refusal = quotas.why_not(candidate.account, first) if first else None
+        return refusal or "QuotaExceeded: no GPU model it may use has room in its quotas"
+    if not open_pools:
+        refusal = quotas.why_not(candidate.account, {pool_resource(pool_choices[0]): milli})
+        return refusal or "QuotaExceeded: no pool it may use has room in its quotas"
     pool = request.pool if len(open_pools) == len(pool_choices) else open_pools[0]
     if allowed == tuple(request.models) and pool == request.pool:
         return candidate

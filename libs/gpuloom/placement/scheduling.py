@@ -31,11 +31,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gpuloom.events.accounts import GPU_MILLI
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy
-from gpuloom.placement.holdings import HeldSum, Holding, scratch
-from gpuloom.placement.preemption import choose_victims
+from gpuloom.placement.holdings import HeldSum, Holding
+from gpuloom.placement.outcomes import (
+    Outcome,
+    Placed,
+    Preempted,
+    Reserved,
+    Waiting,
+    wait_code,
+)
+from gpuloom.placement.preemption import victims_for
 from gpuloom.placement.quota_fit import Where, where_demand, where_limited, within_quota
 from gpuloom.placement.reservation import (
     Protection,
@@ -51,15 +58,11 @@ Backfill = Literal["easy", "off"]
 
 #: Start order of jobs placed in this pass: after every running job, never a victim.
 NEW_ORDER = 1 << 62
-PreemptReason = Literal["priority", "reclaim"]
 
 __all__ = [
     "Backfill",
-    "Outcome",
-    "Placed",
-    "Preempted",
-    "Reservation",
-    "Reserved",
+    "PassInputs",
+    "Rules",
     "SchedulingPass",
     "find_reservation",
     "schedule",
@@ -67,121 +70,89 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Placed:
-    candidate: Candidate
-    placement: Placement
-    #: Started while a job ahead of it in the queue could not start.
-    backfilled: bool
-    position: int
+class Rules:
+    """What the queue's policy (`QueuePolicySet`) lets a pass do."""
+
+    backfill: Backfill = "easy"
+    preemption: bool = True
+    #: The most placements in one pass.
+    limit: int = 10_000
+    #: The most jobs tried behind the first that cannot start (Slurm's `bf_max_job_test`).
+    depth: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Reserved:
-    reservation: Reservation
-    position: int
+@dataclass
+class PassInputs:
+    """All a pass reads: the pending jobs in queue order, the nodes, what runs, the quotas
+    and the log's time. `gpuloom.placement.inputs.pass_inputs` makes them from the folded
+    state as they are (the reference); `IndexCache.pass_inputs` makes the same from what
+    it kept of the last cycle (the fast twin).
 
+    `holdings` (what runs) may be a function: it is called only if a job is blocked.
+    `by_end`, when given, returns the same holdings split: those with an end, and the sum
+    of those without (`KeptHoldings.by_end`); the reservation search then gives the
+    latter back at the cost of the nodes, not of the jobs. With it, `released(placed)`
+    may give the views with every running job and `placed` given back
+    (`IndexCache.released`), kept from cycle to cycle for the search's last step.
+    """
 
-@dataclass(frozen=True, slots=True)
-class Preempted:
-    """`candidate` stops `victims` (positions `position`, `position + 1`, ...)."""
-
-    candidate: Candidate
-    victims: tuple[Holding, ...]
-    reason: PreemptReason
-    position: int
-
-
-Outcome = Placed | Reserved | Preempted
-
-
-def _victims_for(
-    candidate: Candidate,
-    index: NodeIndex,
-    holdings: Sequence[Holding],
-    quotas: QuotaBook | None,
-    policy: Policy,
-    context: Context,
-) -> tuple[tuple[Holding, ...], PreemptReason] | None:
-    """Preempt by priority class first; else reclaim the account's nominal quota."""
-    holdings = [h for h in holdings if h.order < NEW_ORDER]
-    by_class = [
-        h for h in holdings if h.preemptible and h.priority_class < candidate.priority_class
-    ]
-    if not by_class and quotas is None:
-        return None
-    copies: list[NodeIndex] = []
-
-    def choose(among: list[Holding]) -> tuple[Holding, ...] | None:
-        """Victims among `among`, tried on a copy of the views (see `holdings`), made
-        once and only when there is someone to try: at 5,000 nodes a copy costs tens
-        of milliseconds, in every cycle with a blocked job."""
-        if not among:
-            return None
-        if not copies:
-            copies.append(scratch(index))
-        return choose_victims(candidate.request, copies[0], among, policy, context)
-
-    victims = choose(by_class)
-    if victims is not None:
-        return victims, "priority"
-    tracker = quotas.trackers.get(GPU_MILLI) if quotas is not None else None
-    if tracker is None:
-        return None
-    quota = tracker.quotas.get(candidate.account)
-    if quota is None or quota.nominal is None:
-        return None
-    if tracker.used.get(candidate.account, 0) + candidate.demand_milli > quota.nominal:
-        return None
-    borrowing = tracker.borrowing
-    victims = choose(
-        [h for h in holdings if h.account != candidate.account and borrowing(h.account)]
-    )
-    return (victims, "reclaim") if victims is not None else None
+    candidates: Iterable[Candidate]
+    index: NodeIndex
+    context: Context
+    #: The log's time, in integer milliseconds since the epoch.
+    now: int
+    holdings: Sequence[Holding] | Callable[[], Sequence[Holding]]
+    quotas: QuotaBook | None = None
+    #: The reservation already recorded (not written again).
+    current: Reservation | None = None
+    by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None
+    released: Callable[[list[Holding]], NodeIndex | None] | None = None
 
 
 class SchedulingPass:
     """One walk over the queue (see the module doc). Its fields are what the walk has
     learned so far; each step is a method named for what it decides. It mutates the
-    index and the quota book with what it places."""
+    index and the quota book with what it places.
+
+    Every job it meets and does not place gets a `Waiting` with the reason; where it
+    stops before the end of the queue (backfill off, its depth or its limit reached),
+    `stopped` says why, which is the reason (`Priority`) of every job after that point.
+    `until`: stop once each of these jobs has been decided (what explain asks about a
+    few jobs).
+    """
 
     def __init__(
         self,
-        index: NodeIndex,
-        holdings: Sequence[Holding] | Callable[[], Sequence[Holding]],
-        *,
-        now: int,
+        inputs: PassInputs,
         policy: Policy,
-        context: Context,
-        backfill: Backfill = "easy",
-        preemption: bool = True,
-        quotas: QuotaBook | None = None,
-        current: Reservation | None = None,
-        limit: int = 10_000,
-        depth: int | None = None,
-        by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
-        released: Callable[[list[Holding]], NodeIndex | None] | None = None,
+        rules: Rules = Rules(),
+        *,
+        until: frozenset[str] | None = None,
     ) -> None:
-        self.index = index
-        self.now = now
+        self.index = inputs.index
+        self.now = inputs.now
         self.policy = policy
-        self.context = context
-        self.backfill = backfill
-        self.preemption = preemption
-        self.quotas = quotas
-        self.current = current
-        self.limit = limit
-        self.depth = depth
+        self.context = inputs.context
+        self.rules = rules
+        self.quotas = inputs.quotas
+        self.current = inputs.current
+        #: The jobs still to decide before the pass may stop (None: it goes to the end).
+        self._until = set(until) if until is not None else None
         self.outcomes: list[Outcome] = []
         #: What runs, looked at only once a job is blocked: built then if given lazily.
-        self._holdings = holdings
-        self._running: list[Holding] | None = None if callable(holdings) else list(holdings)
+        self._holdings = inputs.holdings
+        self._running: list[Holding] | None = (
+            None if callable(inputs.holdings) else list(inputs.holdings)
+        )
         self._placed_now: list[Holding] = []
         #: The same running holdings, split by whether they end (`KeptHoldings.by_end`):
         #: while no victim changed them, the reservation search takes them so.
-        self._by_end = by_end
+        self._by_end = inputs.by_end
         #: The views with every running job and `_placed_now` given back (`released`).
-        self._released = released
+        self._released = inputs.released
         self.position = 0
+        #: Why the pass went no further than it did (None: it met every job).
+        self.stopped: str | None = None
         self.placed = 0
         self.tried_behind = 0
         #: A job could not start: the jobs after it are backfilled (or, off, not tried).
@@ -193,38 +164,63 @@ class SchedulingPass:
         #: A pass only ever takes resources (and the reservation's slack only shrinks),
         #: so a request that found no room finds none later in the pass either:
         #: feasibility does not depend on scores, so skipping it changes no decision.
-        self._failed: set[tuple[Request, bool]] = set()
+        #: The value is why it waits (`Resources`, or `Reservation` where it would fit
+        #: but for the reservation's slack).
+        self._failed: dict[tuple[Request, bool], Waiting] = {}
 
     def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
         for candidate in candidates:
-            if not self._goes_on():
+            self.stopped = self._stops()
+            if self.stopped is not None:
                 break
-            turn = self.position  # each step of this candidate decides at this position
-            admitted = self._within_quotas(candidate)
-            if admitted is None:
-                continue  # held by a quota, a GPU maximum, or every model or pool it may use
-            if self._place(admitted, turn) or self.reservation is not None:
-                continue  # placed; or it waits (EASY: one reservation)
-            self.blocked = True
-            decision = self._decision(turn)
-            self._preempt_for(admitted, decision)
-            self._reserve_for(admitted, decision)
-            if self.backfill == "off":
+            self._decide(candidate)
+            if self._decided(candidate.job_id):
                 break
         return self.outcomes
 
+    def _decide(self, candidate: Candidate) -> None:
+        turn = self.position  # each step of this candidate decides at this position
+        admitted = self._within_quotas(candidate)
+        if admitted is None:
+            return  # held by a quota, a GPU maximum, or every model or pool it may use
+        waiting = self._place(admitted, turn)
+        if waiting is None:
+            return  # placed
+        if self.reservation is not None:  # it waits (EASY: one reservation)
+            self.outcomes.append(waiting)
+            return
+        self.blocked = True
+        decision = self._decision(turn)
+        self._preempt_for(admitted, decision)
+        self.outcomes.append(self._reserve_for(admitted, decision))
+
     # --- the steps, in the order a candidate meets them ---------------------------------
 
-    def _goes_on(self) -> bool:
-        """Under the pass's limit of placements, and of jobs tried behind the blocked one
-        (`depth`, as Slurm's `bf_max_job_test`)."""
-        if self.placed >= self.limit:
+    def _stops(self) -> str | None:
+        """Why the pass goes no further (None: it goes on): the pass's limit of placements,
+        strict order behind a blocked job, or the jobs tried behind it (`depth`, as
+        Slurm's `bf_max_job_test`)."""
+        rules = self.rules
+        if self.placed >= rules.limit:
+            return f"a placement pass places at most {rules.limit} jobs"
+        if not self.blocked:
+            return None
+        if rules.backfill == "off":
+            return "a job ahead cannot start, and nothing passes it (backfill off)"
+        self.tried_behind += 1
+        if rules.depth is not None and self.tried_behind > rules.depth:
+            return (
+                f"a placement pass tries at most {rules.depth} jobs behind the first that"
+                " cannot start (backfill depth)"
+            )
+        return None
+
+    def _decided(self, job_id: str) -> bool:
+        """Note `job_id` decided; whether every job of `until` now is."""
+        if self._until is None:
             return False
-        if self.blocked:
-            self.tried_behind += 1
-            if self.depth is not None and self.tried_behind > self.depth:
-                return False
-        return True
+        self._until.discard(job_id)
+        return not self._until
 
     def _within_quotas(self, candidate: Candidate) -> Candidate | None:
         """The candidate, narrowed to the models and pools its quotas admit; None: held
@@ -232,28 +228,37 @@ class SchedulingPass:
         quotas = self.quotas
         if quotas is None:
             return candidate
-        if quotas.why_not(candidate.account, candidate.demand, candidate.user or None):
-            return None
-        if self._where is None:
-            self._where = where_limited(self.index, quotas)
-        return within_quota(candidate, quotas, self._where) if self._where else candidate
+        refusal = quotas.why_not(candidate.account, candidate.demand, candidate.user or None)
+        if refusal is None:
+            if self._where is None:
+                self._where = where_limited(self.index, quotas)
+            if not self._where:
+                return candidate
+            narrowed = within_quota(candidate, quotas, self._where)
+            if not isinstance(narrowed, str):
+                return narrowed
+            refusal = narrowed
+        self.outcomes.append(Waiting(candidate.job_id, wait_code(refusal), refusal))
+        return None
 
     def _decision(self, position: int) -> Context:
         """What a decision at `position` of this pass may depend on: made only for the
         candidates that get that far (most of a long queue is skipped before)."""
         return Context(self.context.seed, position, self.context.workload)
 
-    def _place(self, candidate: Candidate, turn: int) -> bool:
+    def _place(self, candidate: Candidate, turn: int) -> Waiting | None:
         """Place it now if it fits (within the reservation's slack if it may outlast
-        its start); charge its quotas; True when placed."""
+        its start); charge its quotas. None when placed, else why it waits."""
         masked = must_leave_slack(candidate, self.reservation, self.protection, self.now)
-        if (candidate.request, masked) in self._failed:
-            return False  # the same request found no room earlier in this pass
+        failed = self._failed.get((candidate.request, masked))
+        if failed is not None:  # the same request found no room earlier in this pass
+            return Waiting(candidate.job_id, failed.code, failed.detail)
         protection = self.protection if masked else None
         placement = try_place(candidate, self.index, self.policy, self._decision(turn), protection)
         if placement is None:
-            self._failed.add((candidate.request, masked))
-            return False
+            waiting = self._why_not_placed(candidate, masked, turn)
+            self._failed[(candidate.request, masked)] = waiting
+            return waiting
         if self.quotas is not None:
             self.quotas.take(
                 candidate.account,
@@ -265,19 +270,33 @@ class SchedulingPass:
         self.placed += 1
         order = len(self._placed_now)
         self._placed_now.append(_holding_of(candidate, placement, self.now, order))
-        return True
+        return None
+
+    def _why_not_placed(self, candidate: Candidate, masked: bool, turn: int) -> Waiting:
+        """`Reservation` when a node could host it now but for the reserved job's slack
+        (it may run past that job's start); `Resources` otherwise."""
+        job_id = candidate.job_id
+        if masked and self.reservation is not None:
+            host = self.index.best_local(candidate.request, self.policy, self._decision(turn))
+            if host is not None:
+                return Waiting(
+                    job_id,
+                    "Reservation",
+                    f"it would delay {self.reservation.job_id}, which holds the reservation;"
+                    " a time limit that ends before its start lets it backfill",
+                )
+        return Waiting(job_id, "Resources", "no node has room for it now")
 
     def _preempt_for(self, candidate: Candidate, decision: Context) -> None:
         """The first blocked job alone may preempt; one whose class may not (its
         `may_preempt` false) uses that turn up, so no job behind it jumps it."""
-        if not self.preemption or self.preempt_tried or candidate.awaiting_victims:
+        if not self.rules.preemption or self.preempt_tried or candidate.awaiting_victims:
             return
         self.preempt_tried = True
         if not candidate.may_preempt:
             return
-        chosen = _victims_for(
-            candidate, self.index, self._held(), self.quotas, self.policy, decision
-        )
+        running = [h for h in self._held() if h.order < NEW_ORDER]
+        chosen = victims_for(candidate, self.index, running, self.quotas, self.policy, decision)
         if chosen is None:
             return
         victims, reason = chosen
@@ -291,8 +310,9 @@ class SchedulingPass:
             if h.order < NEW_ORDER
         ]
 
-    def _reserve_for(self, candidate: Candidate, decision: Context) -> None:
-        """Give the blocked job the reservation, at the earliest start it can foresee."""
+    def _reserve_for(self, candidate: Candidate, decision: Context) -> Waiting:
+        """Give the blocked job the reservation, at the earliest start it can foresee;
+        why it waits."""
         if self._by_end is None:
             found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
         else:
@@ -302,12 +322,19 @@ class SchedulingPass:
                 candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
                 unbounded, released,
             )  # fmt: skip
+        detail = "no node has room for it now"
+        stopping = self.outcomes[-1] if self.outcomes else None
+        if isinstance(stopping, Preempted) and stopping.candidate.job_id == candidate.job_id:
+            detail += f"; {len(stopping.victims)} job(s) are being stopped for it"
+        elif candidate.awaiting_victims:
+            detail += "; the jobs stopped for it have not ended yet"
         if found is None:
-            return
+            return Waiting(candidate.job_id, "Resources", detail)
         self.reservation, self.protection = found
         if self.reservation != self.current:
             self.outcomes.append(Reserved(self.reservation, self.position))
             self.position += 1
+        return Waiting(candidate.job_id, "Resources", f"{detail}; it holds the reservation")
 
     def _held(self) -> list[Holding]:
         """What runs, with what this pass placed (never a victim, `NEW_ORDER`)."""
@@ -318,39 +345,15 @@ class SchedulingPass:
 
 
 def schedule(
-    candidates: Iterable[Candidate],
-    index: NodeIndex,
-    holdings: Sequence[Holding] | Callable[[], Sequence[Holding]],
-    *,
-    now: int,
+    inputs: PassInputs,
     policy: Policy,
-    context: Context,
-    backfill: Backfill = "easy",
-    preemption: bool = True,
-    quotas: QuotaBook | None = None,
-    current: Reservation | None = None,
-    limit: int = 10_000,
-    depth: int | None = None,
-    by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None,
-    released: Callable[[list[Holding]], NodeIndex | None] | None = None,
+    rules: Rules = Rules(),
+    *,
+    until: frozenset[str] | None = None,
 ) -> list[Outcome]:
-    """Walk `candidates` (queue order) once; see the module doc. Mutates `index` and `quotas`
-    with what is placed; `current` is the reservation already recorded (not repeated).
-    `holdings` (what runs) may be a function: it is called only if a job is blocked.
-
-    `depth` bounds how many jobs behind the first blocked one are tried (as Slurm's
-    `bf_max_job_test`): a pass over a long queue then costs a bounded time.
-    `by_end`, when given, returns the same holdings as `holdings`, split: those with an
-    end, and the sum of those without (`KeptHoldings.by_end`); the reservation search
-    then gives the latter back at the cost of the nodes, not of the jobs. With it,
-    `released(placed)` may give the views with every running job and `placed` given
-    back (`IndexCache.released`), kept from cycle to cycle for the search's last step.
-    """
-    return SchedulingPass(
-        index, holdings, now=now, policy=policy, context=context, backfill=backfill,
-        preemption=preemption, quotas=quotas, current=current, limit=limit, depth=depth,
-        by_end=by_end, released=released,
-    ).run(candidates)  # fmt: skip
+    """Walk `inputs.candidates` (queue order) once; see the module doc and
+    `SchedulingPass`. Mutates `inputs.index` and `inputs.quotas` with what is placed."""
+    return SchedulingPass(inputs, policy, rules, until=until).run(inputs.candidates)
 
 
 def _holding_of(candidate: Candidate, placement: Placement, now: int, order: int) -> Holding:

@@ -28,7 +28,8 @@ from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
 from gpuloom.placement.holdings import Holding
-from gpuloom.placement.scheduling import Backfill, Placed, schedule
+from gpuloom.placement.outcomes import Placed
+from gpuloom.placement.scheduling import Backfill, PassInputs, Rules, schedule
 from gpuloom.sim.trace import TraceNode, TraceTask, load_tasks
 
 #: Priority classes of the trace's QoS labels (Kubernetes' and Alibaba's names).
@@ -186,15 +187,11 @@ def simulate(
             for i in pending
         ]
         outcomes = schedule(
-            candidates,
-            index,
-            list(running.values()),
-            now=now * 1000,
-            policy=policy,
-            context=Context(seed=run.passes),
-            backfill=backfill,
-            preemption=False,
-            depth=backfill_depth,
+            PassInputs(
+                candidates, index, Context(seed=run.passes), now * 1000, list(running.values())
+            ),
+            policy,
+            Rules(backfill=backfill, preemption=False, depth=backfill_depth),
         )
         run.passes += 1
         started_now = set()

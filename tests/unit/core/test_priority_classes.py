@@ -24,9 +24,10 @@ from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.holdings import Holding, scratch
+from gpuloom.placement.outcomes import Preempted
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import GpuView, NodeView, Request
-from gpuloom.placement.scheduling import Preempted, schedule
+from gpuloom.placement.scheduling import PassInputs, schedule
 from gpuloom.queueing.classes import class_named, classes, default_class, may_preempt
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
 
@@ -209,14 +210,8 @@ def test_the_scheduler_never_preempts_for_a_candidate_that_may_not() -> None:
     assert placement is not None
     held = [Holding("low", placement.replicas, None, priority_class=0, preemptible=True)]
     for may, expected in ((False, 0), (True, 1)):
-        outcomes = schedule(
-            [Candidate("high", Request(gpus=2), None, priority_class=50, may_preempt=may)],
-            scratch(index),
-            held,
-            now=0,
-            policy=BestFit(),
-            context=Context(),
-        )
+        high = Candidate("high", Request(gpus=2), None, priority_class=50, may_preempt=may)
+        outcomes = schedule(PassInputs([high], scratch(index), Context(), 0, held), BestFit())
         assert sum(isinstance(o, Preempted) for o in outcomes) == expected
 
 

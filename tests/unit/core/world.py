@@ -7,6 +7,7 @@ import copy
 
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.decide.admission import decide_admission
+from gpuloom.decide.explain import NEXT_CYCLE, Shared, explain
 from gpuloom.decide.inventory import Heard, decide_inventory
 from gpuloom.decide.queueing import decide_queue
 from gpuloom.events import (
@@ -164,6 +165,8 @@ class World:
         self.state = ClusterState()
         #: Policies that keep their node index between this world's cycles.
         self.kept = [(BestFit(), IndexCache()), (FGD(), IndexCache())]
+        #: What explaining kept from pass to pass, as the gateway keeps it.
+        self.explaining = (BestFit(), IndexCache())
         #: An index cache that never decides: its views follow the fold's stamps alone.
         self.watching = IndexCache()
         #: Kept holdings that look only now and then (after every 5th event), so that
@@ -277,7 +280,26 @@ class World:
             assert placement_cycle(self.state, policy, kept=kept) == placement_cycle(
                 self.state, fresh
             ), policy.name
+        self.check_explain(decisions)
         self.record_valid(decisions)
+
+    def check_explain(self, decisions: list[Decision]) -> None:
+        """Explain is the pass: a queued job it says the next cycle places is one the
+        cycle places (and no other), and a kept explainer says what a fresh one says."""
+        placed = {d.event.job_id for d in decisions if isinstance(d.event, JobPlaced)}
+        queued = sorted(self.state.queued)
+        policy, kept = self.explaining
+        shared = Shared(self.state, policy, kept=kept, wanted=frozenset(queued[:5]))
+        for job_id in queued:
+            fresh = explain(self.state, job_id, brief=True)
+            assert fresh is not None and fresh.reason is not None
+            if fresh.reason != "Dependency" and not self.state.jobs[job_id].cancel_requested:
+                assert (fresh.detail or "").startswith(NEXT_CYCLE) == (job_id in placed), (
+                    job_id,
+                    fresh,
+                )
+            again = explain(self.state, job_id, brief=True, shared=shared)
+            assert again == fresh, (job_id, again, fresh)
 
     def agent_turn(self, action: AgentTurn) -> None:
         if not self.jobs_in("placed", "running"):

@@ -16,6 +16,7 @@ def test_each_key_keeps_its_form() -> None:
     assert intents.submitted("k-1") == "submit:k-1"
     assert intents.answered("j1", "admission") == "j1:admission"
     assert intents.answered_tasks("a1", "queued", 40, 977) == "a1:queued:40:977"
+    assert intents.cancel_requested("j1") == "j1:cancel-request"
     assert intents.cancelled("j1") == "j1:cancelled"
     assert intents.queue_policy(12) == "queue-policy:12"
     assert intents.placed("j1", 2, 345) == "j1:placed:2:345"
@@ -34,13 +35,19 @@ def test_each_key_keeps_its_form() -> None:
     assert intents.dead_letter("queue", 9) == "queue:9"
 
 
+#: Calls that take an intent key, and the position of the key among their arguments.
+KEYED = {"Decision": 1, "publish": 2}
+
+
 def _keys_by_hand(tree: ast.AST) -> list[int]:
     """Lines where a key is spelt by hand: an f-string as a `Decision`'s key (its second
-    argument, or `msg_id=`) or as the value of a `Nats-Msg-Id` header."""
+    argument, or `msg_id=`), as the gateway's `publish` key (its third), or as the value
+    of a `Nats-Msg-Id` header."""
     lines = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Decision":
-            keys = node.args[1:2] + [k.value for k in node.keywords if k.arg == "msg_id"]
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in KEYED:
+            at = KEYED[getattr(node.func, "id", "")]
+            keys = node.args[at : at + 1] + [k.value for k in node.keywords if k.arg == "msg_id"]
             lines += [key.lineno for key in keys if isinstance(key, ast.JoinedStr)]
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
@@ -63,6 +70,7 @@ def test_no_other_module_spells_an_intent_key() -> None:
 
 def test_the_check_finds_a_key_spelt_by_hand() -> None:
     spelt = ast.parse(
-        'Decision(event, f"{job}:placed:{seq}")\nheaders = {"Nats-Msg-Id": f"{hook}:x"}'
+        'Decision(event, f"{job}:placed:{seq}")\nheaders = {"Nats-Msg-Id": f"{hook}:x"}\n'
+        'await publish(gateway, event, f"{job}:cancel-request")'
     )
-    assert _keys_by_hand(spelt) == [1, 2]
+    assert _keys_by_hand(spelt) == [1, 2, 3]

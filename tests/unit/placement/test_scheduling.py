@@ -11,13 +11,16 @@ from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, place, release
 from gpuloom.placement.holdings import HeldSum, Holding, hold_all, release_all
 from gpuloom.placement.incremental.released import KeptReleased
+from gpuloom.placement.outcomes import Outcome, Placed, Preempted, Reserved, Waiting
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.preemption import choose_victims, fits_after
+from gpuloom.placement.reservation import Reservation
 from gpuloom.placement.resources import Request
 from gpuloom.placement.scheduling import (
-    Placed,
-    Preempted,
-    Reserved,
+    Backfill,
+    PassInputs,
+    Rules,
+    SchedulingPass,
     find_reservation,
     schedule,
 )
@@ -42,6 +45,22 @@ def occupy(
     return Holding(job_id, placement.replicas, ends_at, **fields)  # type: ignore[arg-type]
 
 
+def decided(
+    candidates: list[Candidate],
+    index: NodeIndex,
+    held: list[Holding],
+    *,
+    now: int = 0,
+    backfill: Backfill = "easy",
+    quotas: QuotaBook | None = None,
+    current: Reservation | None = None,
+) -> list[Outcome]:
+    """What a pass decides (its `Waiting` left out: see the tests of `Waiting`)."""
+    inputs = PassInputs(candidates, index, CONTEXT, now, held, quotas=quotas, current=current)
+    outcomes = schedule(inputs, POLICY, Rules(backfill=backfill))
+    return [o for o in outcomes if not isinstance(o, Waiting)]
+
+
 def whole(count: int, **fields: object) -> Request:
     return Request(gpus=count, **fields)  # type: ignore[arg-type]
 
@@ -52,9 +71,7 @@ def test_the_blocked_head_gets_a_reservation_when_the_earliest_jobs_end() -> Non
         occupy(index, "long", whole(4), 100 * S),
         occupy(index, "short", whole(3), 10 * S),
     ]
-    outcomes = schedule(
-        [Candidate("big", whole(4), 50)], index, held, now=0, policy=POLICY, context=CONTEXT
-    )
+    outcomes = decided([Candidate("big", whole(4), 50)], index, held, now=0)
     [reserved] = outcomes
     assert isinstance(reserved, Reserved)
     assert reserved.reservation.job_id == "big"
@@ -68,7 +85,7 @@ def test_a_job_that_ends_before_the_reservation_backfills_and_a_long_one_waits()
         occupy(index, "long", whole(4), 100 * S),
         occupy(index, "short", whole(3), 10 * S),
     ]
-    outcomes = schedule(
+    outcomes = decided(
         [
             Candidate("big", whole(4), 50),
             Candidate("quick", whole(1), 5),  # ends at 5 s, before big starts at 10 s
@@ -78,8 +95,6 @@ def test_a_job_that_ends_before_the_reservation_backfills_and_a_long_one_waits()
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
     )
     placed = [o.candidate.job_id for o in outcomes if isinstance(o, Placed)]
     assert placed == ["quick"]
@@ -91,13 +106,11 @@ def test_a_long_job_backfills_onto_resources_the_reservation_does_not_need() -> 
         [node("n0", 0, gpus(1000, 1000, 1000, 1000)), node("n1", 1, gpus(1000, 1000))]
     )
     held = [occupy(index, "a", whole(4), 10 * S)]
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("big", whole(4), 50), Candidate("side", whole(2), None)],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
     )
     placed = [
         (o.candidate.job_id, o.placement.replicas[0].host)
@@ -110,13 +123,11 @@ def test_a_long_job_backfills_onto_resources_the_reservation_does_not_need() -> 
 def test_backfill_off_is_strict_order() -> None:
     index = cluster()
     held = [occupy(index, "long", whole(4), 100 * S), occupy(index, "short", whole(3), 10 * S)]
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("big", whole(4), 50), Candidate("quick", whole(1), 5)],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
         backfill="off",
     )
     assert [type(o) for o in outcomes] == [Reserved], "nothing passes the blocked head"
@@ -127,13 +138,11 @@ def test_a_recorded_reservation_is_not_written_again() -> None:
     held = [occupy(index, "long", whole(4), 100 * S), occupy(index, "short", whole(3), 10 * S)]
     found = find_reservation(Candidate("big", whole(4), 50), index, held, POLICY, CONTEXT)
     assert found is not None
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("big", whole(4), 50)],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
         current=found[0],
     )
     assert outcomes == []
@@ -180,7 +189,7 @@ def test_no_job_is_backfilled_into_a_slot_that_delays_the_reserved_job(
     candidates = [
         Candidate(f"p{number}", request, limit) for number, (request, limit) in enumerate(pending)
     ]
-    outcomes = schedule(candidates, index, held, now=0, policy=POLICY, context=CONTEXT)
+    outcomes = decided(candidates, index, held, now=0)
     reserved = [o for o in outcomes if isinstance(o, Reserved)]
     assert len(reserved) <= 1, "EASY: one reservation"
     if not reserved:
@@ -227,13 +236,11 @@ def test_a_higher_class_preempts_the_fewest_preemptible_lower_jobs() -> None:
         occupy(index, "c", whole(2), None, preemptible=False, priority_class=0, order=3),
         occupy(index, "d", whole(2), None, preemptible=True, priority_class=5, order=4),
     ]
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("urgent", whole(2), None, priority_class=3)],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
     )
     preempted = [o for o in outcomes if isinstance(o, Preempted)]
     assert len(preempted) == 1
@@ -246,13 +253,11 @@ def test_a_higher_class_preempts_the_fewest_preemptible_lower_jobs() -> None:
 def test_a_job_preempts_nothing_when_no_set_of_victims_is_enough() -> None:
     index = cluster(1, 4)
     held = [occupy(index, "a", whole(4), None, preemptible=False)]
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("urgent", whole(2), None, priority_class=3)],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
     )
     assert not [o for o in outcomes if isinstance(o, Preempted)]
 
@@ -271,13 +276,11 @@ def test_an_account_reclaims_its_nominal_quota_from_a_borrower() -> None:
             )
         }
     )
-    outcomes = schedule(
+    outcomes = decided(
         [Candidate("mine", whole(2), None, account="owner", demand={"gpu_milli": 2000})],
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
         quotas=quotas,
     )
     [preempted] = [o for o in outcomes if isinstance(o, Preempted)]
@@ -291,7 +294,7 @@ def test_a_job_awaiting_its_victims_preempts_no_more_and_keeps_their_place() -> 
         occupy(index, "v", whole(2), 0, preemptible=True, stopping=True),
         occupy(index, "w", whole(2), None, preemptible=True, order=2),
     ]
-    outcomes = schedule(
+    outcomes = decided(
         [
             Candidate("urgent", whole(2), None, priority_class=3, awaiting_victims=True),
             Candidate("other", whole(1), None),
@@ -299,8 +302,6 @@ def test_a_job_awaiting_its_victims_preempts_no_more_and_keeps_their_place() -> 
         index,
         held,
         now=0,
-        policy=POLICY,
-        context=CONTEXT,
     )
     assert not [o for o in outcomes if isinstance(o, Preempted)]
     [reserved] = [o for o in outcomes if isinstance(o, Reserved)]
@@ -472,3 +473,53 @@ def test_a_reservation_found_with_the_unending_jobs_summed_is_the_one_found_with
     found = find_reservation(candidate, index, rest, POLICY, CONTEXT, total, released)
     assert found == alone
     assert snapshot(released.nodes.values()) == before, "left as it was found"
+
+
+def waits(outcomes: list[Outcome]) -> dict[str, tuple[str, str]]:
+    return {o.job_id: (o.code, o.detail) for o in outcomes if isinstance(o, Waiting)}
+
+
+def test_every_job_the_pass_meets_and_does_not_place_waits_with_the_reason() -> None:
+    """The blocked head holds the reservation; a job that fits but would outlast its start
+    waits on it; a job that does not fit at all waits on resources; one over its
+    account's quota on the quota."""
+    index = cluster(1, 4)
+    held = [occupy(index, "long", whole(2), 100 * S)]
+    quotas = QuotaBook({"gpu_milli": QuotaTracker({"capped": Quota(None, 0, borrowing_limit=0)})})
+    candidates = [
+        Candidate("wide", whole(4), 50),
+        Candidate("capped", whole(1), 5, account="capped", demand={"gpu_milli": 1000}),
+        Candidate("endless", whole(1), None),
+        Candidate("huge", whole(8), 5),
+        Candidate("quick", whole(1), 5),
+    ]
+    inputs = PassInputs(candidates, index, CONTEXT, 0, held, quotas=quotas)
+    outcomes = schedule(inputs, POLICY)
+    found = waits(outcomes)
+    assert found["wide"] == ("Resources", "no node has room for it now; it holds the reservation")
+    assert found["capped"][0] == "QuotaExceeded"
+    assert found["endless"][0] == "Reservation" and "it would delay wide" in found["endless"][1]
+    assert found["huge"] == ("Resources", "no node has room for it now")
+    assert "quick" not in found, "it ends before wide starts: it backfills"
+    assert [o.candidate.job_id for o in outcomes if isinstance(o, Placed)] == ["quick"]
+
+
+def test_where_the_pass_stops_it_says_why_and_until_stops_it_early() -> None:
+    index = cluster(1, 4)
+    held = [occupy(index, "long", whole(4), 100 * S)]
+    candidates = [Candidate(f"j{i}", whole(1), None) for i in range(5)]
+    walk = SchedulingPass(
+        PassInputs(candidates, index, CONTEXT, 0, held), POLICY, Rules(backfill="off")
+    )
+    walk.run(candidates)
+    assert walk.stopped is not None and "backfill off" in walk.stopped
+    assert set(waits(walk.outcomes)) == {"j0"}, "the jobs behind the head are not met"
+    deep = SchedulingPass(PassInputs(candidates, index, CONTEXT, 0, held), POLICY, Rules(depth=2))
+    deep.run(candidates)
+    assert deep.stopped is not None and "at most 2 jobs behind" in deep.stopped
+    assert set(waits(deep.outcomes)) == {"j0", "j1", "j2"}
+    early = SchedulingPass(
+        PassInputs(candidates, index, CONTEXT, 0, held), POLICY, until=frozenset({"j1"})
+    )
+    early.run(candidates)
+    assert early.stopped is None and set(waits(early.outcomes)) == {"j0", "j1"}

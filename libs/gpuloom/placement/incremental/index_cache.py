@@ -37,7 +37,10 @@ from gpuloom.placement.incremental.holdings import KeptHoldings
 from gpuloom.placement.incremental.queue import KeptQueue
 from gpuloom.placement.incremental.released import KeptReleased
 from gpuloom.placement.inputs import (
+    candidates,
     context_for,
+    current_reservation,
+    log_ms,
     node_view,
     node_views,
     schedulable,
@@ -47,6 +50,8 @@ from gpuloom.placement.inputs import (
 )
 from gpuloom.placement.resources import NodeView
 from gpuloom.placement.scarcity import with_scarcity
+from gpuloom.placement.scheduling import PassInputs
+from gpuloom.queueing.order import quota_book
 from gpuloom.state import ClusterState
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the
@@ -74,6 +79,28 @@ class IndexCache:
         self.queue = KeptQueue()
         #: The specs the typical workload was last read from, and their shapes counted.
         self._reading: tuple[list[JobSpec], Workload] | None = None
+
+    def pass_inputs(self, state: ClusterState, policy: Policy) -> PassInputs | None:
+        """`gpuloom.placement.inputs.pass_inputs(state, policy)`, from what is kept: the
+        same inputs (tests hold the decisions made with them to the reference pass's),
+        re-read only where the log changed since the last cycle."""
+        views = self.views_of(state)
+        if not views:
+            return None
+        context = self.context_for(state, policy)
+        index, workload = self.index_for(views, policy, context.workload)
+        holdings = self.holdings
+        return PassInputs(
+            candidates=candidates(state, self.queue.order(state), holdings.awaiting(state)),
+            index=index,
+            context=Context(context.seed, 0, workload),
+            now=log_ms(state),
+            holdings=lambda: holdings.of(state),  # built only if a job is blocked
+            quotas=quota_book(state),
+            current=current_reservation(state),
+            by_end=lambda: holdings.by_end(state),
+            released=lambda placed: self.released(state, placed),
+        )
 
     def views_of(self, state: ClusterState) -> list[NodeView]:
         """`node_views(state)`, with the kept index's view of each node that changed
