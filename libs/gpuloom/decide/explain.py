@@ -34,6 +34,8 @@ from gpuloom.state.dependencies import dependency_status
 AHEAD_SHOWN = 20
 #: What a queued job the pass would place now waits for.
 NEXT_CYCLE = "a node has room for it now: the next placement cycle places it"
+#: What every queued job waits for while no node is ready and uncordoned.
+NO_NODE = "no node has room for it now: none is ready and open to new work"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ class Shared:
     _waiting: dict[str, Waiting] | None = None
     _placed: frozenset[str] = frozenset()
     _reservation: Reservation | None = None
-    _stopped: str | None = None
+    #: What a job the pass did not meet waits for: where it stopped, or that no node
+    #: takes work at all.
+    _unmet: Waiting | None = None
 
     def waits(self, job_id: str) -> Waiting | None:
         """Why the pass would leave `job_id` waiting; None when it would place it."""
@@ -78,7 +82,8 @@ class Shared:
             return None
         if job_id in self._waiting:
             return self._waiting[job_id]
-        return Waiting(job_id, "Priority", self._stopped or "job(s) ahead in the queue")
+        unmet = self._unmet or Waiting(job_id, "Priority", "job(s) ahead in the queue")
+        return replace(unmet, job_id=job_id)
 
     def reservation(self, job_id: str) -> Reservation | None:
         """The reservation the pass holds once it has decided `job_id` (made or kept)."""
@@ -97,7 +102,8 @@ class Shared:
         else:
             inputs = self.kept.pass_inputs(self.state, self.policy)
         self._waiting = {}
-        if inputs is None:  # no node: nothing could be placed
+        if inputs is None:  # no node takes work: the placement cycle makes no pass at all
+            self._unmet = Waiting("", "Resources", NO_NODE)
             return
         rules = rules_of(self.state)
         walk = SchedulingPass(inputs, self.policy, rules, until=self.wanted)
@@ -105,7 +111,8 @@ class Shared:
         self._waiting = {o.job_id: o for o in outcomes if isinstance(o, Waiting)}
         self._placed = frozenset(o.candidate.job_id for o in outcomes if isinstance(o, Placed))
         self._reservation = walk.reservation
-        self._stopped = walk.stopped
+        if walk.stopped is not None:
+            self._unmet = Waiting("", "Priority", walk.stopped)
 
 
 def reason_text(code: str | None, detail: str | None) -> str | None:
@@ -167,7 +174,8 @@ def explain(
             hosts = ", ".join(sorted({r.host for r in reserved.replicas}))
             detail += f" (it starts {when or 'when jobs without a time limit end'} on {hosts})"
     if reason == "Priority" and waiting is not None:
-        detail = f"{len(ahead)} job(s) ahead in the queue; {detail}"
+        said = "" if "ahead in the queue" in detail else f"; {detail}"
+        detail = f"{len(ahead)} job(s) ahead in the queue{said}"
     if reason == "Resources" and estimate is None:
         estimate = earliest_start(state, job, policy or BestFit())
     found = Explanation(

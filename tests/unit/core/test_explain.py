@@ -109,3 +109,15 @@ def test_the_brief_reason_agrees_with_the_full_explanation() -> None:
             assert full is not None and brief is not None
             assert brief.reason == full.reason, (backfill, job_id)
         assert brief.reason == code
+
+
+def test_with_no_node_open_to_work_every_queued_job_waits_on_resources() -> None:
+    """The placement cycle makes no pass at all then: explain says so, not `Priority`."""
+    log = LogBuilder()
+    log.register("n1", 2)
+    log.run_to_queue("job", gpus=1)
+    log.lose("n1")
+    for brief in (True, False):
+        found = explain(log.state(), "job", brief=brief)
+        assert found is not None and found.reason == "Resources", found
+        assert found.detail is not None and "none is ready" in found.detail
