@@ -171,28 +171,26 @@ class LogFollower:
             self._skip_malformed(message, f"seq {message.seq}: {type(exc).__name__}: {exc}")
             return
         state = self.state
-        voided, faults, skewed = state.voided, state.faults, state.skewed
         try:
             for observer in self.observers:
                 observer.before(recorded)
-            apply(state, recorded)
-            applied = state.voided == voided
+            folded = apply(state, recorded)
             for observer in self.observers:
-                observer.after(message, recorded, applied)
+                observer.after(message, recorded, folded.applied)
         except Exception as exc:  # a bug around the fold must cost this event, not the process
             log.exception("%s failed on seq %d", self.service, message.seq)
             reason = f"{self.service} failed on it: {type(exc).__name__}: {exc}"
             state.seq = max(state.seq, message.seq)
             self._dead_letter(message, "fault", reason, recorded.envelope.id)
             return
-        if state.faults > faults:  # a fold rule failed on it: voided, and a bug to see
-            reason = state.recent_voided[-1].reason
+        if folded.voided is not None and folded.voided.fault:  # a rule failed: a bug to see
+            reason = folded.voided.reason
             log.error(
                 "%s voided seq %d and dead-lettered it: %s", self.service, message.seq, reason
             )
             self._dead_letter(message, "fault", reason, recorded.envelope.id)
-        elif state.skewed > skewed:  # kept, with its time bounded: a clock to fix
-            reason = state.recent_skewed[-1].reason
+        elif folded.skewed is not None:  # kept, with its time bounded: a clock to fix
+            reason = folded.skewed.reason
             log.warning("%s bounded the time of seq %d: %s", self.service, message.seq, reason)
             self._dead_letter(message, "skew", reason, recorded.envelope.id)
 

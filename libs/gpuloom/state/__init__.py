@@ -1,6 +1,6 @@
 """Pure fold of the log into the cluster state. Imports nothing of the outside world."""
 
-from gpuloom.state.fold import apply, fold
+from gpuloom.state.fold import Folded, apply, fold
 from gpuloom.state.model import (
     FINAL_PHASES,
     ON_NODE_PHASES,
@@ -20,6 +20,7 @@ __all__ = [
     "ON_NODE_PHASES",
     "PENDING_PHASES",
     "ClusterState",
+    "Folded",
     "GpuState",
     "JobPhase",
     "JobState",

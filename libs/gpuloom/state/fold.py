@@ -5,14 +5,16 @@ the log (placing on a GPU already taken, starting a cancelled job, a second fina
 event) changes nothing and is counted as voided, with its reason. Every process
 uses this function, so all of them agree on what the log means.
 
-For speed `apply` updates `state` in place and returns it; it never reads a clock,
-randomness or anything outside its arguments. Time comes from envelopes (`at`).
+For speed `apply` updates `state` in place, and returns what it made of the event
+(`Folded`: applied, or voided with the reason); it never reads a clock, randomness or
+anything outside its arguments. Time comes from envelopes (`at`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuloom.events import Event, Recorded
@@ -35,9 +37,24 @@ def fold(events: Iterable[Recorded], state: ClusterState | None = None) -> Clust
     return current
 
 
-def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """What `apply` made of one event: applied, or voided (`voided` says why, and whether
+    a rule failed: `fault`); `skewed`: its time was bounded (it was applied or voided
+    with the bounded time)."""
+
+    voided: Voided | None = None
+    skewed: Voided | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.voided is None
+
+
+def apply(state: ClusterState, recorded: Recorded) -> Folded:
     """Apply one recorded event. Invalid events are voided, never raised."""
     state.seq = recorded.seq
+    skewed: Voided | None = None
     handler = _HANDLERS.get(type(recorded.event))
     try:
         if handler is None:
@@ -47,26 +64,26 @@ def apply(state: ClusterState, recorded: Recorded) -> ClusterState:
             raise Invalid("the envelope's time has no time zone")
         stored = recorded.stored_at
         if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
-            recorded = _clamped(state, recorded, stored)
+            recorded, skewed = _clamped(state, recorded, stored)
             at = recorded.envelope.at
         handler(state, recorded.event, recorded)
     except Invalid as why:
-        _void(state, recorded, str(why), fault=False)
+        return Folded(_void(state, recorded, str(why), fault=False), skewed)
     except Exception as exc:  # containment: one bad event must never stop a fold
         # A rule failed where its checks did not expect it. Rules mostly check before
         # they change anything, so the event is voided like an invalid one (a rule that
         # failed half-way leaves what it changed, the same in every service); the fault
         # is counted apart so that services dead-letter the event and an operator sees it.
-        _void(state, recorded, f"fold rule failed: {type(exc).__name__}: {exc}", fault=True)
-    else:
-        state.applied += 1
-        if state.clock is None or at > state.clock:
-            state.clock = at  # the log's time: the latest applied event
-            expire(state)  # tombstones past their window (retention.py)
-    return state
+        failed = f"fold rule failed: {type(exc).__name__}: {exc}"
+        return Folded(_void(state, recorded, failed, fault=True), skewed)
+    state.applied += 1
+    if state.clock is None or at > state.clock:
+        state.clock = at  # the log's time: the latest applied event
+        expire(state)  # tombstones past their window (retention.py)
+    return Folded(None, skewed)
 
 
-def _clamped(state: ClusterState, recorded: Recorded, stored: datetime) -> Recorded:
+def _clamped(state: ClusterState, recorded: Recorded, stored: datetime) -> tuple[Recorded, Voided]:
     """The event with its time moved to within MAX_CLOCK_SKEW of when the log stored it.
 
     A fact is kept (a JobFinished from a host whose clock drifted is still true), but
@@ -76,24 +93,25 @@ def _clamped(state: ClusterState, recorded: Recorded, stored: datetime) -> Recor
     at = recorded.envelope.at
     bounded = min(max(at, stored - MAX_CLOCK_SKEW), stored + MAX_CLOCK_SKEW)
     state.skewed += 1
-    state.recent_skewed.append(
-        Voided(
-            recorded.seq,
-            recorded.envelope.type,
-            f"time {at.isoformat()} is {abs(at - stored).total_seconds():.0f} s from when the "
-            f"log stored it; taken as {bounded.isoformat()}",
-        )
+    skew = Voided(
+        recorded.seq,
+        recorded.envelope.type,
+        f"time {at.isoformat()} is {abs(at - stored).total_seconds():.0f} s from when the "
+        f"log stored it; taken as {bounded.isoformat()}",
     )
+    state.recent_skewed.append(skew)
     del state.recent_skewed[:-VOIDED_KEPT]
     envelope = recorded.envelope.model_copy(update={"at": bounded})
-    return dataclasses.replace(recorded, envelope=envelope)
+    return dataclasses.replace(recorded, envelope=envelope), skew
 
 
-def _void(state: ClusterState, recorded: Recorded, reason: str, *, fault: bool) -> None:
+def _void(state: ClusterState, recorded: Recorded, reason: str, *, fault: bool) -> Voided:
     state.voided += 1
     state.faults += fault
-    state.recent_voided.append(Voided(recorded.seq, recorded.envelope.type, reason, fault))
+    voided = Voided(recorded.seq, recorded.envelope.type, reason, fault)
+    state.recent_voided.append(voided)
     del state.recent_voided[:-VOIDED_KEPT]
+    return voided
 
 
 def rule_table(*modules: tuple[Rule, ...]) -> dict[type[Event], Handler]:

@@ -25,7 +25,8 @@ def test_a_job_lives_from_submission_to_charge() -> None:
     assert state.nodes["n1"].phase == "ready"
     assert state.nodes["n1"].free_gpu_indexes() == [0, 1, 2, 3]
 
-    submitted = apply(state, log.submit("j1", gpus=2, idempotency_key="k1")).jobs["j1"]
+    assert apply(state, log.submit("j1", gpus=2, idempotency_key="k1")).applied
+    submitted = state.jobs["j1"]
     assert submitted.phase == "submitted" and state.submitted == {"j1"}
     assert submitted.submitted_at == log.now and submitted.submit_seq == 2
     assert state.idempotency_keys == {"k1": "j1"}

@@ -39,6 +39,7 @@ from gpuloom.placement.incremental.queue import KeptQueue
 from gpuloom.placement.inputs import holdings_of
 from gpuloom.queueing.order import queue_order
 from gpuloom.state import ClusterState, apply, fold
+from gpuloom.state.lifecycle import LIFECYCLE
 from gpuloom.state.nodeview import (
     NodeView,
     Record,
@@ -187,9 +188,11 @@ class World:
 
     def record(self, event: Event, after: float | None = None) -> bool:
         """Append and fold one event, check every invariant; True when it was applied."""
-        voided = self.state.voided
-        apply(self.state, self.log.append(event, after=after))
+        before = {job_id: job.phase for job_id, job in self.state.jobs.items()}
+        folded = apply(self.state, self.log.append(event, after=after))
         check_invariants(self.state, len(self.log))
+        if folded.applied:
+            check_lifecycle(type(event).__name__, before, self.state)
         views = self.watching.views_of(self.state)
         assert views == node_views(self.state), "a kept view the fold did not stamp as changed"
         if views:
@@ -202,7 +205,7 @@ class World:
             assert_kept_queue(self.glancing_queue, self.state)
         if len(self.log) % 3 == 0:
             self.dispatch.route_and_check(self.state)
-        return self.state.voided == voided
+        return folded.applied
 
     def record_valid(self, decisions: list[Decision], after: float | None = None) -> None:
         for decision in decisions:
@@ -438,3 +441,19 @@ class World:
         read_back = [decode(r.seq, encode(r.envelope)) for r in records]
         assert fold(read_back) == self.state, "the log read back from the wire folds the same"
         assert copy.deepcopy(self.state) == self.state
+
+
+def check_lifecycle(event_type: str, before: dict[str, str], state: ClusterState) -> None:
+    """Every job an applied event moved went along `LIFECYCLE`: from a phase the event's
+    step may find it in (a new job: a step that makes jobs) to one it may leave it in."""
+    step = LIFECYCLE.get(event_type)
+    for job_id, job in state.jobs.items():
+        was = before.get(job_id)
+        if was == job.phase:
+            continue
+        assert step is not None, f"{event_type} moved {job_id} from {was} to {job.phase}"
+        if was is None:
+            assert not step.source, f"{event_type} made job {job_id}"
+        else:
+            assert was in step.source, f"{event_type} found {job_id} {was}"
+        assert job.phase in step.target, f"{event_type} left {job_id} {job.phase}"

@@ -33,11 +33,6 @@ def job_of(state: ClusterState, job_id: str) -> JobState:
     return job
 
 
-def require_phase(job: JobState, *phases: str) -> None:
-    if job.phase not in phases:
-        raise Invalid(f"job {job.job_id} is {job.phase}, not {'/'.join(phases)}")
-
-
 def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
     """Move a job to `phase`, keeping the work-list indexes in step."""
     old = job.phase

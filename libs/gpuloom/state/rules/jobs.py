@@ -16,6 +16,7 @@ from gpuloom.events import (
 )
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
+from gpuloom.state.lifecycle import LIFECYCLE, require_step
 from gpuloom.state.model import ClusterState, JobState
 from gpuloom.state.retention import known, spec_submitted, task_added
 from gpuloom.state.rules.common import (
@@ -23,7 +24,6 @@ from gpuloom.state.rules.common import (
     count_live,
     job_of,
     release,
-    require_phase,
     rule,
     set_phase,
     touch,
@@ -94,29 +94,31 @@ def _add_job(
     touch(state, job, recorded)
 
 
-def jobs_in(state: ClusterState, job_id: str, phase: str) -> list[JobState]:
-    """The job `job_id`, which must be in `phase`; or, for an array's own id, every task
-    of the array in `phase`, by index (at least one): admission and the queue answer an
-    array's waiting tasks with one event, as a cancel request does."""
+def jobs_in(state: ClusterState, job_id: str, event_type: str) -> list[JobState]:
+    """The job `job_id`, which `event_type` must find where it is (`LIFECYCLE`); or, for
+    an array's own id, every task of the array it may find, by index (at least one):
+    admission and the queue answer an array's waiting tasks with one event, as a cancel
+    request does."""
     if job_id not in state.jobs and job_id in state.arrays:
+        source = LIFECYCLE[event_type].source
         tasks = (state.jobs.get(task) for task in state.array_tasks(job_id))
-        found = [job for job in tasks if job is not None and job.phase == phase]
+        found = [job for job in tasks if job is not None and job.phase in source]
         if not found:
-            raise Invalid(f"no task of array {job_id} is {phase}")
+            raise Invalid(f"no task of array {job_id} is {'/'.join(source)}")
         return found
     job = job_of(state, job_id)
-    require_phase(job, phase)
+    require_step(job, event_type)
     return [job]
 
 
 def _admitted(state: ClusterState, event: JobAdmitted, recorded: Recorded) -> None:
-    for job in jobs_in(state, event.job_id, "submitted"):
+    for job in jobs_in(state, event.job_id, "JobAdmitted"):
         set_phase(state, job, "admitted")
         touch(state, job, recorded)
 
 
 def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> None:
-    for job in jobs_in(state, event.job_id, "submitted"):
+    for job in jobs_in(state, event.job_id, "JobRejected"):
         set_phase(state, job, "rejected")
         job.reason = event.reason
         job.finished_at = recorded.envelope.at
@@ -125,7 +127,7 @@ def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> No
 
 
 def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
-    for job in jobs_in(state, event.job_id, "admitted"):
+    for job in jobs_in(state, event.job_id, "JobQueued"):
         job.priority = event.priority
         job.queue_tag = fair_tag(state, job.spec.user)
         set_phase(state, job, "queued")
@@ -158,6 +160,7 @@ def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: 
     job = job_of(state, event.job_id)
     if job.is_final:
         raise Invalid(f"job {job.job_id} already {job.phase}")
+    require_step(job, "JobCancelRequested")
     _request_cancel(state, job, recorded)
 
 
@@ -180,7 +183,7 @@ def _request_cancel(state: ClusterState, job: JobState, recorded: Recorded) -> N
 
 def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "submitted", "admitted", "queued", "placed")
+    require_step(job, "JobCancelled")
     release(state, job, recorded.envelope.at)
     set_phase(state, job, "cancelled")
     job.reason = event.reason

@@ -16,6 +16,7 @@ from gpuloom.events import (
 )
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
+from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, NodeState
 from gpuloom.state.rules.common import Rule, forget_placement, release, rule, set_phase, touch
 
@@ -145,10 +146,12 @@ def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
     node = state.nodes.get(event.node)
     if node is None or node.phase != "ready":
         raise Invalid(f"node {event.node} is not ready")
+    jobs = [state.jobs[job_id] for job_id in sorted(state.on_node.get(event.node, set()))]
+    for job in jobs:  # checked before anything changes
+        require_step(job, "NodeLost")
     node.phase = "lost"
     node.lost_at = recorded.envelope.at
-    for job_id in sorted(state.on_node.get(event.node, set())):
-        job = state.jobs[job_id]
+    for job in jobs:
         release(state, job, recorded.envelope.at)
         if job.cancel_requested:
             set_phase(state, job, "cancelled")

@@ -18,6 +18,7 @@ from gpuloom.events import (
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
+from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
 from gpuloom.state.retention import known
 from gpuloom.state.rules.common import (
@@ -25,7 +26,6 @@ from gpuloom.state.rules.common import (
     forget_placement,
     job_of,
     release,
-    require_phase,
     rule,
     set_phase,
     touch,
@@ -34,7 +34,7 @@ from gpuloom.state.rules.common import (
 
 def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "queued")
+    require_step(job, "JobPlaced")
     if job.cancel_requested:
         raise Invalid(f"job {job.job_id} has a cancel request")
     if event.attempt != job.attempt + 1:
@@ -81,14 +81,14 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
 
 def _reserved(state: ClusterState, event: JobReserved, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "queued")
+    require_step(job, "JobReserved")
     state.reservation = event
     touch(state, job, recorded)
 
 
 def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "placed", "running")
+    require_step(job, "JobPreempted")
     if event.attempt != job.attempt:
         raise Invalid(f"attempt {event.attempt} is not job {job.job_id}'s current {job.attempt}")
     if job.preempted_by is not None:
@@ -195,7 +195,7 @@ def _require_current_attempt(job: JobState, attempt: int, node: str, replica: in
 
 def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "placed", "running")
+    require_step(job, "JobStarted")
     _require_current_attempt(job, event.attempt, event.node, event.replica)
     if event.replica in job.started_replicas or event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already started")
@@ -243,7 +243,7 @@ _ENDED_AS: dict[str, JobPhase] = {
 
 def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
-    require_phase(job, "placed", "running")
+    require_step(job, "JobFinished")
     _require_current_attempt(job, event.attempt, event.node, event.replica)
     if event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
@@ -278,6 +278,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
 
 def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
     job = job_of(state, event.job_id)
+    require_step(job, "UsageCharged")
     runs = [run for run in job.runs if run.attempt == event.attempt]
     if not runs:
         raise Invalid(f"job {job.job_id} has no run for attempt {event.attempt}")
