@@ -3,7 +3,7 @@ archive the log it wrote, with what the fold of that day's code says of it.
 
 A golden log is made once, by the version of its date, and then never changes: every
 later version must fold it to the same figures and re-make every decision in it
-(tests/unit/core/test_golden_log.py). Make a new one (a new folder) when events are
+(tests/unit/state/test_golden_log.py). Make a new one (a new folder) when events are
 added, so that the new ones are pinned too; never remake an old one.
 
     .venv/bin/python tests/golden/make_golden_log.py tests/golden/log-YYYY-MM-DD

@@ -4,7 +4,7 @@ Each upcaster maps `(type, from_version)` to a function of the payload dict that
 returns the payload at `from_version + 1`. Reading applies the chain until the
 event class's VERSION is reached. Schema changes are additive or bump VERSION and
 add an upcaster here, with a test: `gpuloom.events.contract` states the rules and
-tests/unit/core/test_event_contract.py holds them against `contracts/events.json`.
+tests/unit/events/test_event_contract.py holds them against `contracts/events.json`.
 """
 
 from __future__ import annotations

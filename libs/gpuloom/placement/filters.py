@@ -6,7 +6,7 @@ for the host's share), each filter answering with a reason or None. The rules
 themselves are `gpu_serves` and `host_fits` (`gpuloom.placement.resources`), which
 the engine's `fits_locally` uses on its hot path; a filter only names which of them
 refuses and why, so the engine and what is shown to people cannot disagree
-(tests/unit/core/test_filters.py checks `fits_locally` against `refusal`, and
+(tests/unit/placement/test_filters.py checks `fits_locally` against `refusal`, and
 explain's verdict of every node against what placement does).
 
 - `refusal(request, node)`: the first reason, None when the node fits now.

@@ -3,7 +3,7 @@ that every later version must still read, fold to the same figures and audit.
 
 A golden log is an archive (`gpuloom.bus.archive`: segments with their sha256) and
 `expected.json`, what the fold and the audit of the day said of it (`expected_of`).
-tests/golden/make_golden_log.py makes one; tests/unit/core/test_golden_log.py holds
+tests/golden/make_golden_log.py makes one; tests/unit/state/test_golden_log.py holds
 every one of them.
 """
 

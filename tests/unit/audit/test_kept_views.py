@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core.world import assert_kept_holdings, assert_kept_queue, assert_released
+from fixtures.world import assert_kept_holdings, assert_kept_queue, assert_released
 from hypothesis import HealthCheck, given, settings
 
 from gpuloom.events import JobPlaced

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from core.test_codec import EXAMPLES
+from events.test_codec import EXAMPLES
 
 from gpuloom.bus.identities import (
     ADMIN,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.checks import check_invariants
 
 from gpuloom.decide.admission import decide_admission, rejection_reason
 from gpuloom.decide.queueing import decide_queue
@@ -20,8 +21,6 @@ from gpuloom.queueing.order import queue_key, queue_order
 from gpuloom.state import JobState, apply
 from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import T0, LogBuilder, make_job_spec
-
-from .checks import check_invariants
 
 
 def cluster() -> LogBuilder:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import cache
 
 import pytest
+from fixtures.story import story
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +23,6 @@ from gpuloom.state.snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
-
-from .test_fold_determinism import story
 
 
 @cache

@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.actions import ACTIONS, MODELS
+from fixtures.full_state import full_state, unpopulated
+from fixtures.story import story
+from fixtures.world import World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import create_model
@@ -27,11 +31,6 @@ from gpuloom.state.snapshot import (
 )
 from gpuloom.state.snapshot_schema import shape_fingerprint
 from gpuloom.testing.builders import LogBuilder
-
-from .actions import ACTIONS, MODELS
-from .full_state import full_state, unpopulated
-from .test_fold_determinism import story
-from .world import World
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -131,7 +130,7 @@ def test_equal_states_give_equal_bytes_in_any_process() -> None:
     randomisation nor set order reaches the bytes."""
     probe = (
         "import hashlib, sys; sys.path.insert(0, 'tests/unit');"
-        "from core.full_state import full_state;"
+        "from fixtures.full_state import full_state;"
         "from gpuloom.state.snapshot import encode_snapshot, snapshot_fingerprint;"
         "print(snapshot_fingerprint(), hashlib.sha256(encode_snapshot(full_state())).hexdigest())"
     )

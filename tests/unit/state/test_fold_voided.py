@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
+from fixtures.checks import apply_expecting_void, check_invariants
 
 from gpuloom.events import JobEvent, Recorded, make_envelope
 from gpuloom.state import ClusterState, apply, fold
 from gpuloom.state.model import VOIDED_KEPT
 from gpuloom.testing.builders import T0, LogBuilder, make_gpus
-
-from .checks import apply_expecting_void, check_invariants
 
 
 def scene() -> LogBuilder:

@@ -16,6 +16,9 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import pytest
+from fixtures.actions import ACTIONS, MODELS
+from fixtures.checks import apply_expecting_void, check_invariants
+from fixtures.world import World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,10 +47,6 @@ from gpuloom.state import ClusterState, JobState, apply, fold
 from gpuloom.state.model import RECENT_SPECS_KEPT
 from gpuloom.state.retention import RETENTION, final_phase
 from gpuloom.testing.builders import TEST_POLICY, LogBuilder, make_job_spec
-
-from .actions import ACTIONS, MODELS
-from .checks import apply_expecting_void, check_invariants
-from .world import World
 
 FGD = default_registry().get("fgd")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from fixtures.checks import apply_expecting_void, check_invariants
+
 from gpuloom.state import ClusterState, Run, apply
 from gpuloom.testing.builders import T0, LogBuilder, make_gpus, make_node
-
-from .checks import apply_expecting_void, check_invariants
 
 
 def held(state: ClusterState, node: str) -> dict[int, str | None]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from fixtures.checks import check_invariants
 
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.decide.inventory import Heard, decide_inventory
 from gpuloom.events import NodeLost, NodeRecovered, NodeRegistered, NodeSpec, UsageCharged
 from gpuloom.testing.builders import T0, LogBuilder, make_gpus, make_node_spec
-
-from .checks import check_invariants
 
 # --- accounting -----------------------------------------------------------------------
 

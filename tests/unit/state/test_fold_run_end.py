@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from fixtures.checks import check_invariants
 
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.events import (
@@ -20,8 +21,6 @@ from gpuloom.events import (
 )
 from gpuloom.state import ClusterState
 from gpuloom.testing.builders import T0, LogBuilder, gpu_uuid
-
-from .checks import check_invariants
 
 STARTED = T0 + timedelta(seconds=4)  # the JobStarted of `running_job`'s log
 

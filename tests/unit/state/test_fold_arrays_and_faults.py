@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+from fixtures.checks import apply_expecting_void, check_invariants
 from pydantic import ValidationError
 
 from gpuloom.bus.deadletters import excerpt_of
@@ -33,8 +34,6 @@ from gpuloom.queueing.order import pending_in_order
 from gpuloom.state import apply, fold
 from gpuloom.state.retention import final_phase
 from gpuloom.testing.builders import LogBuilder, make_job_spec
-
-from .checks import apply_expecting_void, check_invariants
 
 
 def array_log(tasks: int = 12, key: str | None = "sweep") -> LogBuilder:

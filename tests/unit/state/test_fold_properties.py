@@ -10,11 +10,10 @@ what there is, so that Hypothesis can shrink them.
 
 from __future__ import annotations
 
+from fixtures.actions import ACTIONS, MODELS, PREEMPTING
+from fixtures.world import World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from .actions import ACTIONS, MODELS, PREEMPTING
-from .world import World
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fixtures.actions import node_spec
 
 from gpuloom.events import (
     JobAdmitted,
@@ -33,8 +34,6 @@ from gpuloom.state.nodeview import (
     route,
 )
 from gpuloom.testing.builders import LogBuilder, make_job_spec
-
-from .actions import node_spec
 
 
 def placed_world() -> tuple[ClusterState, LogBuilder]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.checks import check_invariants
 
 from gpuloom.decide.explain import explain
 from gpuloom.events import JobPlaced, JobReserved, NodeCordoned, NodeUncordoned, PolicyRef
@@ -14,8 +15,6 @@ from gpuloom.placement import (
     placement_cycle,
 )
 from gpuloom.testing.builders import LogBuilder, make_gpus
-
-from .checks import check_invariants
 
 # --- registry -------------------------------------------------------------------------
 
