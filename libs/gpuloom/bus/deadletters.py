@@ -27,7 +27,7 @@ import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from gpuloom.bus.messages import Incoming
+from gpuloom.bus.messages import Incoming, ReasonKind
 from gpuloom.bus.streams import DEAD_LETTER_PREFIX, dead_letter_stream
 from gpuloom.events import intents
 from gpuloom.telemetry.metrics import DEAD_LETTERS
@@ -43,7 +43,6 @@ MAX_QUEUED = 1000
 Source = Literal["log", "heartbeat"]
 #: `malformed`: not a valid envelope; `fault`: a fold rule failed on it;
 #: `heartbeat`: a heartbeat inventory refused.
-ReasonKind = Literal["malformed", "fault", "skew", "heartbeat"]
 
 
 def dead_letter_subject(service: str, source: Source) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 #: The most messages a follower of the log (`follow`) holds delivered but not yet
 #: folded. A process that folds slower than the server delivers (the gateway writing
@@ -51,3 +52,8 @@ class Incoming:
     pending: int
     #: When the stream stored it (JetStream's own timestamp; None where unknown).
     stored_at: datetime | None = None
+
+
+#: Why a message was dead-lettered: it did not decode, a fold rule failed on it, its
+#: time had to be bounded, or (inventory) a heartbeat that cannot be read.
+ReasonKind = Literal["malformed", "fault", "skew", "heartbeat"]

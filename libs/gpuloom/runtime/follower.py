@@ -26,9 +26,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.deadletters import ReasonKind
-from gpuloom.bus.messages import INBOX_LIMIT, StreamFigures
+from gpuloom.bus.messages import INBOX_LIMIT, Incoming, ReasonKind, StreamFigures
+from gpuloom.bus.port import Log
 from gpuloom.events import MalformedEvent, Recorded, decode
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
 from gpuloom.state import ClusterState, apply
@@ -57,7 +56,7 @@ class LogFollower:
 
     def __init__(
         self,
-        bus: EventBus | None,
+        bus: Log | None,
         service: str,
         *,
         observers: Sequence[FoldObserver] = (),

@@ -27,8 +27,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.messages import INBOX_LIMIT
+from gpuloom.bus.messages import INBOX_LIMIT, Incoming
+from gpuloom.bus.port import Log
 from gpuloom.events import JobEvent, NodeEvent, NodeRemoved, Recorded
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.snapshots import Snapshotter
@@ -56,7 +56,7 @@ class Progress(ABC):
     """How far a projection of the log has come, as its writer and the gateway report
     it: the fold's state, the log's end as last seen, the rows written, the lag."""
 
-    bus: EventBus
+    bus: Log
     follower: LogFollower
     #: The projection (its checkpoint's name, the metrics' label).
     name: str
@@ -105,7 +105,7 @@ def removed_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
 class Projector(Progress):
     def __init__(
         self,
-        bus: EventBus,
+        bus: Log,
         sessions: async_sessionmaker[Any],
         *,
         job_row: JobMapper = rows.job_row,

@@ -20,8 +20,8 @@ from typing import Protocol
 
 from opentelemetry.trace import SpanKind
 
-from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.messages import INBOX_LIMIT, Outgoing
+from gpuloom.bus.messages import INBOX_LIMIT, Incoming, Outgoing
+from gpuloom.bus.port import Log
 from gpuloom.events import Decision, Recorded, encode, make_envelope, subject_for
 from gpuloom.runtime.follower import FoldObserver, LogFollower
 from gpuloom.runtime.snapshots import Snapshotter
@@ -113,7 +113,7 @@ class Follower(Protocol):
 class Reactor:
     def __init__(
         self,
-        bus: EventBus,
+        bus: Log,
         service: str,
         decide: Decide,
         *,
