@@ -52,6 +52,7 @@ bench: $(STAMP) ## the benchmarks of docs/benchmarks.md
 	$(PY) bench/nats_sync.py
 	$(PY) bench/restart_catchup.py
 	$(PY) bench/job_listing.py
+	$(PY) bench/explain_cost.py
 
 migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) to the latest schema
 	$(PY) -m gpuloom.store.migrate
