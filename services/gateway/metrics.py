@@ -22,12 +22,12 @@ from typing import Any, get_args
 
 from fastapi import FastAPI
 from fastapi.responses import Response
-from nats.errors import Error as NatsError
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from gpuloom.bus.errors import BusError
 from gpuloom.bus.messages import StreamFigures
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import ClusterState
@@ -174,7 +174,7 @@ async def refresh_stream_seq(gateway: Gateway, stream: StreamCollector | None = 
             stream.figures = await asyncio.wait_for(
                 gateway.bus.stream_figures(), STREAM_SEQ_TIMEOUT_S
             )
-    except (TimeoutError, NatsError) as exc:
+    except (TimeoutError, BusError) as exc:
         log.warning("metrics: could not read the stream's last sequence: %r", exc)
 
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from fastapi import HTTPException
-from nats.errors import Error as NatsError
 
 from gpuloom.auth import Principal
 from gpuloom.bus import EventBus, Outgoing
+from gpuloom.bus.errors import BusError
 from gpuloom.events import Event, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.telemetry import inject
 from services.gateway.deps import Gateway, unavailable
@@ -42,7 +42,7 @@ async def publish(
             recorded = decode(seq, stored.body, subject=stored.subject)
         else:
             recorded = Recorded(seq, envelope, event)
-    except (TimeoutError, NatsError, OSError) as exc:
+    except (TimeoutError, BusError, OSError) as exc:
         log.warning("publish of %s failed: %s", event.TYPE, exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
     gateway.writes.wrote(principal.name, seq)
@@ -81,7 +81,7 @@ async def publish_batch(
                 recorded.append(decode(seq, stored.body, subject=stored.subject))
             else:
                 recorded.append(Recorded(seq, envelope, event))
-    except (TimeoutError, NatsError, OSError) as exc:
+    except (TimeoutError, BusError, OSError) as exc:
         log.warning("publish of a batch of %d events failed: %s", len(outgoing), exc)
         raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
     gateway.writes.wrote(principal.name, max((r.seq for r in recorded), default=0))

@@ -17,12 +17,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
-from nats.errors import Error as NatsError
 from starlette.background import BackgroundTask
 
 from gpuloom.auth.policy import Accounts
 from gpuloom.auth.visibility import LookupOwner, Owners, StreamFilter
 from gpuloom.bus import EventBus
+from gpuloom.bus.errors import BusError
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.registry import EVENT_TYPES
 from gpuloom.state import ClusterState
@@ -100,7 +100,7 @@ async def stream_request(
     gateway.stream_budget.check_room(principal.name)  # before it costs a read of the log
     try:
         log_end = await bus.last_seq()
-    except (NatsError, TimeoutError) as exc:
+    except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
     if start is None:
         start = log_end

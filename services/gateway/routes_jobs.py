@@ -10,12 +10,12 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query
-from nats.errors import Error as NatsError
 from sqlalchemy import func, select
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
+from gpuloom.bus.errors import BusError
 from gpuloom.decide.explain import Shared, explain, reason_text
 from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode, intents
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
@@ -258,7 +258,7 @@ async def job_events(
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     try:
         messages = [m for subject in subjects for m in await bus.read_subject(subject)]
-    except (NatsError, TimeoutError) as exc:
+    except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
     messages.sort(key=lambda message: message.seq)
     if not messages:
@@ -305,7 +305,7 @@ async def job_logs(
     ).model_dump_json()
     try:
         reply = await bus.nc.request(agent_logs_subject(node), request.encode(), timeout=3)
-    except (NatsError, TimeoutError) as exc:
+    except (BusError, TimeoutError) as exc:
         raise unavailable(f"the agent of node {node} did not answer: {exc}") from exc
     doc = orjson.loads(reply.data)
     if "error" in doc:
@@ -330,7 +330,7 @@ async def _host_of(bus: EventBus, job_id: str, attempt: int, replica: int) -> st
     """The node `replica` of `attempt` of the job ran on, from the attempt's JobPlaced."""
     try:
         messages = await bus.read_subject(job_subjects(job_id))
-    except (NatsError, TimeoutError) as exc:
+    except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
     for message in messages:
         try:

@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
-from nats.errors import Error as NatsError
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from gpuloom.bus.errors import BusError
 from gpuloom.store.models import ProjectionCheckpoint, ProjectionQuarantine
 from gpuloom.store.quarantine import count_quarantined
 from services.gateway.auth import operator
@@ -116,7 +116,7 @@ async def readyz(gateway: GatewayDep) -> JSONResponse:
     if read_model is not None and gateway.bus is not None and gateway.bus.connected:
         try:
             lag = await read_model.lag_behind_stream()
-        except (NatsError, TimeoutError, OSError):
+        except (BusError, TimeoutError, OSError):
             lag = None
     if read_model is None or lag is None:
         status: Literal["ready", "starting", "lagging", "unavailable"] = "unavailable"
@@ -168,7 +168,7 @@ async def projections(
     if bus is not None:
         try:
             stream_seq = await bus.last_seq()
-        except (NatsError, TimeoutError, OSError):
+        except (BusError, TimeoutError, OSError):
             stream_seq = None
     views = []
     for name in sorted(names):

@@ -23,8 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nats.js.errors import BucketNotFoundError
-
+from gpuloom.bus.errors import BucketNotFound
 from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.state import ClusterState
 from gpuloom.state.snapshot import (
@@ -220,7 +219,7 @@ class Snapshotter:
         try:
             data = await asyncio.to_thread(pack_snapshot, payload, seq, self.log)
             await self.store.write(seq, data)
-        except BucketNotFoundError:
+        except BucketNotFound:
             if not self._said_missing:
                 self._said_missing = True
                 log.warning(
