@@ -27,15 +27,10 @@ from services.gateway.auth import PrincipalDep
 from services.gateway.deps import GatewayDep
 from services.gateway.publish import publish_batch
 from services.gateway.requests import JobRequest
-from services.gateway.routes_submit import (
-    SUBMIT_RESPONSES,
-    accepted,
-    checked_spec,
-    submission_event,
-    submitted_with,
-)
+from services.gateway.responses import SUBMIT_RESPONSES
 from services.gateway.schemas import Submitted
 from services.gateway.submit_policy import check_batch_limits
+from services.gateway.submitting import accepted, checked_spec, submission_event, submitted_with
 
 router = APIRouter(prefix="/v1/job-batches", tags=["jobs"])
 

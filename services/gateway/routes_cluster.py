@@ -32,7 +32,7 @@ from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import GatewayDep, NodeName, SessionDep
 from services.gateway.publish import publish
-from services.gateway.routes_jobs import UNAVAILABLE
+from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
     AuditView,
     Health,

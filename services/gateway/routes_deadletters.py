@@ -12,7 +12,7 @@ from gpuloom.bus.deadletters import read_dead_letters
 from gpuloom.bus.streams import dead_letter_stream
 from services.gateway.auth import operator
 from services.gateway.deps import GatewayDep
-from services.gateway.routes_jobs import UNAVAILABLE
+from services.gateway.responses import UNAVAILABLE
 
 router = APIRouter(tags=["operations"])
 

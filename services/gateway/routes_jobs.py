@@ -27,7 +27,7 @@ from services.gateway.arrays import array_view
 from services.gateway.auth import PrincipalDep, accounts_of, forbidden
 from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
 from services.gateway.publish import publish
-from services.gateway.routes_submit import UNAVAILABLE
+from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
     CancelAccepted,
     Job,

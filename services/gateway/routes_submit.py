@@ -6,44 +6,28 @@ another user; the log then records both (the user in the spec, the operator as t
 envelope's `principal`). So fair share and quotas charge the token's user.
 
 The job's priority class and priority, and its user's and account's limits, are
-checked by `submit_policy` before the event is written (docs/security.md).
+checked by `submit_policy` before the event is written (docs/security.md); what a
+submission checks and writes is `submitting`'s, shared with POST /v1/job-batches.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Header
 
-from gpuloom.auth import Principal
-from gpuloom.auth.policy import submit_problem
-from gpuloom.decide.admission import resources_problem, time_limit_problem
-from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
-from gpuloom.events.codec import new_event_id
-from gpuloom.events.text import (
-    HeaderValue,
-    reserved_env_reason,
-)
-from gpuloom.state.retention import final_phase, owner
-from services.gateway.auth import PrincipalDep, accounts_of, forbidden
-from services.gateway.deps import Gateway, GatewayDep
+from gpuloom.events import intents
+from gpuloom.events.text import HeaderValue
+from services.gateway.auth import PrincipalDep
+from services.gateway.deps import GatewayDep
 from services.gateway.publish import publish
 from services.gateway.requests import JobRequest
-from services.gateway.schemas import Problem, Submitted
-from services.gateway.submit_policy import check_submit_limits, submission_spec
+from services.gateway.responses import SUBMIT_RESPONSES
+from services.gateway.schemas import Submitted
+from services.gateway.submit_policy import check_submit_limits
+from services.gateway.submitting import accepted, checked_spec, submission_event, submitted_with
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: {"model": Problem, "description": "NATS unreachable; retry after Retry-After"}
-}
-#: What a submission may answer besides 202 and 422 (one job, an array, or a batch).
-SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **UNAVAILABLE,
-    403: {"model": Problem},
-    409: {"model": Problem},
-    413: {"model": Problem},
-}
 
 
 @router.post(
@@ -74,101 +58,3 @@ async def submit_job(
     msg_id = intents.submitted(idempotency_key) if idempotency_key else None
     recorded = await publish(gateway, event, msg_id, principal=principal)
     return accepted(recorded.event, "submitted")
-
-
-def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec:
-    """The spec to publish for `request`, once the caller may submit it and some node
-    could ever run it: 403 or 422 otherwise (what both submission routes check)."""
-    user = request.user or principal.name
-    forbidden(submit_problem(principal, user, request.account, accounts_of(gateway)))
-    spec = submission_spec(request, user, principal, gateway)
-    _check_time_limit(spec, gateway.settings.max_time_limit_s)
-    _check_env(spec)
-    _check_feasible(gateway, spec)
-    return spec
-
-
-def submission_event(spec: JobSpec, key: str | None) -> JobSubmitted | JobArraySubmitted:
-    """The event that submits `spec`: a job, or a whole job array."""
-    if spec.array is not None:
-        return JobArraySubmitted(job_id=new_event_id(), spec=spec, idempotency_key=key)
-    return JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=key)
-
-
-def _check_time_limit(spec: JobSpec, maximum: int) -> None:
-    """422 over the cluster's MaxTime (admission rejects such a job that got by)."""
-    reason = time_limit_problem(spec, maximum or None)
-    if reason is not None:
-        raise RequestValidationError(
-            [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
-        )
-
-
-def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
-    """422 for a request no registered node could ever run (as sbatch refuses one at
-    once), naming the field at fault; one that merely cannot run now is queued.
-
-    Judged on the cluster as this gateway has read it; while it still reads the log at
-    its start, or while no node is registered yet (a stack starting: its agents come
-    a moment later), admission alone judges (it rejects such a job with the reason)."""
-    read_model = gateway.read_model
-    if read_model is None or read_model.state.seq < gateway.start_seq or not read_model.state.nodes:
-        return
-    found = gateway.feasibility.answer(read_model.state, spec, resources_problem)
-    if found is None:
-        return
-    field, why = found
-    loc = ("body", field) if field is not None else ("body",)
-    message = f"no node could ever run this job: {why}"
-    raise RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
-
-
-def _check_env(spec: JobSpec) -> None:
-    """422 naming each `env` variable the scheduler sets (`body.env.CUDA_VISIBLE_DEVICES`).
-
-    Admission rejects such a job that got by; the contract itself still takes one
-    (events already in a log must decode).
-    """
-    errors = [
-        {"loc": ("body", "env", name), "msg": f"{name} {reason}", "type": "value_error"}
-        for name in sorted(spec.env)
-        if (reason := reserved_env_reason(name)) is not None
-    ]
-    if errors:
-        raise RequestValidationError(errors)
-
-
-async def submitted_with(
-    gateway: Gateway, key: str, principal: Principal, user: str
-) -> Submitted | None:
-    """What an earlier request with this idempotency key created, if the log has it.
-
-    The log's de-duplication window catches a retry that races the first request;
-    this catches one that comes after the window, from the folded state. A key that
-    made another user's job is not theirs to learn about (409).
-    """
-    await gateway.catch_up(principal.name)
-    if gateway.read_model is None:
-        return None
-    state = gateway.read_model.state
-    job_id = state.idempotency_keys.get(key)
-    if job_id is None:
-        return None
-    tasks = state.array_tasks(job_id) if job_id in state.arrays else [job_id]
-    # A job that ended is remembered (a tombstone) as long as its key; an array's
-    # tasks may have left at different times: the first one still known tells.
-    owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
-    if owned is not None and owned[0] != user and not principal.operator:
-        raise HTTPException(
-            status_code=409, detail="this Idempotency-Key was used by another user's job"
-        )
-    if job_id in state.arrays:
-        return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
-    return Submitted(id=job_id, state=final_phase(state, job_id) or "submitted")
-
-
-def accepted(event: Event, state: str) -> Submitted:
-    if isinstance(event, JobArraySubmitted):
-        return Submitted(id=event.job_id, state=state, tasks=event.task_ids())
-    assert isinstance(event, JobSubmitted)
-    return Submitted(id=event.job_id, state=state)

@@ -11,7 +11,7 @@ from fastapi import HTTPException
 
 from gpuloom.auth import Principal
 from gpuloom.testing.builders import LogBuilder
-from services.gateway.routes_submit import submitted_with
+from services.gateway.submitting import submitted_with
 
 
 async def no_wait(caller: str) -> None:
