@@ -24,10 +24,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-
 from gpuloom.bus import EventBus
+from gpuloom.bus.messages import Received
 from gpuloom.config import Settings, load_settings
 from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
@@ -53,6 +51,8 @@ log = logging.getLogger("services.agent")
 
 #: Whether a round trip through the bus completes within the given seconds.
 Probe = Callable[[float], Awaitable[bool]]
+#: What stops serving a subject (`EventBus.serve`).
+Unserve = Callable[[], Awaitable[None]]
 
 
 async def heartbeat(
@@ -65,44 +65,46 @@ async def heartbeat(
     while not stop.is_set():
         try:
             for subject, body in beats:
-                await bus.nc.publish(subject, body)
+                await bus.send(subject, body)
         except Exception as exc:  # NATS reconnecting: the next beat tries again
             log.warning("heartbeat not sent: %s", exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
 
 
-async def serve_logs(bus: EventBus, root: Path, node: str) -> Subscription:
-    """Answer log requests for `node`; returns the subscription."""
+async def serve_logs(bus: EventBus, root: Path, node: str) -> Unserve:
+    """Answer log requests for `node`; returns what stops it."""
 
-    async def on_request(msg: Msg) -> None:
-        await msg.respond(logs.answer(root, node, msg.data, bus.nc.max_payload))
+    async def on_request(msg: Received) -> None:
+        if msg.respond is not None:
+            await msg.respond(logs.answer(root, node, msg.data, bus.max_payload))
 
-    return await bus.nc.subscribe(agent_logs_subject(node), cb=on_request)
+    return await bus.serve(agent_logs_subject(node), on_request)
 
 
-async def bus_probe(bus: EventBus) -> tuple[Probe, Subscription]:
+async def bus_probe(bus: EventBus) -> tuple[Probe, Unserve]:
     """A probe of the bus: a request through the server that this agent answers itself.
 
     A partition that leaves the TCP connection open fails it too. (Not `flush()`:
     nats-py leaves a timed-out PING's future queued, and the late PONG then stops
     the client's read loop.)
     """
-    subject = bus.nc.new_inbox()
+    subject = bus.new_inbox()
 
-    async def answer(msg: Msg) -> None:
-        await msg.respond(b"")
+    async def answer(msg: Received) -> None:
+        if msg.respond is not None:
+            await msg.respond(b"")
 
     async def reach(timeout_s: float) -> bool:
         if not bus.connected:
             return False
         try:
-            await bus.nc.request(subject, b"", timeout=timeout_s)
+            await bus.request(subject, b"", timeout_s)
         except Exception:
             return False
         return True
 
-    return reach, await bus.nc.subscribe(subject, cb=answer)
+    return reach, await bus.serve(subject, answer)
 
 
 def make_fence(settings: Settings) -> tuple[fence.Fence | None, float]:
@@ -119,7 +121,7 @@ def make_fence(settings: Settings) -> tuple[fence.Fence | None, float]:
 
 async def fencing(
     bus: EventBus, agent: Agent, view: ViewFollower, stop: asyncio.Event, interval_s: float
-) -> tuple[list[asyncio.Task[None]], list[Subscription]]:
+) -> tuple[list[asyncio.Task[None]], list[Unserve]]:
     """The task that fences `agent` when it is cut off (none when fencing is off). The
     fence lifts once the view of every node reaches the log's end when the bus is back."""
     if agent.fence is None:
@@ -218,7 +220,7 @@ async def serve(
         await cancel_and_wait(*tasks)
         for sub in subscriptions:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await sub()
 
 
 def settings_accounts(settings: Settings) -> Accounts:

@@ -24,11 +24,9 @@ import contextlib
 import json
 import logging
 
-from nats.aio.msg import Msg
-
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.bus.identities import check_token
-from gpuloom.bus.messages import Outgoing
+from gpuloom.bus.messages import Outgoing, Received
 from gpuloom.bus.streams import VIEW_TOMBSTONE_TTL_S, view_stream
 from gpuloom.config import Settings
 from gpuloom.events import Recorded
@@ -106,7 +104,7 @@ class Dispatcher:
     def state(self) -> ClusterState:
         return self.follower.state
 
-    def on_sync(self, msg: Msg) -> None:
+    def on_sync(self, msg: Received) -> None:
         """An agent asks that its node's view reach a sequence (body `{"seq": n}`)."""
         node = msg.subject.removeprefix(f"{SYNC_PREFIX}.")
         try:
@@ -222,15 +220,15 @@ class Dispatcher:
 async def serve(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     dispatcher = Dispatcher(bus, snapshotter(settings, bus, "dispatch"))
 
-    async def on_sync(msg: Msg) -> None:
+    async def on_sync(msg: Received) -> None:
         dispatcher.on_sync(msg)
 
-    subscription = await bus.nc.subscribe(f"{SYNC_PREFIX}.*", cb=on_sync)
+    unserve = await bus.serve(f"{SYNC_PREFIX}.*", on_sync)
     try:
         await dispatcher.run(stop)
     finally:
         with contextlib.suppress(Exception):
-            await subscription.unsubscribe()
+            await unserve()
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from nats.aio.msg import Msg
-
 from gpuloom.bus import DeadLetter, EventBus
+from gpuloom.bus.messages import Received
 from gpuloom.config import Settings
 from gpuloom.decide.inventory import Heard, LossLimit, inventory_round, watch_start
 from gpuloom.events import Decision
@@ -67,7 +66,7 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     dead_letters = bus.dead_letters("inventory")
     reports = Throttle(REPORT_EVERY_S)
 
-    async def on_heartbeat(msg: Msg) -> None:
+    async def on_heartbeat(msg: Received) -> None:
         try:
             beat = Heartbeat.received(msg.subject, msg.data)
         except BadHeartbeat as exc:
@@ -87,7 +86,7 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
             return
         heard[beat.node] = Heard(at=datetime.now(UTC), spec=beat.spec)
 
-    sub = await bus.nc.subscribe(f"{HEARTBEAT_PREFIX}.*", cb=on_heartbeat)
+    unserve = await bus.serve(f"{HEARTBEAT_PREFIX}.*", on_heartbeat)
 
     def decide(state: ClusterState) -> list[Decision]:
         now = datetime.now(UTC)
@@ -111,7 +110,7 @@ async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
             snapshots=snapshotter(settings, bus, "inventory"),
         ).run(stop)
     finally:
-        await sub.unsubscribe()
+        await unserve()
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ from nats.js.errors import NotFoundError
 
 from gpuloom.bus.deadletters import DeadLetters
 from gpuloom.bus.follower import follow_pull
-from gpuloom.bus.messages import Incoming, Outgoing, StreamFigures
+from gpuloom.bus.messages import Incoming, Outgoing, Received, StreamFigures
 from gpuloom.bus.streams import Expected, check_streams, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
@@ -116,6 +116,34 @@ class EventBus:
     def max_payload(self) -> int:
         """The largest message the server takes (its `max_payload`, 1 MiB by default)."""
         return int(self.nc.max_payload)
+
+    # --- core NATS: heartbeats, syncs, requests (messages that are not the log's) ------
+
+    async def send(self, subject: str, body: bytes) -> None:
+        """Publish on core NATS: no stream keeps it, nobody acknowledges it."""
+        await self.nc.publish(subject, body)
+
+    async def request(self, subject: str, body: bytes, timeout: float) -> bytes:
+        """Ask whoever serves `subject` and wait up to `timeout` for the answer."""
+        reply = await self.nc.request(subject, body, timeout=timeout)
+        return bytes(reply.data)
+
+    def new_inbox(self) -> str:
+        """A subject of this connection's own inbox (its identity's: `inbox_prefix`)."""
+        return str(self.nc.new_inbox())
+
+    async def serve(
+        self, subject: str, handler: Callable[[Received], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Hand `handler` every core message on `subject` (wildcards allowed); returns
+        what stops it."""
+
+        async def callback(msg: Msg) -> None:
+            respond = msg.respond if msg.reply else None
+            await handler(Received(msg.subject, msg.data, respond))
+
+        subscription = await self.nc.subscribe(subject, cb=callback)
+        return subscription.unsubscribe
 
     async def last_seq(self) -> int:
         return (await self.stream_figures()).last_seq

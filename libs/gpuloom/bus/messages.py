@@ -5,6 +5,7 @@ follower, the reactor, tests) can name them without importing the adapter.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -57,3 +58,13 @@ class Incoming:
 #: Why a message was dead-lettered: it did not decode, a fold rule failed on it, its
 #: time had to be bounded, or (inventory) a heartbeat that cannot be read.
 ReasonKind = Literal["malformed", "fault", "skew", "heartbeat"]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One core NATS message, not the log's: a heartbeat, a sync or a log request."""
+
+    subject: str
+    data: bytes
+    #: Answers the request (None: the sender asked no answer).
+    respond: Callable[[bytes], Awaitable[None]] | None = None

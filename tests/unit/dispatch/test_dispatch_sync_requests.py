@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuloom.bus import EventBus
+from gpuloom.bus.messages import Received
 from gpuloom.telemetry.metrics import SYNCS_REFUSED
 from services.dispatch.__main__ import Dispatcher
 
@@ -18,8 +19,8 @@ def dispatcher() -> Dispatcher:
     return Dispatcher(EventBus(nc, "GPULOOM"))
 
 
-def sync(node: str, body: bytes) -> Any:
-    return SimpleNamespace(subject=f"gpuloom.dispatch.sync.{node}", data=body)
+def sync(node: str, body: bytes) -> Received:
+    return Received(f"gpuloom.dispatch.sync.{node}", body)
 
 
 def test_a_sync_request_asks_for_the_highest_sequence_of_its_node() -> None:
