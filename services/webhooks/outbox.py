@@ -24,19 +24,15 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
-from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
-from nats.js.errors import NotFoundError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.auth.policy import Accounts
 from gpuloom.auth.visibility import Owners
 from gpuloom.bus import EventBus, Incoming
+from gpuloom.bus.durable import DurableConsumer
 from gpuloom.events import Event, MalformedEvent, decode
 from gpuloom.events.cloud import to_cloudevent
-from gpuloom.events.subjects import ALL_EVENTS
 from gpuloom.state import ClusterState
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.store.upsert import insert_ignore
@@ -121,30 +117,20 @@ class Outbox:
         self.disable = disable
         #: Every event up to this sequence has its delivery rows.
         self.covered_seq = 0
+        self.consumer = DurableConsumer(
+            bus.js, bus.stream, DURABLE, batch=BATCH, ack_wait_s=ACK_WAIT_S
+        )
 
     async def ensure_consumer(self) -> None:
         """Make the durable consumer when missing: from just after the oldest webhook's
         registration (they get nothing older), or the log's end when there is none."""
-        try:
-            info = await self.bus.js.consumer_info(self.bus.stream, DURABLE)
-        except NotFoundError:
-            pass
-        else:
-            self.covered_seq = _floor(info)
+        floor = await self.consumer.floor()
+        if floor is not None:
+            self.covered_seq = floor
             return
         hooks = self.fold.state.webhooks
         start = min((h.registered_seq for h in hooks.values()), default=self.fold.state.seq)
-        config = ConsumerConfig(
-            name=DURABLE,
-            durable_name=DURABLE,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start + 1,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=ACK_WAIT_S,
-            max_ack_pending=BATCH,
-            filter_subject=ALL_EVENTS,
-        )
-        await self.bus.js.add_consumer(self.bus.stream, config=config)
+        await self.consumer.make(after_seq=start)
         self.covered_seq = start
         log.info("webhooks: durable consumer %s made, from seq %d", DURABLE, start + 1)
 
@@ -152,29 +138,22 @@ class Outbox:
         while not stop.is_set():
             try:
                 await self.ensure_consumer()
-                subscription = await self.bus.js.pull_subscribe_bind(
-                    durable=DURABLE, stream=self.bus.stream
-                )
                 try:
                     while not stop.is_set():
-                        try:
-                            batch = await subscription.fetch(BATCH, timeout=1.0)
-                        except (TimeoutError, NatsTimeout):
-                            continue
-                        await self.take(batch)
+                        await self.take(await self.consumer.fetch(timeout=1.0))
                 finally:
-                    await subscription.unsubscribe()
+                    await self.consumer.close()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("webhooks: the outbox stopped; starting again")
                 await asyncio.sleep(1.0)
 
-    async def take(self, batch: list[Msg]) -> None:
+    async def take(self, batch: list[Incoming]) -> None:
         """Write the rows of `batch`, then acknowledge it and move `covered_seq`."""
         if not batch:
             return
-        last = int(batch[-1].metadata.sequence.stream)
+        last = batch[-1].seq
         if not await self.fold.wait_for(last, timeout=FOLD_WAIT_S):
             log.warning("webhooks: seq %d not folded yet; the batch comes again", last)
             return
@@ -183,10 +162,8 @@ class Outbox:
         state, accounts = self.fold.state, self.accounts()
         # as of the batch's last event (or later), which the fold holds
         hooks = [hook for _, hook in sorted(state.webhooks.items())]
-        for msg in batch:
-            meta = msg.metadata
-            seq = int(meta.sequence.stream)
-            incoming = Incoming(seq, msg.subject, msg.data, {}, 0, meta.timestamp)
+        for incoming in batch:
+            seq = incoming.seq
             made = made_of(incoming)
             if made is None:
                 continue
@@ -196,7 +173,7 @@ class Outbox:
                 continue
             job_owner = await self.owners.of(event)
             for hook in hooks:
-                if gets(hook, seq, event, job_owner, accounts, meta.timestamp):
+                if gets(hook, seq, event, job_owner, accounts, incoming.stored_at or now):
                     rows.append(
                         {
                             "webhook_id": hook.webhook_id,
@@ -213,9 +190,7 @@ class Outbox:
         if rows:
             async with self.sessions() as session, session.begin():
                 await insert_ignore(session, WebhookDeliveryRow, rows, ("webhook_id", "seq"))
-        for msg in batch[:-1]:
-            await msg.ack()
-        await batch[-1].ack_sync()
+        await self.consumer.ack(batch)
         await self._read_floor()
         if rows:
             self.notify()
@@ -224,8 +199,8 @@ class Outbox:
     async def _read_floor(self) -> None:
         """`covered_seq` from the consumer's ack floor: an event a replica that died had
         taken is below it until it comes again, and nothing after it goes out before."""
-        info = await self.bus.js.consumer_info(self.bus.stream, DURABLE)
-        self.covered_seq = max(self.covered_seq, _floor(info))
+        floor = await self.consumer.floor()
+        self.covered_seq = max(self.covered_seq, floor or 0)
 
     async def _check_backlogs(self, hook_ids: list[str]) -> None:
         """Disable the webhooks among `hook_ids` whose backlog is over the limit while
@@ -274,8 +249,3 @@ async def _failing_since(session: Any, hook_id: str) -> datetime | None:
     if first is not None and first.tzinfo is None:  # SQLite keeps no zone: they are UTC
         first = first.replace(tzinfo=UTC)
     return first
-
-
-def _floor(info: ConsumerInfo) -> int:
-    floor = info.ack_floor
-    return int(floor.stream_seq or 0) if floor is not None else 0
