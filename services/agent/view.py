@@ -59,7 +59,7 @@ class ViewFollower:
     def __init__(self, bus: EventBus, nodes: Sequence[str]) -> None:
         self.bus = bus
         self.view = NodeView(nodes)
-        self.views = EventBus(bus.nc, view_stream(bus.stream))
+        self.views = bus.on_stream(view_stream(bus.stream))
         #: The log's last sequence at start: every node's view must reach it.
         self.catch_up_seq = 0
         self._target = 0
@@ -193,6 +193,6 @@ class ViewFollower:
                 continue
             self._asked[node] = now
             try:
-                await self.bus.nc.publish(sync_subject(node), json.dumps({"seq": wanted}).encode())
+                await self.bus.send(sync_subject(node), json.dumps({"seq": wanted}).encode())
             except Exception as exc:  # reconnecting: asked again next round
                 log.warning("cannot ask for the view of %s: %s", node, exc)

@@ -86,7 +86,7 @@ class Dispatcher:
     """Routes the fold's jobs to the view stream (module doc)."""
 
     def __init__(self, bus: EventBus, snapshots: Snapshotter | None = None) -> None:
-        self.views = EventBus(bus.nc, view_stream(bus.stream))
+        self.views = bus.on_stream(view_stream(bus.stream))
         self.snapshots = snapshots
         self.writers = WritersSeen()
         self.traces = TraceContexts(lambda: self.state)

@@ -304,10 +304,10 @@ async def job_logs(
         job_id=job_id, tail_bytes=tail_bytes, replica=replica, attempt=attempt
     ).model_dump_json()
     try:
-        reply = await bus.nc.request(agent_logs_subject(node), request.encode(), timeout=3)
+        reply = await bus.request(agent_logs_subject(node), request.encode(), timeout=3)
     except (BusError, TimeoutError) as exc:
         raise unavailable(f"the agent of node {node} did not answer: {exc}") from exc
-    doc = orjson.loads(reply.data)
+    doc = orjson.loads(reply)
     if "error" in doc:
         raise HTTPException(status_code=502, detail=f"agent error: {doc['error']}")
     if not doc.get("found"):

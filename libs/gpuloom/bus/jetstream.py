@@ -117,6 +117,10 @@ class EventBus:
         """The largest message the server takes (its `max_payload`, 1 MiB by default)."""
         return int(self.nc.max_payload)
 
+    def on_stream(self, stream: str) -> EventBus:
+        """The same connection, on another stream (the per-node view's)."""
+        return EventBus(self.nc, stream)
+
     # --- core NATS: heartbeats, syncs, requests (messages that are not the log's) ------
 
     async def send(self, subject: str, body: bytes) -> None:
