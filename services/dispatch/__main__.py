@@ -195,11 +195,8 @@ class Dispatcher:
 
     async def held(self) -> list[tuple[str, str]]:
         """(node, job) of every record or tombstone in the view stream."""
-        info = await self.views.js.stream_info(
-            self.views.stream, subjects_filter=f"{VIEW_PREFIX}.*.job.*"
-        )
         found = []
-        for subject in sorted(info.state.subjects or {}):
+        for subject in await self.views.subjects(f"{VIEW_PREFIX}.*.job.*"):
             parts = subject.split(".")
             if len(parts) == 5:
                 found.append((parts[2], parts[4]))

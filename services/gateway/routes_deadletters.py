@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict
 
-from gpuloom.bus.deadletters import read_dead_letters
 from gpuloom.bus.streams import dead_letter_stream
 from services.gateway.auth import operator
 from services.gateway.deps import GatewayDep
@@ -57,7 +56,7 @@ async def dead_letters(
 ) -> DeadLetterList:
     """Messages a service could not handle and skipped, newest first, with the reason."""
     bus = gateway.live_bus()
-    total, letters = await read_dead_letters(bus.js, bus.stream, limit)
+    total, letters = await bus.dead_letter_page(limit)
     return DeadLetterList(
         stream=dead_letter_stream(bus.stream),
         total=total,

@@ -30,7 +30,6 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from gpuloom.auth.policy import Accounts
 from gpuloom.auth.visibility import Owners
 from gpuloom.bus import EventBus, Incoming
-from gpuloom.bus.durable import DurableConsumer
 from gpuloom.events import Event, MalformedEvent, decode
 from gpuloom.events.cloud import to_cloudevent
 from gpuloom.state import ClusterState
@@ -117,9 +116,7 @@ class Outbox:
         self.disable = disable
         #: Every event up to this sequence has its delivery rows.
         self.covered_seq = 0
-        self.consumer = DurableConsumer(
-            bus.js, bus.stream, DURABLE, batch=BATCH, ack_wait_s=ACK_WAIT_S
-        )
+        self.consumer = bus.durable(DURABLE, batch=BATCH, ack_wait_s=ACK_WAIT_S)
 
     async def ensure_consumer(self) -> None:
         """Make the durable consumer when missing: from just after the oldest webhook's

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -16,9 +17,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from gpuloom.bus.deadletters import DeadLetters
+from gpuloom.bus.deadletters import DeadLetters, read_dead_letters
+from gpuloom.bus.durable import DurableConsumer
 from gpuloom.bus.follower import follow_pull
 from gpuloom.bus.messages import Incoming, Outgoing, Received, StreamFigures
+from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.bus.streams import Expected, check_streams, ensure_streams, require_stream
 from gpuloom.events.subjects import ALL_EVENTS
 
@@ -116,6 +119,38 @@ class EventBus:
     def max_payload(self) -> int:
         """The largest message the server takes (its `max_payload`, 1 MiB by default)."""
         return int(self.nc.max_payload)
+
+    async def subjects(self, pattern: str) -> list[str]:
+        """The subjects of the stream's messages that `pattern` matches, sorted (a
+        stream that keeps the latest per subject: what it holds)."""
+        info = await self.js.stream_info(self.stream, subjects_filter=pattern)
+        return sorted(info.state.subjects or {})
+
+    async def purge_before(self, seq: int) -> None:
+        """Drop every message of the stream before `seq` (the log's start, archived)."""
+        await self.js.purge_stream(self.stream, seq=seq)
+
+    def durable(self, name: str, *, batch: int, ack_wait_s: float) -> DurableConsumer:
+        """The durable consumer `name` of the stream (`gpuloom.bus.durable`)."""
+        return DurableConsumer(self.js, self.stream, name, batch=batch, ack_wait_s=ack_wait_s)
+
+    def snapshot_store(
+        self,
+        service: str,
+        *,
+        keep: int = 2,
+        replicas: int = 1,
+        bucket: str | None = None,
+        create: bool = False,
+    ) -> SnapshotStore:
+        """`service`'s snapshots (`gpuloom.bus.snapshots`)."""
+        return SnapshotStore(
+            self.js, service, keep=keep, replicas=replicas, bucket=bucket, create=create
+        )
+
+    async def dead_letter_page(self, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """How many dead letters the stream's DLQ holds, and the newest `limit`."""
+        return await read_dead_letters(self.js, self.stream, limit)
 
     def on_stream(self, stream: str) -> EventBus:
         """The same connection, on another stream (the per-node view's)."""

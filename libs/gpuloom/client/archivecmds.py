@@ -27,7 +27,6 @@ from gpuloom.bus.archive import (
 from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.jetstream import EventBus
 from gpuloom.bus.jsapi import BASE_BUCKET
-from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.client.context import emit, fail
 from gpuloom.client.logcmds import resolve_nats_url
 from gpuloom.config import load_settings
@@ -109,7 +108,7 @@ async def _drop(url: str, root: Path, upto: int) -> str:
         report = verify_archive(root)
         if report.last < upto:
             raise ArchiveError(f"the archive ends at seq {report.last}: export up to {upto} first")
-        base = SnapshotStore(bus.js, "base", bucket=BASE_BUCKET, keep=2, create=True)
+        base = bus.snapshot_store("base", bucket=BASE_BUCKET, keep=2, create=True)
         state = ClusterState()
         if report.first > 1:  # an archive begun after an earlier drop: from its base
             earlier = [s for s in await base.stored() if s.seq == report.first - 1]
@@ -125,7 +124,7 @@ async def _drop(url: str, root: Path, upto: int) -> str:
         state = folder.state
         state.seq = max(state.seq, upto)
         stored = await base.write(upto, encode_snapshot(state, figures.created))
-        await bus.js.purge_stream(settings.stream, seq=upto + 1)
+        await bus.purge_before(upto + 1)
         after = await bus.stream_figures()
     finally:
         await bus.close()

@@ -13,7 +13,6 @@ from typing import Any
 from gpuloom.bus import EventBus
 from gpuloom.bus.credentials import connect_options
 from gpuloom.bus.jsapi import BASE_BUCKET
-from gpuloom.bus.snapshots import SnapshotStore
 from gpuloom.config import Settings, load_settings
 from gpuloom.natsserver import strip_credentials
 from gpuloom.runtime.collector import tune_collector
@@ -32,13 +31,10 @@ def snapshotter(settings: Settings, bus: EventBus, service: str) -> Snapshotter 
     policy = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_s)
     if not policy.enabled:
         return None
-    store = SnapshotStore(
-        bus.js,
-        service,
-        keep=settings.snapshot_keep,
-        replicas=settings.stream_replicas,
+    store = bus.snapshot_store(
+        service, keep=settings.snapshot_keep, replicas=settings.stream_replicas
     )
-    base = SnapshotStore(bus.js, service, bucket=BASE_BUCKET)
+    base = bus.snapshot_store(service, bucket=BASE_BUCKET)
     return Snapshotter(store, policy, base=base)
 
 
