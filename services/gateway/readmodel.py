@@ -75,12 +75,26 @@ class ReadModel(Progress):
         #: The policy explain places with: one object, since the kept index is the one
         #: policy's (a new one would make it start afresh).
         self.explain_policy = BestFit()
+        #: The last pass made for explaining, and the log position it was made at.
+        self._explained: tuple[int, Shared] | None = None
 
     def explainer(self, wanted: Iterable[str]) -> Shared:
-        """One scheduling pass on the fold, for the pending reasons of `wanted`."""
-        return Shared(
-            self.state, self.explain_policy, kept=self.explaining, wanted=frozenset(wanted)
-        )
+        """One scheduling pass on the fold, for the pending reasons of `wanted`.
+
+        One pass per position of the fold: while nothing was folded since, a request
+        about jobs the last pass decided reads that pass again, so a client polling a
+        pending job (or many clients) costs the gateway one pass per change of the log,
+        not one per request."""
+        asked, state = frozenset(wanted), self.state
+        last = self._explained
+        if last is not None and last[0] == state.seq and last[1].state is state:
+            shared = last[1]
+            if shared.wanted is None or asked <= shared.wanted:
+                return shared
+            asked |= shared.wanted
+        shared = Shared(state, self.explain_policy, kept=self.explaining, wanted=asked)
+        self._explained = (state.seq, shared)
+        return shared
 
     @property
     def quarantined(self) -> int:
