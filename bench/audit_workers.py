@@ -23,20 +23,20 @@ from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.registry import default_registry
 from gpuloom.runtime.collector import tune_collector
-from gpuloom.state import ClusterState, apply
+from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 
 def placed_log(nodes: int, jobs: int, policy_name: str) -> Log:
     """The submissions, then every cycle's decisions until nothing more fits."""
     log = build(nodes, jobs, 42)
     policy = default_registry().get(policy_name)
-    state = ClusterState()
-    for record in log.records:
-        apply(state, record)
-    kept = IndexCache()
+    changes = ChangeFeed()  # what the placement service's follower feeds its cache
+    state = changes.fold(ClusterState(), log.records)
+    kept = IndexCache(changes)
     while decisions := placement_cycle(state, policy, kept=kept):
         for decision in decisions:
-            apply(state, log.append(decision.event))
+            changes.apply(state, log.append(decision.event))
     return log
 
 

@@ -30,7 +30,8 @@ from placement_scale import build
 from gpuloom.placement import IndexCache, default_registry, node_views, placement_cycle
 from gpuloom.queueing.order import queue_order
 from gpuloom.runtime.collector import tune_collector
-from gpuloom.state import ClusterState, apply
+from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 try:  # where the cycle's inputs live (split out of cycle.py in 7450fe6)
     from gpuloom.placement.inputs import holdings_of
@@ -54,14 +55,13 @@ def main() -> None:
     args = parser.parse_args()
     tune_collector()
     log = build(args.nodes, args.jobs, 42)
-    state = ClusterState()
-    for record in log.records:
-        apply(state, record)
+    changes = ChangeFeed()  # what the placement service's follower feeds its cache
+    state = changes.fold(ClusterState(), log.records)
     policy = default_registry().get("bestfit")
-    kept = IndexCache()
+    kept = IndexCache(changes)
     while decisions := placement_cycle(state, policy, kept=kept):
         for decision in decisions:
-            apply(state, log.append(decision.event))
+            changes.apply(state, log.append(decision.event))
     running = sorted({job for held in state.on_node.values() for job in held})
     print(f"{args.nodes} nodes full: {len(running)} jobs running, {len(state.queued)} queued")
     jobs = state.jobs

@@ -22,10 +22,11 @@ from gpuloom.decide.explain import Shared, explain
 from gpuloom.events import QueuePolicySet
 from gpuloom.placement import BestFit, IndexCache, placement_cycle
 from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.testing.builders import LogBuilder
 
 
-def busy_state(queued: int) -> ClusterState:
+def busy_state(queued: int, changes: ChangeFeed) -> ClusterState:
     log = LogBuilder()
     for number in range(4):
         log.register(f"n{number}", 8)
@@ -36,7 +37,7 @@ def busy_state(queued: int) -> ClusterState:
     for index in range(queued):
         log.run_to_queue(f"t{index}", gpus=1, user="mallory")
     log.run_to_queue("alice", gpus=1, user="alice")
-    return log.state()
+    return changes.fold(ClusterState(), log.records)  # as the gateway's follower feeds it
 
 
 def main() -> None:
@@ -44,8 +45,9 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    state = busy_state(args.queued)
-    policy, kept = BestFit(), IndexCache()
+    changes = ChangeFeed()
+    state = busy_state(args.queued, changes)
+    policy, kept = BestFit(), IndexCache(changes)
     explain(state, "alice", shared=Shared(state, policy, kept, frozenset({"alice"})))  # warm
     print(f"{len(state.queued)} queued jobs, 32 GPUs full")
     for job in ("alice", "t3", f"t{args.queued - 1}"):

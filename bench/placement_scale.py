@@ -56,6 +56,7 @@ from gpuloom.placement.engine import Policy
 from gpuloom.runtime.collector import tune_collector
 from gpuloom.sim.trace import TraceTask, load_nodes, load_tasks
 from gpuloom.state import ClusterState, apply
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.testing.builders import make_job_spec
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/alibaba-gpu-v2023"
@@ -120,7 +121,7 @@ def steady(
     tasks = load_tasks(TRACE / "openb_pod_list_default.csv")
 
     def fold(event: object) -> None:
-        apply(state, log.append(event))
+        kept.changes.apply(state, log.append(event))
 
     running: list[tuple[str, int, str]] = []
     for job_id in sorted(j for jobs in state.on_node.values() for j in jobs):
@@ -193,10 +194,9 @@ def main() -> None:
         policy = registry.get(name)
         audited = Log()
         audited.records = list(log.records)
-        cycle_state = ClusterState()
-        for record in log.records:
-            apply(cycle_state, record)
-        kept = IndexCache()
+        changes = ChangeFeed()  # what the placement service's follower feeds its cache
+        cycle_state = changes.fold(ClusterState(), log.records)
+        kept = IndexCache(changes)
         placed = cycles = 0
         cycle_seconds = 0.0
         first: tuple[float, int] | None = None
@@ -212,7 +212,7 @@ def main() -> None:
             cycles += 1
             placed += sum(1 for d in decisions if isinstance(d.event, JobPlaced))
             for decision in decisions:
-                apply(cycle_state, audited.append(decision.event))
+                changes.apply(cycle_state, audited.append(decision.event))
         assert first is not None
         print(
             f"{name:8s} first cycle: {first[1]} placed in {first[0]:.2f} s "

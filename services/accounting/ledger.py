@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import Incoming
 from gpuloom.events import Recorded, UsageCharged
+from gpuloom.state import Folded
 from gpuloom.store.models import Base, UsageChargeRow, UsageModelChargeRow
 from gpuloom.store.quarantine import Item, count_quarantined, describe, insert_items, write_batch
 from gpuloom.store.upsert import load_checkpoint
@@ -132,11 +133,11 @@ class Ledger:
     def before(self, recorded: Recorded) -> None:
         pass
 
-    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+    def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
         self.stream_seq = max(self.stream_seq, message.seq + message.pending)
         self._seen_seq = recorded.seq
         event = recorded.event
-        if applied and isinstance(event, UsageCharged) and recorded.seq > self.written_seq:
+        if folded.applied and isinstance(event, UsageCharged) and recorded.seq > self.written_seq:
             self._items.append(self._item(recorded.seq, event, recorded.envelope.at))
 
     def _item(self, seq: int, event: UsageCharged, at: datetime) -> Item:

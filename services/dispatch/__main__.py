@@ -41,12 +41,12 @@ from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.reactor import TraceContexts
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.runtime.snapshots import Snapshotter
-from gpuloom.state import ClusterState
+from gpuloom.state import ClusterState, Folded
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.state.nodeview import (
     Gone,
     Record,
     Route,
-    changed_since,
     encode_gone,
     encode_position,
     encode_record,
@@ -76,7 +76,7 @@ class WritersSeen:
     def before(self, recorded: Recorded) -> None:
         pass
 
-    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+    def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
         parts = message.subject.split(".")
         if len(parts) == 6 and parts[4] in NODE_BOUND_TYPES:
             self.nodes.add(parts[5])
@@ -90,7 +90,11 @@ class Dispatcher:
         self.snapshots = snapshots
         self.writers = WritersSeen()
         self.traces = TraceContexts(lambda: self.state)
-        self.follower = LogFollower(bus, "dispatch", observers=[self.traces, self.writers])
+        #: What each event changed: routing reads only the jobs changed since it last did.
+        self.changes = ChangeFeed()
+        self.follower = LogFollower(
+            bus, "dispatch", observers=[self.traces, self.writers, self.changes]
+        )
         #: job id -> the nodes that hold its record.
         self.sent: dict[str, frozenset[str]] = {}
         #: The state's sequence when it last routed; None: write the whole view again.
@@ -159,10 +163,13 @@ class Dispatcher:
         if self.routed_seq is None:
             routes, extra = await self.rewrite()
         else:
-            changed = changed_since(state, self.routed_seq)
-            routes = route(
-                state, everything(state, self.sent) if changed is None else changed, self.sent
+            since = self.routed_seq
+            changed = (
+                self.changes.jobs_since(since)
+                if self.changes.covers(state, since)
+                else everything(state, self.sent)
             )
+            routes = route(state, changed, self.sent)
             extra = set()
         nodes = {r.node for r in routes} | self.writers.nodes | extra
         nodes |= {node for node, wanted in self.asked.items() if wanted <= seq}

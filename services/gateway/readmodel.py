@@ -33,6 +33,7 @@ from gpuloom.placement import BestFit, IndexCache
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.projector import CHECKPOINT, PROJECTOR_BATCH, Progress
 from gpuloom.runtime.snapshots import Snapshotter
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.store.models import ProjectionQuarantine
 from gpuloom.store.upsert import load_checkpoint
 
@@ -62,7 +63,9 @@ class ReadModel(Progress):
         #: The projection whose checkpoint says how far the rows reach.
         self.name = name
         self.snapshots = snapshots
-        self.follower = LogFollower(bus, "gateway", batch=PROJECTOR_BATCH)
+        #: What each folded event changed: the kept explaining index re-reads only that.
+        self.changes = ChangeFeed()
+        self.follower = LogFollower(bus, "gateway", observers=[self.changes], batch=PROJECTOR_BATCH)
         #: Rows up to this sequence are written (or quarantined) by the writer.
         self.written_seq = 0
         self._quarantined_rows = 0
@@ -71,7 +74,7 @@ class ReadModel(Progress):
         self._poll_now = asyncio.Event()
         #: What explaining pending jobs read last (the pass's inputs), kept for the next
         #: request: a job near the head of a long queue is then explained in a short walk.
-        self.explaining = IndexCache()
+        self.explaining = IndexCache(self.changes)
         #: The policy explain places with: one object, since the kept index is the one
         #: policy's (a new one would make it start afresh).
         self.explain_policy = BestFit()

@@ -12,6 +12,7 @@ from gpuloom.placement import IndexCache, default_registry, placement_cycle
 from gpuloom.runtime.reactor import Reactor, pure
 from gpuloom.runtime.service import run_service, snapshotter
 from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +20,18 @@ log = logging.getLogger(__name__)
 async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
     policy = default_registry().get(settings.placement_policy)
     log.info("placement policy %s v%d", policy.name, policy.version)
-    kept = IndexCache()
+    changes = ChangeFeed()  # fed by the reactor's fold: what the kept index re-reads
+    kept = IndexCache(changes)
 
     def decide(state: ClusterState):  # type: ignore[no-untyped-def]
         return placement_cycle(state, policy, kept=kept)
 
     await Reactor(
-        bus, "placement", pure(decide), snapshots=snapshotter(settings, bus, "placement")
+        bus,
+        "placement",
+        pure(decide),
+        observers=[changes],
+        snapshots=snapshotter(settings, bus, "placement"),
     ).run(stop)
 
 

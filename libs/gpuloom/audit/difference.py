@@ -3,8 +3,7 @@
 An audit that finds a snapshot unequal to the fold of the log has to say where, or
 the operator has a 0.5 MB blob and the word "differs": this names the first field
 that differs (`jobs['j1'].priority: 0 in the fold, 7 in the snapshot`). It walks
-what dataclass equality compares, in the same way: dataclass fields with
-`compare=True` only (a cache such as `JobState.derived` never makes a difference),
+what dataclass equality compares, in the same way: dataclass fields in order,
 pydantic models field by field, dicts and sets by key, lists and tuples by index.
 Pure: it only reads its arguments.
 """
@@ -32,12 +31,11 @@ def first_difference(fold: Any, snapshot: Any, path: str = "") -> str | None:
         )
     if dataclasses.is_dataclass(fold) and not isinstance(fold, type):
         for item in dataclasses.fields(fold):
-            if item.compare:
-                found = first_difference(
-                    getattr(fold, item.name), getattr(snapshot, item.name), _attr(path, item.name)
-                )
-                if found is not None:
-                    return found
+            found = first_difference(
+                getattr(fold, item.name), getattr(snapshot, item.name), _attr(path, item.name)
+            )
+            if found is not None:
+                return found
     elif isinstance(fold, BaseModel):
         for name in type(fold).model_fields:
             found = first_difference(

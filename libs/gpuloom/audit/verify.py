@@ -40,7 +40,8 @@ from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.registry import PolicyRegistry, default_registry
-from gpuloom.state import ClusterState, apply
+from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 #: The events a placement cycle writes; each is compared field by field.
 CycleEvent = JobPlaced | JobPreempted | JobReserved
@@ -203,11 +204,13 @@ class LogFold:
         self.records = records
         self.state = state
         self.position = 0  # records[:position] are folded
+        #: What each folded event changed, for the kept node indexes (`IndexCache`).
+        self.changes = ChangeFeed()
 
     def to(self, point: int) -> ClusterState:
         records, state, position = self.records, self.state, self.position
         while position < len(records) and records[position].seq <= point:
-            apply(state, records[position])
+            self.changes.apply(state, records[position])
             position += 1
         self.position = position
         # entries the reactors skipped as malformed still advanced their state's seq
@@ -229,7 +232,7 @@ def _check_points(
     for point in points:
         state = fold.to(point)
         if point in by_basis:
-            _verify_cycle(state, by_basis[point], registry, found, kept)
+            _verify_cycle(state, by_basis[point], registry, found, kept, fold.changes)
         for claim in sorted(claims.get(point, ()), key=lambda c: c.bucket):
             check = check_claim(state, claim)
             found.snapshots.append(check)
@@ -244,6 +247,7 @@ def _verify_cycle(
     registry: PolicyRegistry,
     found: Findings,
     kept: dict[tuple[str, int], IndexCache],
+    changes: ChangeFeed,
 ) -> None:
     remade_by_policy: dict[tuple[str, int], list[CycleEvent]] = {}
     for record in decisions:
@@ -265,7 +269,9 @@ def _verify_cycle(
         if key not in remade_by_policy:
             remade_by_policy[key] = [
                 d.event
-                for d in placement_cycle(state, policy, kept=kept.setdefault(key, IndexCache()))
+                for d in placement_cycle(
+                    state, policy, kept=kept.setdefault(key, IndexCache(changes))
+                )
                 if isinstance(d.event, CYCLE_EVENTS)
             ]
         remade = remade_by_policy[key]

@@ -10,9 +10,8 @@ the reference pass (`placement_cycle` without a kept index; the fast twin's are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import cast
 
 from gpuloom.events import JobSpec, QueuePolicySet
 from gpuloom.events.units import MILLI_PER_GPU
@@ -187,20 +186,15 @@ def holdings_of(state: ClusterState) -> list[Holding]:
     short, and its resources are spoken for). Lost nodes' jobs are requeued by
     the fold, so everything here is on known nodes.
     """
-    holdings = []
     on_node = {job_id for jobs in state.on_node.values() for job_id in jobs}
-    for job in sorted((state.jobs[j] for j in on_node), key=lambda j: (j.placed_seq, j.job_id)):
-        run = job.current_run()
-        began = run.started_at if run is not None else job.placed_at
-        key = (job.attempt, job.placed_seq, began, job.preempted_at)
-        cached = job.derived.get("holding")
-        if cached is not None and cached[0] == key:
-            holdings.append(cast(Holding, cached[1]))
-            continue
-        holding = holding_of(state, job, began)
-        job.derived["holding"] = (key, holding)
-        holdings.append(holding)
-    return holdings
+    ordered = sorted((state.jobs[j] for j in on_node), key=lambda j: (j.placed_seq, j.job_id))
+    return [holding_of(state, job, began_of(job)) for job in ordered]
+
+
+def began_of(job: JobState) -> datetime | None:
+    """When the job's time limit began: its run's start, or its placement before that."""
+    run = job.current_run()
+    return run.started_at if run is not None else job.placed_at
 
 
 def on_a_node(state: ClusterState, job: JobState) -> bool:
@@ -245,17 +239,10 @@ def candidate_of(
     job: JobState, awaiting: frozenset[str] = frozenset(), may_preempt: bool = True
 ) -> Candidate:
     """The scheduler's view of a pending job; `may_preempt` comes from its priority
-    class (`gpuloom.queueing.classes.may_preempt`).
-
-    Remembered with the job (`JobState.derived`) until its spec or either flag changes:
-    every cycle walks the whole queue, and a job waits through many cycles."""
-    spec, waits = job.spec, job.job_id in awaiting
-    cached = job.derived.get("candidate")
-    if cached is not None:
-        was = cast(tuple[JobSpec, bool, bool], cached[0])
-        if was[0] is spec and was[1] == waits and was[2] == may_preempt:
-            return cast(Candidate, cached[1])
-    candidate = Candidate(
+    class (`gpuloom.queueing.classes.may_preempt`). The fast twin remembers it while
+    the job waits (`gpuloom.placement.incremental.candidates`)."""
+    spec = job.spec
+    return Candidate(
         job_id=job.job_id,
         request=request_of(spec),
         time_limit_s=spec.time_limit_s,
@@ -263,12 +250,14 @@ def candidate_of(
         account=spec.account,
         demand=upfront_demand(spec),
         preemptible=spec.preemptible,
-        awaiting_victims=waits,
+        awaiting_victims=job.job_id in awaiting,
         user=spec.user,
         may_preempt=may_preempt,
     )
-    job.derived["candidate"] = ((spec, waits, may_preempt), candidate)
-    return candidate
+
+
+#: How a pass's candidate is made: `candidate_of`, or a twin that remembers them.
+MakeCandidate = Callable[[JobState, frozenset[str], bool], Candidate]
 
 
 def current_reservation(state: ClusterState) -> Reservation | None:
@@ -308,7 +297,10 @@ def awaiting_victims(state: ClusterState) -> frozenset[str]:
 
 
 def candidates(
-    state: ClusterState, jobs: Iterable[JobState], awaiting: frozenset[str]
+    state: ClusterState,
+    jobs: Iterable[JobState],
+    awaiting: frozenset[str],
+    make: MakeCandidate = candidate_of,
 ) -> Iterator[Candidate]:
     """`jobs` as the pass sees them, made as the pass asks for them (a pass that stops
     early never builds the rest of a long queue)."""
@@ -317,7 +309,7 @@ def candidates(
         allowed = classes.get(job.spec.priority_class)
         if allowed is None:
             allowed = classes[job.spec.priority_class] = may_preempt(state, job.spec)
-        yield candidate_of(job, awaiting, allowed)
+        yield make(job, awaiting, allowed)
 
 
 def pass_inputs(state: ClusterState, policy: Policy) -> PassInputs | None:

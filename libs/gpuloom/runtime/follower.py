@@ -30,7 +30,7 @@ from gpuloom.bus.messages import INBOX_LIMIT, Incoming, ReasonKind, StreamFigure
 from gpuloom.bus.port import Log
 from gpuloom.events import MalformedEvent, Recorded, decode
 from gpuloom.runtime.snapshots import Snapshotter, check_no_gap
-from gpuloom.state import ClusterState, apply
+from gpuloom.state import ClusterState, Folded, apply
 from gpuloom.telemetry.metrics import EVENTS_FOLDED, EVENTS_VOIDED, MALFORMED, STATE_SEQ
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,9 @@ class FoldObserver(Protocol):
     def before(self, recorded: Recorded) -> None:
         """The state does not hold the event yet."""
 
-    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
-        """The state holds it; `applied`: False when the fold voided it."""
+    def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
+        """The state holds it; `folded`: what the fold made of it (voided or applied,
+        and what it changed)."""
 
 
 class LogFollower:
@@ -175,7 +176,7 @@ class LogFollower:
                 observer.before(recorded)
             folded = apply(state, recorded)
             for observer in self.observers:
-                observer.after(message, recorded, folded.applied)
+                observer.after(message, recorded, folded)
         except Exception as exc:  # a bug around the fold must cost this event, not the process
             log.exception("%s failed on seq %d", self.service, message.seq)
             reason = f"{self.service} failed on it: {type(exc).__name__}: {exc}"

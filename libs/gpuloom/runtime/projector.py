@@ -32,7 +32,7 @@ from gpuloom.bus.port import Log
 from gpuloom.events import JobEvent, NodeEvent, NodeRemoved, Recorded
 from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.snapshots import Snapshotter
-from gpuloom.state import ClusterState, JobState, NodeState
+from gpuloom.state import ClusterState, Folded, JobState, NodeState
 from gpuloom.store import rows
 from gpuloom.store.models import Base, JobRow, NodeRow
 from gpuloom.store.quarantine import Item, describe, load_quarantined, upsert_items, write_batch
@@ -164,7 +164,7 @@ class Projector(Progress):
         self._held_node = state.nodes.get(event.node) if isinstance(event, NodeRemoved) else None
         self._held = {j: job for j in self._touched_jobs if (job := state.jobs.get(j)) is not None}
 
-    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+    def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
         """Mark the rows the event touched, as they are after it, for the next flush."""
         state, event, seq = self.state, recorded.event, recorded.seq
         for job_id, job in self._held.items():

@@ -25,7 +25,7 @@ from gpuloom.bus.port import Log
 from gpuloom.events import Decision, Recorded, encode, make_envelope, subject_for
 from gpuloom.runtime.follower import FoldObserver, LogFollower
 from gpuloom.runtime.snapshots import Snapshotter
-from gpuloom.state import ClusterState
+from gpuloom.state import ClusterState, Folded
 from gpuloom.telemetry import extract, inject, tracer
 from gpuloom.telemetry.metrics import DECIDE_SECONDS, EVENTS_PUBLISHED
 
@@ -74,7 +74,7 @@ class TraceContexts:
     def before(self, recorded: Recorded) -> None:
         pass
 
-    def after(self, message: Incoming, recorded: Recorded, applied: bool) -> None:
+    def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
         key = _aggregate_key(message.subject)
         if "traceparent" in message.headers:
             self.by_aggregate[key] = {

@@ -6,8 +6,9 @@ event) changes nothing and is counted as voided, with its reason. Every process
 uses this function, so all of them agree on what the log means.
 
 For speed `apply` updates `state` in place, and returns what it made of the event
-(`Folded`: applied, or voided with the reason); it never reads a clock, randomness or
-anything outside its arguments. Time comes from envelopes (`at`).
+(`Folded`: applied, or voided with the reason, and the jobs and nodes it changed); it
+never reads a clock, randomness or anything outside its arguments. Time comes from
+envelopes (`at`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpuloom.state.model import VOIDED_KEPT, ClusterState, Voided
 from gpuloom.state.retention import expire
 from gpuloom.state.rules import accounts, cluster, jobs, nodes, policies, runs, webhooks
 from gpuloom.state.rules.common import Handler, Rule
+from gpuloom.state.step import Step
 
 #: How far an event's `at` may be from the log's own timestamp of it: writers' clocks
 #: (NTP keeps them within a second) and publish retries, with a wide margin.
@@ -41,10 +43,15 @@ def fold(events: Iterable[Recorded], state: ClusterState | None = None) -> Clust
 class Folded:
     """What `apply` made of one event: applied, or voided (`voided` says why, and whether
     a rule failed: `fault`); `skewed`: its time was bounded (it was applied or voided
-    with the bounded time)."""
+    with the bounded time). `jobs` and `nodes`: what the event changed, in the order
+    its rule changed them (a job that left the state counts; a voided event changed
+    nothing, unless a rule failed half-way), for caches kept outside the state
+    (`gpuloom.state.changes.ChangeFeed`)."""
 
     voided: Voided | None = None
     skewed: Voided | None = None
+    jobs: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
 
     @property
     def applied(self) -> bool:
@@ -55,6 +62,7 @@ def apply(state: ClusterState, recorded: Recorded) -> Folded:
     """Apply one recorded event. Invalid events are voided, never raised."""
     state.seq = recorded.seq
     skewed: Voided | None = None
+    step: Step | None = None
     handler = _HANDLERS.get(type(recorded.event))
     try:
         if handler is None:
@@ -66,21 +74,28 @@ def apply(state: ClusterState, recorded: Recorded) -> Folded:
         if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
             recorded, skewed = _clamped(state, recorded, stored)
             at = recorded.envelope.at
-        handler(state, recorded.event, recorded)
+        step = Step.of(recorded)
+        handler(state, recorded.event, step)
     except Invalid as why:
-        return Folded(_void(state, recorded, str(why), fault=False), skewed)
+        return Folded(_void(state, recorded, str(why), fault=False), skewed, *_changed(step))
     except Exception as exc:  # containment: one bad event must never stop a fold
         # A rule failed where its checks did not expect it. Rules mostly check before
         # they change anything, so the event is voided like an invalid one (a rule that
         # failed half-way leaves what it changed, the same in every service); the fault
         # is counted apart so that services dead-letter the event and an operator sees it.
         failed = f"fold rule failed: {type(exc).__name__}: {exc}"
-        return Folded(_void(state, recorded, failed, fault=True), skewed)
+        return Folded(_void(state, recorded, failed, fault=True), skewed, *_changed(step))
     state.applied += 1
     if state.clock is None or at > state.clock:
         state.clock = at  # the log's time: the latest applied event
         expire(state)  # tombstones past their window (retention.py)
-    return Folded(None, skewed)
+    return Folded(None, skewed, tuple(step.jobs), tuple(step.nodes))
+
+
+def _changed(step: Step | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a voided event's rule changed before it failed (nothing, as a rule checks
+    before it changes anything, but for a fault half-way)."""
+    return ((), ()) if step is None else (tuple(step.jobs), tuple(step.nodes))
 
 
 def _clamped(state: ClusterState, recorded: Recorded, stored: datetime) -> tuple[Recorded, Voided]:

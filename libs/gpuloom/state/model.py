@@ -90,14 +90,6 @@ class NodeState:
     #: Cordoned by an admin (NodeCordoned): out of placement, with the reason given.
     cordoned: bool = False
     cordon_reason: str = ""
-    #: The log sequence of the last event that changed what placement sees of the node:
-    #: its registration, a GPU's pool, or what is held on it (each rule that changes one
-    #: sets it first). A node whose `changed_seq` is as it was has the same view
-    #: (`gpuloom.placement.incremental.index_cache` re-uses it); its phase and cordon only decide
-    #: whether it has a view at all, and are read every time. Not part of the state's
-    #: value: snapshots leave it out (their schema is unchanged by it) and a restored
-    #: node has 0, a new state object to whatever keeps views (they start afresh).
-    changed_seq: int = field(default=0, compare=False)
 
     def free_gpu_indexes(self) -> list[int]:
         return sorted(i for i, gpu in self.gpus.items() if gpu.idle)
@@ -197,11 +189,6 @@ class JobState:
     #: Envelope id of the latest event applied to this job (causation of the next).
     last_event_id: str | None = None
     last_seq: int = 0
-    #: Caches of views decisions derive from this job (keyed by purpose, each entry with
-    #: the inputs it was derived from); never part of the state's value.
-    derived: dict[str, tuple[object, object]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
 
     @property
     def is_final(self) -> bool:
@@ -339,16 +326,6 @@ class ClusterState:
     forgotten_attempts: int = 0
     #: Keep every job forever (the semantics before retention): for tests that compare.
     keep_history: bool = False
-    #: Job ids by the sequence of the last event that changed the job, oldest first
-    #: (`rules.common.touch` moves a job to the end; leaving `jobs` counts as a change):
-    #: a cache of what jobs hold reads only what changed since it last looked
-    #: (`gpuloom.placement.incremental.holdings.KeptHoldings`). Ids leave with their tombstone, and
-    #: `feed_trimmed` is then the latest sequence of one that left, so a cache that last
-    #: looked before it knows to look at everything again. Not part of the state's value:
-    #: snapshots leave both out, and a restored state starts with an empty feed (and
-    #: whatever caches read it starts afresh on a new state object).
-    job_feed: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
-    feed_trimmed: int = field(default=0, compare=False, repr=False)
     applied: int = 0
     voided: int = 0
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).

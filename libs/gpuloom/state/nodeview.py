@@ -74,19 +74,6 @@ def hosts(job: JobState | None) -> frozenset[str]:
     return frozenset({job.node}) if job.node is not None else frozenset()
 
 
-def changed_since(state: ClusterState, seq: int) -> list[str] | None:
-    """The jobs an event after `seq` changed, newest first (`ClusterState.job_feed`);
-    None when the feed no longer reaches back to `seq` (look at every job)."""
-    if state.feed_trimmed > seq:
-        return None
-    changed = []
-    for job_id, changed_at in reversed(state.job_feed.items()):
-        if changed_at <= seq:
-            break
-        changed.append(job_id)
-    return changed
-
-
 def route(
     state: ClusterState, changed: Iterable[str], sent: dict[str, frozenset[str]]
 ) -> list[Route]:

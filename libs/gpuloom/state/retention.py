@@ -25,6 +25,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpuloom.state.model import RECENT_SPECS_KEPT, ClusterState, JobState, Tombstone
+from gpuloom.state.step import Step
 
 #: How long the state remembers a job that ended and was charged: a week.
 #: Slurm forgets an ended job after MinJobAge (300 s) but answers later questions
@@ -39,8 +40,8 @@ RETENTION = timedelta(days=7)
 _COMPACT_AFTER = 1024
 
 
-def retire_if_done(state: ClusterState, job: JobState, at: datetime) -> None:
-    """Forget `job` if it is final and fully charged; `at` is the event's time.
+def retire_if_done(state: ClusterState, job: JobState, step: Step) -> None:
+    """Forget `job` if it is final and fully charged (leaving is a change of the job).
 
     Called by the fold at the end of every rule that can make a job final or charged
     (JobRejected, JobCancelled, JobFinished, UsageCharged, NodeLost), so a job
@@ -48,10 +49,9 @@ def retire_if_done(state: ClusterState, job: JobState, at: datetime) -> None:
     """
     if state.keep_history or not job.is_final or job.job_id in state.uncharged:
         return
-    job_id = job.job_id
+    job_id, at = job.job_id, step.envelope.at
     del state.jobs[job_id]
-    state.job_feed.pop(job_id, None)
-    state.job_feed[job_id] = state.seq  # leaving is a change too (caches drop it)
+    step.changed_job(job_id)
     state.tombstones[job_id] = Tombstone(
         phase=job.phase,
         ended_at=job.finished_at or at,
@@ -92,9 +92,6 @@ def expire(state: ClusterState) -> None:
         tombstone = state.tombstones.pop(job_id, None)
         if tombstone is None:
             continue
-        left_seq = state.job_feed.pop(job_id, None)
-        if left_seq is not None and left_seq > state.feed_trimmed:
-            state.feed_trimmed = left_seq
         key = tombstone.idempotency_key
         if key is not None and state.idempotency_keys.get(key) == job_id:
             del state.idempotency_keys[key]

@@ -10,10 +10,10 @@ either carried by snapshots or makes a test fail, never silently dropped:
   (a snapshot leaves out fields equal to their default, so a default is shape too).
 - `state_codec`: pydantic's validator and serializer of `ClusterState` (pydantic
   handles stdlib dataclasses), with three adjustments to its core schema so that the
-  JSON round trip is exact and the bytes deterministic: fields declared with
-  `compare=False` (caches such as `JobState.derived`, never part of the state's
-  value) are left out and come back empty; dict keys that are tuples (JSON keys are
-  strings) travel as the JSON text of their items; sets are written sorted.
+  JSON round trip is exact and the bytes deterministic: dict keys that are tuples
+  (JSON keys are strings) travel as the JSON text of their items; sets are written
+  sorted. The state holds only what the log means (no caches: those live beside it,
+  `gpuloom.state.changes`), so every field is carried.
 
 Decoding is validation only: no code named by the data ever runs (no pickle).
 """
@@ -64,11 +64,7 @@ def _name(cls: type) -> str:
 def _shape(tp: object, shapes: dict[str, object]) -> object:
     """A JSON-able description of type `tp`; named classes are described once in `shapes`."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        defaults = {
-            f.name: _default(f.default, f.default_factory)
-            for f in dataclasses.fields(tp)
-            if f.compare
-        }
+        defaults = {f.name: _default(f.default, f.default_factory) for f in dataclasses.fields(tp)}
         return _class_shape(tp, _dataclass_fields(tp), {"defaults": defaults}, shapes)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         hints: dict[str, object] = {n: f.annotation for n, f in tp.model_fields.items()}
@@ -120,9 +116,9 @@ def _class_shape(
 
 
 def _dataclass_fields(cls: type) -> dict[str, object]:
-    """Resolved type hints of the fields that are the value (`compare=False`: caches, left out)."""
+    """Resolved type hints of the dataclass's fields."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.compare}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 class StateCodec(typing.NamedTuple):
@@ -143,7 +139,7 @@ def job_codec() -> StateCodec:
 
 
 def codec_of(cls: type) -> StateCodec:
-    """The validator and serializer of dataclass `cls`, with the three adjustments."""
+    """The validator and serializer of dataclass `cls`, with the two adjustments."""
     adapter: TypeAdapter[Any] = TypeAdapter(cls)
     schema = deepcopy(adapter.core_schema)
     _adjust(schema)
@@ -151,7 +147,7 @@ def codec_of(cls: type) -> StateCodec:
 
 
 def _adjust(node: Any) -> None:
-    """Walk a core schema in place and apply the three adjustments (module docstring)."""
+    """Walk a core schema in place and apply the two adjustments (module docstring)."""
     if isinstance(node, list):
         for item in node:
             _adjust(item)
@@ -159,12 +155,7 @@ def _adjust(node: Any) -> None:
     if not isinstance(node, dict):
         return
     kind = node.get("type")
-    if kind == "dataclass":
-        caches = {f.name for f in dataclasses.fields(node["cls"]) if not f.compare}
-        for field in node["schema"]["fields"]:
-            if field["name"] in caches:
-                field["serialization_exclude"] = True
-    elif kind == "dict" and node.get("keys_schema", {}).get("type") == "tuple":
+    if kind == "dict" and node.get("keys_schema", {}).get("type") == "tuple":
         node["keys_schema"] = _tuple_key(node["keys_schema"])
     elif kind in ("set", "frozenset") and "serialization" not in node:
         node["serialization"] = core_schema.plain_serializer_function_ser_schema(

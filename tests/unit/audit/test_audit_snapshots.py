@@ -195,8 +195,6 @@ def test_first_difference_names_the_first_differing_field() -> None:
     assert first_difference(state, decode_snapshot(encode_snapshot(state))) is None
     other = decode_snapshot(encode_snapshot(state))
     job = sorted(other.jobs)[0]
-    other.jobs[job].derived["cache"] = (1, 2)  # a cache is never a difference
-    assert first_difference(state, other) is None
     other.queued.add("ghost")
     assert first_difference(state, other) == "queued: 'ghost' only in the snapshot"
     del other.jobs[job]

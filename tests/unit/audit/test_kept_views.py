@@ -1,16 +1,14 @@
 """A kept index re-uses the view of each node the log did not change (`IndexCache.views_of`),
 and the holding of each job it did not change (`KeptHoldings`).
 
-The fold stamps a node with the sequence of each event that changes what placement
-sees of it (`NodeState.changed_seq`). An index cache that only watches the log,
-never deciding, must then show after every event exactly the views built afresh:
-a rule that changed a node without stamping it would leave a stale view behind. The
-same for the holdings of running jobs, stamped by `JobState.last_seq`.
+The fold says which nodes and jobs each event changed (`Folded.nodes`, `Folded.jobs`),
+and a `ChangeFeed` remembers it for the caches. An index cache that only watches the
+log, never deciding, must then show after every event exactly the views built afresh:
+a rule that changed a node without saying so would leave a stale view behind. The same
+for the holdings of running jobs and the queue's order.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 from fixtures.world import assert_kept_holdings, assert_kept_queue, assert_released
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +18,7 @@ from gpuloom.placement import BestFit, IndexCache, node_views, placement_cycle
 from gpuloom.placement.incremental.holdings import KeptHoldings
 from gpuloom.placement.incremental.queue import KeptQueue
 from gpuloom.state import ClusterState, apply, fold
-from gpuloom.state.retention import RETENTION
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.state.snapshot import decode_snapshot, encode_snapshot
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -30,9 +28,10 @@ from .test_audit import RUN_LOG_ARGUMENTS, node, run_log
 def watch(records: list, state: ClusterState | None = None) -> None:  # type: ignore[type-arg]
     """Fold `records` one by one; after each, the watching cache's views are the fresh ones."""
     state = state or ClusterState()
-    watching, policy = IndexCache(), BestFit()
+    changes = ChangeFeed()
+    watching, policy = IndexCache(changes), BestFit()
     for record in records:
-        apply(state, record)
+        changes.apply(state, record)
         views = watching.views_of(state)
         assert views == node_views(state), f"after seq {record.seq} ({record.envelope.type})"
         if views:
@@ -79,12 +78,12 @@ def test_a_view_is_built_again_when_its_node_lends_is_lost_recovered_or_register
 
 
 def test_views_kept_for_one_state_are_not_taken_for_a_state_restored_from_a_snapshot() -> None:
-    """A restored node's stamp is 0 (snapshots leave stamps out), so the stamps of two
-    state objects do not compare: a cache that watched one restored state starts afresh
-    on another, and goes on from a restored state as from a folded one."""
+    """What a feed knows of one state says nothing of another: a cache that watched one
+    restored state starts afresh on another, and goes on from a restored state (its
+    feed fed from there on) as from a folded one."""
     log = run_log("bestfit", [{"gpus": 1}, {"gpus": 2}, {"gpus": 1, "gpu_milli": 250}], 0)
     early = decode_snapshot(encode_snapshot(fold(log.records[: len(log.records) // 3])))
-    watching = IndexCache()
+    watching = IndexCache(ChangeFeed())
     watching.index_for(watching.views_of(early), BestFit(), None)
     late = decode_snapshot(encode_snapshot(fold(log.records)))
     assert watching.views_of(late) == node_views(late) != node_views(early)
@@ -92,52 +91,79 @@ def test_views_kept_for_one_state_are_not_taken_for_a_state_restored_from_a_snap
     watch(log.records[half:], decode_snapshot(encode_snapshot(fold(log.records[:half]))))
 
 
-def fold_a_week_on(log: LogBuilder, state: ClusterState, seen: int, forgotten: str) -> None:
-    """A week passes (a node registers then); fold onto `state` what `log` holds past its
-    first `seen` records: `forgotten` has left the state, its tombstone and the feed."""
-    log.register("n2", 1, after=(RETENTION + timedelta(hours=1)).total_seconds())
+def fold_many_changes_on(log: LogBuilder, state: ClusterState, seen: int, feed: ChangeFeed) -> None:
+    """Fold onto `state`, through `feed`, what `log` holds past its first `seen` records
+    and changes to more jobs than the feed remembers: it forgets the oldest."""
+    for number in range(feed.most_jobs + 1):
+        log.submit(f"other{number}", make_job_spec(1))
     for record in log.records[seen:]:
-        apply(state, record)
-    assert forgotten not in state.tombstones and forgotten not in state.job_feed
+        feed.apply(state, record)
+    assert feed.since > seen, "the feed forgot changes the cache did not see"
 
 
-def test_a_cache_that_missed_a_job_leaving_and_being_forgotten_reads_every_job_again() -> None:
-    """Between two looks of a kept cache, a job it saw running ends, is charged, leaves
-    the state and, a week later, is forgotten with its tombstone (and its place in the
-    fold's feed). The fold says so (`feed_trimmed`), and the cache reads every job again."""
+def test_a_cache_whose_feed_forgot_what_changed_since_it_looked_reads_every_job_again() -> None:
+    """Between two looks of a kept cache, a job it saw running ends, is charged and
+    leaves the state, and so many jobs change after it that the feed forgets it: the
+    cache cannot know what changed (`ChangeFeed.covers`), and reads every job again."""
     log = LogBuilder()
     log.register("n1", 8)
     for number, job_id in enumerate(["j1", "j2"]):
         log.run_to_queue(job_id, gpus=1)
         log.place(job_id, "n1", [number])
         log.start(job_id, "n1")
-    state = fold(log.records)
-    kept = KeptHoldings()
+    feed = ChangeFeed(most_jobs=8)
+    state = feed.fold(ClusterState(), log.records)
+    kept = KeptHoldings(feed)
     assert [h.job_id for h in kept.of(state)] == ["j1", "j2"]
     seen = len(log.records)
     log.finish("j1", "n1", after=60)
     log.charge("j1", seconds=60)
-    fold_a_week_on(log, state, seen, forgotten="j1")
+    fold_many_changes_on(log, state, seen, feed)
+    assert "j1" not in state.jobs
     assert_kept_holdings(kept, state)
     assert [h.job_id for h in kept.of(state)] == ["j2"]
 
 
-def test_a_kept_queue_that_missed_a_job_leaving_and_being_forgotten_sorts_every_job_again() -> None:
-    """Between two looks of a kept queue, a job it saw queued is cancelled, leaves the
-    state and, a week later, is forgotten with its place in the fold's feed: the queue is
-    sorted again (`feed_trimmed`), as `queue_order` gives it."""
+def test_a_kept_queue_whose_feed_forgot_what_changed_sorts_every_job_again() -> None:
+    """Between two looks of a kept queue, a job it saw queued is cancelled and leaves
+    the state, and the feed forgets it: the queue is sorted again, as `queue_order`
+    gives it."""
     log = LogBuilder()
     log.register("n1", 1)
     for job_id in ["j1", "j2"]:
         log.run_to_queue(job_id, gpus=2)  # too big for the node: they stay queued
-    state = fold(log.records)
-    kept = KeptQueue()
+    feed = ChangeFeed(most_jobs=8)
+    state = feed.fold(ClusterState(), log.records)
+    kept = KeptQueue(feed)
     assert [job.job_id for job in kept.order(state)] == ["j1", "j2"]
     seen = len(log.records)
     log.cancel("j1")
-    fold_a_week_on(log, state, seen, forgotten="j1")
+    fold_many_changes_on(log, state, seen, feed)
     assert_kept_queue(kept, state)
     assert [job.job_id for job in kept.order(state)] == ["j2"]
+
+
+def test_a_cache_reads_everything_again_after_a_fold_its_feed_did_not_see() -> None:
+    """Events folded into the state without the feed (a bug of whoever folds): the feed's
+    position is not the state's, so the caches read everything again, never stale."""
+    log = LogBuilder()
+    log.register("n1", 2)
+    for job_id in ["j1", "j2"]:
+        log.run_to_queue(job_id, gpus=1)
+    feed = ChangeFeed()
+    state = feed.fold(ClusterState(), log.records)
+    kept, queue = IndexCache(feed), KeptQueue(feed)
+    kept.index_for(kept.views_of(state), BestFit(), None)
+    assert [job.job_id for job in queue.order(state)] == ["j1", "j2"]
+    seen = len(log.records)
+    log.place("j1", "n1", [0])
+    log.cancel("j2")
+    for record in log.records[seen:]:
+        apply(state, record)  # not through the feed
+    assert not feed.covers(state, seen)
+    assert kept.views_of(state) == node_views(state)
+    assert_kept_queue(queue, state)
+    assert_kept_holdings(kept.holdings, state)
 
 
 def test_a_job_placed_again_between_two_looks_moves_to_its_new_place_in_the_order() -> None:
@@ -149,14 +175,14 @@ def test_a_job_placed_again_between_two_looks_moves_to_its_new_place_in_the_orde
     for job_id, name in [("j1", "n1"), ("j2", "n2")]:
         log.run_to_queue(job_id, gpus=1)
         log.place(job_id, name, [0])
-    state = fold(log.records)
-    kept = KeptHoldings()
+    feed = ChangeFeed()
+    state = feed.fold(ClusterState(), log.records)
+    kept = KeptHoldings(feed)
     assert [h.job_id for h in kept.of(state)] == ["j1", "j2"]
     seen = len(log.records)
     log.lose("n1")
     log.recover("n1")
     log.place("j1", "n1", [0], attempt=2)
-    for record in log.records[seen:]:
-        apply(state, record)
+    feed.fold(state, log.records[seen:])
     assert_kept_holdings(kept, state)
     assert [h.job_id for h in kept.of(state)] == ["j2", "j1"]

@@ -115,7 +115,7 @@ def test_a_failing_observer_after_the_fold_costs_the_event_not_the_service() -> 
         def before(self, recorded: object) -> None:
             pass
 
-        def after(self, message: object, recorded: object, applied: bool) -> None:
+        def after(self, message: object, recorded: object, folded: object) -> None:
             raise RuntimeError("observer bug")
 
     folding, outbox = reactor(observers=[Broken()])

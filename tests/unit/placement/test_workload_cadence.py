@@ -14,6 +14,7 @@ from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.inputs import request_of, typical_workload
 from gpuloom.placement.policies.fragmentation_aware import WORKLOAD_EVERY
 from gpuloom.state import ClusterState, apply
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.state.model import RECENT_SPECS_KEPT
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
@@ -47,7 +48,7 @@ def test_the_workload_is_read_every_hundred_submissions_and_at_powers_of_two_bef
     submitted: list[JobSpec] = []
     state = ClusterState()
     checked = 0
-    kept = {version: IndexCache() for version in (1, 2)}
+    kept = {version: IndexCache(ChangeFeed()) for version in (1, 2)}
     policies = {version: default_registry().get("fgd", version) for version in (1, 2)}
     for number in range(2_650):  # past the state's trim of its kept specs, at 2,000
         spec = spec_of(number)
@@ -73,14 +74,13 @@ def test_between_two_readings_the_kept_index_and_its_scores_stay(version: int) -
     every one. The index itself is kept (its heaps score their nodes again)."""
     log = LogBuilder()
     log.append(node("a", 4))
-    state = ClusterState()
-    for record in log.records:
-        apply(state, record)
+    feed = ChangeFeed()
+    state = feed.fold(ClusterState(), log.records)
     policy = default_registry().get("fgd", version)
-    kept = IndexCache()
+    kept = IndexCache(feed)
     renewed = []
     for number in range(1, 260):
-        apply(state, log.submit(f"j{number}", spec_of(number)))
+        feed.apply(state, log.submit(f"j{number}", spec_of(number)))
         before, index = kept._workload, kept._index
         placement_cycle(state, policy, limit=0, kept=kept)  # places nothing
         if kept._workload is not before:

@@ -20,12 +20,12 @@ from gpuloom.events import (
     PolicyRef,
 )
 from gpuloom.state import ClusterState, JobState, apply
+from gpuloom.state.changes import ChangeFeed
 from gpuloom.state.nodeview import (
     Gone,
     NodeView,
     Record,
     RecordError,
-    changed_since,
     decode_record,
     decode_seq,
     encode_gone,
@@ -62,16 +62,17 @@ def placed_world() -> tuple[ClusterState, LogBuilder]:
 def test_a_placed_job_goes_to_its_host_alone_and_a_tombstone_when_it_leaves() -> None:
     state, log = placed_world()
     sent: dict[str, frozenset[str]] = {}
-    [record] = route(state, changed_since(state, 0) or [], sent)
+    [record] = route(state, ["j1"], sent)
     assert isinstance(record, Record) and record.node == "n1"
     assert record.job.spec.env == {"TOKEN": "only-for-n1"}
     assert sent == {"j1": frozenset({"n1"})}
+    feed, seq = ChangeFeed(), state.seq
+    feed.apply(state, log.append(JobCancelRequested(job_id="j1")))
+    assert feed.covers(state, seq) and feed.jobs_since(seq) == ["j1"]
+    assert route(state, feed.jobs_since(seq), sent) == [Record("n1", state.jobs["j1"])]
     seq = state.seq
-    apply(state, log.append(JobCancelRequested(job_id="j1")))
-    assert route(state, changed_since(state, seq) or [], sent) == [Record("n1", state.jobs["j1"])]
-    seq = state.seq
-    apply(state, log.append(NodeLost(node="n1", reason="silent")))  # it left n1
-    assert changed_since(state, seq) == ["j1"]
+    feed.apply(state, log.append(NodeLost(node="n1", reason="silent")))  # it left n1
+    assert feed.jobs_since(seq) == ["j1"]
     [gone] = route(state, ["j1"], sent)
     assert isinstance(gone, Gone) and (gone.node, gone.job_id) == ("n1", "j1")
     assert gone.seq == state.seq

@@ -5,23 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuloom.placement.holdings import HeldSum, Holding
-from gpuloom.placement.inputs import holding_of, on_a_node, placement_order
+from gpuloom.placement.inputs import began_of, holding_of, on_a_node, placement_order
 from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 
 class KeptHoldings:
     """`holdings_of(state)`, kept from one cycle to the next.
 
-    A job's holding changes only with an event about the job, and every such event
-    moves the job to the end of the fold's `ClusterState.job_feed`. So a cycle reads
-    only the jobs fed since it last looked, re-makes their holdings, and keeps the
+    A job's holding changes only with an event that changes the job, and the change
+    feed knows which jobs each event changed (`ChangeFeed.jobs_since`). So a cycle
+    reads only the jobs changed since it last looked, re-makes their holdings, and keeps the
     rest where they stand in placement order: a full cluster holds tens of thousands
     of running jobs, and building and sorting all their holdings was a fifth of a
     cycle with a blocked job. What it keeps is also split for the reservation search
     (`by_end`), and the jobs whose victims are still stopping are known (`awaiting`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, changes: ChangeFeed) -> None:
+        self.changes = changes
         self._state: ClusterState | None = None
         self._seq = -1  # the state's `seq` when last refreshed
         #: job id -> (the job's `last_seq` when its holding was made, the holding)
@@ -60,18 +62,14 @@ class KeptHoldings:
     def _refresh(self, state: ClusterState) -> None:
         if state is self._state and state.seq == self._seq:
             return  # nothing folded since (a pass asks up to three times)
-        if state is not self._state or state.feed_trimmed > self._seq:
-            # a new state, or a job left the feed that this cache never saw leave
+        if state is not self._state or not self.changes.covers(state, self._seq):
+            # a new state, or changes the feed does not know (module doc)
             self._state, self._held, self._ordered = state, {}, {}
             self._timed, self._unbounded, self._preempted_for = {}, HeldSum(), {}
             self._everything = HeldSum()
             changed: Iterable[str] = {j for jobs in state.on_node.values() for j in jobs}
         else:
-            changed = []
-            for job_id, seq in reversed(state.job_feed.items()):
-                if seq <= self._seq:
-                    break
-                changed.append(job_id)
+            changed = self.changes.jobs_since(self._seq)
         self._seq = state.seq
         jobs, held, ordered = state.jobs, self._held, self._ordered
         added = []
@@ -90,8 +88,7 @@ class KeptHoldings:
             elif not on:
                 continue
             assert job is not None
-            run = job.current_run()
-            holding = holding_of(state, job, run.started_at if run else job.placed_at)
+            holding = holding_of(state, job, began_of(job))
             held[job_id] = (job.last_seq, holding)
             self._file(job_id, holding, job.preempted_by, 1)
             if entry is not None and entry[1].order == holding.order:

@@ -17,10 +17,10 @@ not depend on the workload, so on a full cluster that is few nodes. A long-kept 
 compacted (`NodeIndex.compact`) so that what it remembers stays bounded. Tests hold
 `placement_cycle` with a kept index to the same decisions as without one.
 
-Nor are the views built again for nodes that did not change (`views_of`): the fold
-stamps a node with the sequence of each event that changes what placement sees of it
-(`NodeState.changed_seq`), so a kept view is re-used while its node's stamp is the
-one it was built at and no decision of the index changed it since (`NodeIndex.touched`).
+Nor are the views built again for nodes that did not change (`views_of`): the change
+feed knows the last event that changed each node (`ChangeFeed.node_changed_at`), so a
+kept view is re-used while that is the one it was built after and no decision of the
+index changed it since (`NodeIndex.touched`).
 A full cluster in its steady state changes a few nodes between two cycles, and
 building the views of all 5,000 was a fifth of such a cycle.
 """
@@ -33,6 +33,7 @@ from gpuloom.events import JobSpec
 from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fragmentation import Workload
 from gpuloom.placement.holdings import Holding
+from gpuloom.placement.incremental.candidates import KeptCandidates
 from gpuloom.placement.incremental.holdings import KeptHoldings
 from gpuloom.placement.incremental.queue import KeptQueue
 from gpuloom.placement.incremental.released import KeptReleased
@@ -53,6 +54,7 @@ from gpuloom.placement.scarcity import with_scarcity
 from gpuloom.placement.scheduling import PassInputs
 from gpuloom.queueing.order import quota_book
 from gpuloom.state import ClusterState
+from gpuloom.state.changes import ChangeFeed
 
 #: Compact the kept index once it has recorded this many changes per node: bounds the
 #: heaps' stale entries and the change list of a service that runs for months.
@@ -60,23 +62,28 @@ CHANGES_PER_NODE = 2
 
 
 class IndexCache:
-    """Keeps the `NodeIndex` of the last cycle (for one policy) between cycles."""
+    """Keeps the `NodeIndex` of the last cycle (for one policy) between cycles; learns
+    what the log changed from `changes`, which must be fed every event the states it
+    is asked about fold (it reads everything again otherwise)."""
 
-    def __init__(self) -> None:
+    def __init__(self, changes: ChangeFeed) -> None:
+        self.changes = changes
         self._index: NodeIndex | None = None
         self._policy: Policy | None = None
         self._workload: object = None
-        #: What `views_of` last read: the state, every node's name in rank order, and
-        #: the `changed_seq` each kept view was built at.
+        #: What `views_of` last read: the state and its `seq`, every node's name in rank
+        #: order, and the last change of each node (`node_changed_at`) its view is after.
         self._state: ClusterState | None = None
+        self._seq = -1
         self._names: list[str] = []
         self._built_at: dict[str, int] = {}
         #: What running jobs hold, kept as well (`KeptHoldings`).
-        self.holdings = KeptHoldings()
+        self.holdings = KeptHoldings(changes)
         #: The views with everything running given back (`KeptReleased`).
         self._released = KeptReleased()
-        #: The queue's order (`KeptQueue`).
-        self.queue = KeptQueue()
+        #: The queue's order (`KeptQueue`), and its jobs' candidates (`KeptCandidates`).
+        self.queue = KeptQueue(changes)
+        self.candidates = KeptCandidates()
         #: The specs the typical workload was last read from, and their shapes counted.
         self._reading: tuple[list[JobSpec], Workload] | None = None
 
@@ -89,9 +96,11 @@ class IndexCache:
             return None
         context = self.context_for(state, policy)
         index, workload = self.index_for(views, policy, context.workload)
-        holdings = self.holdings
+        holdings, made = self.holdings, self.candidates
+        made.prune(state)
+        order = self.queue.order(state)
         return PassInputs(
-            candidates=candidates(state, self.queue.order(state), holdings.awaiting(state)),
+            candidates=candidates(state, order, holdings.awaiting(state), made.of),
             index=index,
             context=Context(context.seed, 0, workload),
             now=log_ms(state),
@@ -104,14 +113,21 @@ class IndexCache:
 
     def views_of(self, state: ClusterState) -> list[NodeView]:
         """`node_views(state)`, with the kept index's view of each node that changed
-        neither in the log (`changed_seq`) nor in the index since it was built."""
-        names = sorted(state.nodes)
-        index = self._index
-        if index is None or state is not self._state or names != self._names:
+        neither in the log (`ChangeFeed.node_changed_at`) nor in the index since it
+        was built."""
+        names, changes = sorted(state.nodes), self.changes
+        index, seen = self._index, self._seq
+        self._seq = state.seq
+        if (
+            index is None
+            or state is not self._state
+            or names != self._names
+            or not changes.covers(state, seen)
+        ):
             self._state, self._names = state, names
             self._released.forget()
             views = node_views(state)
-            self._built_at = {view.name: state.nodes[view.name].changed_seq for view in views}
+            self._built_at = {view.name: changes.node_changed_at(view.name) for view in views}
             return views
         kept, touched, built_at = index.nodes, index.touched, self._built_at
         views = []
@@ -120,9 +136,10 @@ class IndexCache:
             if not schedulable(node):
                 continue
             view = kept.get(name)
-            if view is None or name in touched or built_at.get(name) != node.changed_seq:
+            changed_at = changes.node_changed_at(name)
+            if view is None or name in touched or built_at.get(name) != changed_at:
                 view = node_view(node, rank)
-                built_at[name] = node.changed_seq
+                built_at[name] = changed_at
                 self._released.moved.add(name)
             views.append(view)
         return views

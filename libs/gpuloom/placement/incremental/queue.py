@@ -3,9 +3,9 @@
 With plain priorities (no age, fair-share or size weight: `priority_weights(...).plain`)
 a queued job's place is its own `queue_key`: its priority, its fair-queuing tag and its
 submission order, which change only with an event about the job, as does whether it is
-queued (and with the policy's `fair_queuing`, when it is sorted afresh). Every such event
-moves the job to the end of the fold's `ClusterState.job_feed`. So a cycle re-files only
-the jobs fed since it last looked: a full cluster keeps a backlog of thousands, and
+queued (and with the policy's `fair_queuing`, when it is sorted afresh). The change feed
+knows which jobs each event changed (`ChangeFeed.jobs_since`). So a cycle re-files only
+the jobs changed since it last looked: a full cluster keeps a backlog of thousands, and
 sorting all of it again was a fifth of a cycle in its steady state (docs/benchmarks.md).
 Weighted priorities move with the clock and with usage: the queue is then ranked afresh.
 What may be placed now (not being cancelled, dependencies met) is asked at every cycle,
@@ -27,6 +27,7 @@ from gpuloom.queueing.order import (
     queue_order,
 )
 from gpuloom.state import ClusterState, JobState
+from gpuloom.state.changes import ChangeFeed
 
 _Key = tuple[QueueKey, str]
 
@@ -34,7 +35,8 @@ _Key = tuple[QueueKey, str]
 class KeptQueue:
     """`queue_order(state)`, with the queued jobs kept sorted between calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, changes: ChangeFeed) -> None:
+        self.changes = changes
         self._state: ClusterState | None = None
         self._seq = -1  # the state's `seq` when last refreshed
         #: Each queued job's (queue_key, job id), and all of them in ascending order.
@@ -56,18 +58,18 @@ class KeptQueue:
         if state is self._state and state.seq == self._seq:
             return
         keys, fair = self._keys, fair_queuing(state)
-        if state is not self._state or state.feed_trimmed > self._seq or fair != self._fair:
-            # a new state, a job left the feed that this cache never saw leave, or
-            # another policy
+        if (
+            state is not self._state
+            or not self.changes.covers(state, self._seq)
+            or fair != self._fair
+        ):  # a new state, changes the feed does not know, or another policy
             self._state, self._fair = state, fair
             keys = self._keys = {j: (queue_key(state.jobs[j], fair), j) for j in state.queued}
             self._sorted = sorted(keys.values())
         else:
-            left: list[_Key] = []  # the old places of jobs fed since
+            left: list[_Key] = []  # the old places of jobs changed since
             added: list[_Key] = []
-            for job_id, seq in reversed(state.job_feed.items()):
-                if seq <= self._seq:
-                    break
+            for job_id in self.changes.jobs_since(self._seq):
                 old = keys.pop(job_id, None)
                 if old is not None:
                     left.append(old)

@@ -8,16 +8,16 @@ from gpuloom.events import (
     AccountCreated,
     AccountUsersSet,
     QuotaSet,
-    Recorded,
     SharesSet,
 )
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.step import Step
 from gpuloom.state.tenancy import AccountState
 
 
-def _account_created(state: ClusterState, event: AccountCreated, recorded: Recorded) -> None:
+def _account_created(state: ClusterState, event: AccountCreated, step: Step) -> None:
     if event.account in state.accounts:
         raise Invalid(f"account {event.account} already exists")
     if event.parent is not None and event.parent not in state.accounts:
@@ -27,30 +27,28 @@ def _account_created(state: ClusterState, event: AccountCreated, recorded: Recor
     )
 
 
-def _shares_set(state: ClusterState, event: SharesSet, recorded: Recorded) -> None:
+def _shares_set(state: ClusterState, event: SharesSet, step: Step) -> None:
     account = state.accounts.get(event.account)
     if account is None:
         raise Invalid(f"account {event.account} does not exist")
     account.shares = event.shares
 
 
-def _users_set(state: ClusterState, event: AccountUsersSet, recorded: Recorded) -> None:
+def _users_set(state: ClusterState, event: AccountUsersSet, step: Step) -> None:
     account = state.accounts.get(event.account)
     if account is None:
         raise Invalid(f"account {event.account} does not exist")
     account.users = tuple(event.users)
 
 
-def _coordinators_set(
-    state: ClusterState, event: AccountCoordinatorsSet, recorded: Recorded
-) -> None:
+def _coordinators_set(state: ClusterState, event: AccountCoordinatorsSet, step: Step) -> None:
     account = state.accounts.get(event.account)
     if account is None:
         raise Invalid(f"account {event.account} does not exist")
     account.coordinators = tuple(event.coordinators)
 
 
-def _quota_set(state: ClusterState, event: QuotaSet, recorded: Recorded) -> None:
+def _quota_set(state: ClusterState, event: QuotaSet, step: Step) -> None:
     account = state.accounts.get(event.account)
     if account is None:
         raise Invalid(f"account {event.account} does not exist")

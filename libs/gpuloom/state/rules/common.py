@@ -7,20 +7,21 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar, cast
 
-from gpuloom.events import Event, QueuePolicySet, Recorded
+from gpuloom.events import Event, QueuePolicySet
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState, JobPhase, JobState
 from gpuloom.state.retention import unknown_job
+from gpuloom.state.step import Step
 from gpuloom.state.tenancy import CLUSTER_TOTAL
 from gpuloom.state.usage import DecayedUsage
 
 E = TypeVar("E", bound=Event)
 #: A rule of the fold: apply one event of its type to the state, or raise `Invalid`.
-Handler = Callable[[ClusterState, Event, Recorded], None]
+Handler = Callable[[ClusterState, Event, Step], None]
 Rule = tuple[type[Event], Handler]
 
 
-def rule(kind: type[E], handler: Callable[[ClusterState, E, Recorded], None]) -> Rule:
+def rule(kind: type[E], handler: Callable[[ClusterState, E, Step], None]) -> Rule:
     """The table entry of `handler`, the rule for events of type `kind`: typed here once
     (mypy checks that the handler takes that type), dispatched by exact type in `apply`."""
     return kind, cast(Handler, handler)
@@ -78,23 +79,19 @@ def count_live(state: ClusterState, job: JobState, change: int) -> None:
             live.pop(identity, None)
 
 
-def touch(state: ClusterState, job: JobState, recorded: Recorded) -> None:
-    """The event changed `job`: stamp it, and move it to the end of `state.job_feed`."""
-    job.last_event_id = recorded.envelope.id
-    job.last_seq = recorded.seq
-    feed = state.job_feed
-    feed.pop(job.job_id, None)
-    feed[job.job_id] = recorded.seq
+def touch(state: ClusterState, job: JobState, step: Step) -> None:
+    """The event changed `job`: stamp it with the event, and say so on the step."""
+    job.last_event_id = step.envelope.id
+    job.last_seq = step.seq
+    step.changed_job(job.job_id)
 
 
-def release(
-    state: ClusterState, job: JobState, at: datetime, ended: datetime | None = None
-) -> None:
+def release(state: ClusterState, job: JobState, step: Step, ended: datetime | None = None) -> None:
     """Free everything the job's placement holds and close its running run, if any.
 
-    The run ends at `at` (the event's time), or at `ended`, when the process really
+    The run ends at the event's time, or at `ended`, when the process really
     ended as its node saw it (reported late when the agent was down). `ended` is a
-    node's claim, so it is kept within what the log knows: not after `at` (no run
+    node's claim, so it is kept within what the log knows: not after the event (no run
     is charged past its report) and not before the run's start, nor before an
     interim charge already billed (charges are never taken back, and the run's
     charges must add up to its time)."""
@@ -102,12 +99,13 @@ def release(
         node = state.nodes.get(name)
         if node is None:
             continue
-        node.changed_seq = state.seq
+        step.changed_node(name)
         node.hosted.pop(job.job_id, None)
         for gpu in node.gpus.values():
             gpu.holders.pop(job.job_id, None)
     run = job.current_run()
     if run is not None:
+        at = step.envelope.at
         end = at
         if ended is not None and ended.utcoffset() is not None:
             end = min(max(ended, run.charged_until or run.started_at), at)

@@ -12,7 +12,6 @@ from gpuloom.events import (
     JobRejected,
     JobSpec,
     JobSubmitted,
-    Recorded,
 )
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
@@ -28,22 +27,23 @@ from gpuloom.state.rules.common import (
     set_phase,
     touch,
 )
+from gpuloom.state.step import Step
 
 
-def _submitted(state: ClusterState, event: JobSubmitted, recorded: Recorded) -> None:
+def _submitted(state: ClusterState, event: JobSubmitted, step: Step) -> None:
     if known(state, event.job_id) or event.job_id in state.arrays:
         raise Invalid(f"job {event.job_id} already submitted")
     key = event.idempotency_key
     if key is not None and key in state.idempotency_keys:
         raise Invalid(f"idempotency key already used by job {state.idempotency_keys[key]}")
-    _add_job(state, event.job_id, event.spec, recorded, key, event.array_id, event.array_index)
+    _add_job(state, event.job_id, event.spec, step, key, event.array_id, event.array_index)
     if event.array_id is not None and event.array_index is not None:
         tasks = state.arrays.get(event.array_id, 0)
         state.arrays[event.array_id] = max(tasks, event.array_index + 1)
         task_added(state, event.array_id)
 
 
-def _array_submitted(state: ClusterState, event: JobArraySubmitted, recorded: Recorded) -> None:
+def _array_submitted(state: ClusterState, event: JobArraySubmitted, step: Step) -> None:
     """Every task at once, or (voided) none."""
     if known(state, event.job_id) or event.job_id in state.arrays:
         raise Invalid(f"job {event.job_id} already submitted")
@@ -56,7 +56,7 @@ def _array_submitted(state: ClusterState, event: JobArraySubmitted, recorded: Re
         raise Invalid(f"task {taken[0]} already submitted")
     task_spec = event.spec.model_copy(update={"array": None})
     for index, task in enumerate(tasks):
-        _add_job(state, task, task_spec, recorded, None, event.job_id, index)
+        _add_job(state, task, task_spec, step, None, event.job_id, index)
         task_added(state, event.job_id, key)
     state.arrays[event.job_id] = len(tasks)
     if key is not None:
@@ -67,7 +67,7 @@ def _add_job(
     state: ClusterState,
     job_id: str,
     spec: JobSpec,
-    recorded: Recorded,
+    step: Step,
     key: str | None,
     array_id: str | None,
     array_index: int | None,
@@ -76,8 +76,8 @@ def _add_job(
         job_id=job_id,
         spec=spec,
         phase="submitted",
-        submitted_at=recorded.envelope.at,
-        submit_seq=recorded.seq,
+        submitted_at=step.envelope.at,
+        submit_seq=step.seq,
         idempotency_key=key,
         priority=spec.priority,
         array_id=array_id,
@@ -91,7 +91,7 @@ def _add_job(
     if key is not None:
         state.idempotency_keys[key] = job_id
     spec_submitted(state, job)
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
 def jobs_in(state: ClusterState, job_id: str, event_type: str) -> list[JobState]:
@@ -111,27 +111,27 @@ def jobs_in(state: ClusterState, job_id: str, event_type: str) -> list[JobState]
     return [job]
 
 
-def _admitted(state: ClusterState, event: JobAdmitted, recorded: Recorded) -> None:
+def _admitted(state: ClusterState, event: JobAdmitted, step: Step) -> None:
     for job in jobs_in(state, event.job_id, "JobAdmitted"):
         set_phase(state, job, "admitted")
-        touch(state, job, recorded)
+        touch(state, job, step)
 
 
-def _rejected(state: ClusterState, event: JobRejected, recorded: Recorded) -> None:
+def _rejected(state: ClusterState, event: JobRejected, step: Step) -> None:
     for job in jobs_in(state, event.job_id, "JobRejected"):
         set_phase(state, job, "rejected")
         job.reason = event.reason
-        job.finished_at = recorded.envelope.at
-        touch(state, job, recorded)
-        retention.retire_if_done(state, job, recorded.envelope.at)
+        job.finished_at = step.envelope.at
+        touch(state, job, step)
+        retention.retire_if_done(state, job, step)
 
 
-def _queued(state: ClusterState, event: JobQueued, recorded: Recorded) -> None:
+def _queued(state: ClusterState, event: JobQueued, step: Step) -> None:
     for job in jobs_in(state, event.job_id, "JobQueued"):
         job.priority = event.priority
         job.queue_tag = fair_tag(state, job.spec.user)
         set_phase(state, job, "queued")
-        touch(state, job, recorded)
+        touch(state, job, step)
 
 
 #: Users' tags kept before those at or below the clock are forgotten.
@@ -153,43 +153,43 @@ def fair_tag(state: ClusterState, user: str) -> int:
     return tag
 
 
-def _cancel_requested(state: ClusterState, event: JobCancelRequested, recorded: Recorded) -> None:
+def _cancel_requested(state: ClusterState, event: JobCancelRequested, step: Step) -> None:
     if event.job_id not in state.jobs and event.job_id in state.arrays:
-        _cancel_array(state, event.job_id, recorded)
+        _cancel_array(state, event.job_id, step)
         return
     job = job_of(state, event.job_id)
     if job.is_final:
         raise Invalid(f"job {job.job_id} already {job.phase}")
     require_step(job, "JobCancelRequested")
-    _request_cancel(state, job, recorded)
+    _request_cancel(state, job, step)
 
 
-def _cancel_array(state: ClusterState, array_id: str, recorded: Recorded) -> None:
+def _cancel_array(state: ClusterState, array_id: str, step: Step) -> None:
     """`scancel <array id>`: every task that has not ended (voided if none is left)."""
     tasks = (state.jobs.get(task) for task in state.array_tasks(array_id))
     live = [job for job in tasks if job is not None and not job.is_final]
     if not live:
         raise Invalid(f"every task of array {array_id} has ended")
     for job in live:
-        _request_cancel(state, job, recorded)
+        _request_cancel(state, job, step)
 
 
-def _request_cancel(state: ClusterState, job: JobState, recorded: Recorded) -> None:
+def _request_cancel(state: ClusterState, job: JobState, step: Step) -> None:
     job.cancel_requested = True
     if job.phase not in ("placed", "running"):
         state.cancel_pending.add(job.job_id)
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
-def _cancelled(state: ClusterState, event: JobCancelled, recorded: Recorded) -> None:
+def _cancelled(state: ClusterState, event: JobCancelled, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobCancelled")
-    release(state, job, recorded.envelope.at)
+    release(state, job, step)
     set_phase(state, job, "cancelled")
     job.reason = event.reason
-    job.finished_at = recorded.envelope.at
-    touch(state, job, recorded)
-    retention.retire_if_done(state, job, recorded.envelope.at)
+    job.finished_at = step.envelope.at
+    touch(state, job, step)
+    retention.retire_if_done(state, job, step)
 
 
 RULES: tuple[Rule, ...] = (

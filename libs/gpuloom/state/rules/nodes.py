@@ -12,13 +12,13 @@ from gpuloom.events import (
     NodeRemoved,
     NodeSpec,
     NodeUncordoned,
-    Recorded,
 )
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
 from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, NodeState
 from gpuloom.state.rules.common import Rule, forget_placement, release, rule, set_phase, touch
+from gpuloom.state.step import Step
 
 
 def registration_conflict(node: str, existing: NodeState | None, spec: NodeSpec) -> str | None:
@@ -39,7 +39,7 @@ def registration_conflict(node: str, existing: NodeState | None, spec: NodeSpec)
     return None
 
 
-def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) -> None:
+def _registered(state: ClusterState, event: NodeRegistered, step: Step) -> None:
     existing = state.nodes.get(event.node)
     conflict = registration_conflict(event.node, existing, event.spec)
     if conflict is not None:
@@ -61,29 +61,31 @@ def _registered(state: ClusterState, event: NodeRegistered, recorded: Recorded) 
         phase="ready",
         spec=event.spec,
         gpus=gpus,
-        registered_at=recorded.envelope.at,
+        registered_at=step.envelope.at,
         pool_overrides={i: p for i, p in overrides.items() if i in gpus},
         hosted=existing.hosted if existing is not None else {},
         cordoned=existing.cordoned if existing is not None else False,
         cordon_reason=existing.cordon_reason if existing is not None else "",
-        changed_seq=state.seq,
     )
+    step.changed_node(event.node)
 
 
-def _cordoned(state: ClusterState, event: NodeCordoned, recorded: Recorded) -> None:
+def _cordoned(state: ClusterState, event: NodeCordoned, step: Step) -> None:
     node = state.nodes.get(event.node)
     if node is None:
         raise Invalid(f"node {event.node} does not exist")
     node.cordoned = True
     node.cordon_reason = event.reason
+    step.changed_node(event.node)
 
 
-def _uncordoned(state: ClusterState, event: NodeUncordoned, recorded: Recorded) -> None:
+def _uncordoned(state: ClusterState, event: NodeUncordoned, step: Step) -> None:
     node = state.nodes.get(event.node)
     if node is None or not node.cordoned:
         raise Invalid(f"node {event.node} is not cordoned")
     node.cordoned = False
     node.cordon_reason = ""
+    step.changed_node(event.node)
 
 
 def removal_problem(state: ClusterState, node_name: str) -> str | None:
@@ -107,12 +109,13 @@ def removal_problem(state: ClusterState, node_name: str) -> str | None:
     return None
 
 
-def _removed(state: ClusterState, event: NodeRemoved, recorded: Recorded) -> None:
+def _removed(state: ClusterState, event: NodeRemoved, step: Step) -> None:
     problem = removal_problem(state, event.node)
     if problem is not None:
         raise Invalid(problem)
     del state.nodes[event.node]
     state.on_node.pop(event.node, None)
+    step.changed_node(event.node)
 
 
 def pool_change_problem(state: ClusterState, event: GpuPoolChanged) -> str | None:
@@ -131,18 +134,18 @@ def pool_change_problem(state: ClusterState, event: GpuPoolChanged) -> str | Non
     return None
 
 
-def _pool_changed(state: ClusterState, event: GpuPoolChanged, recorded: Recorded) -> None:
+def _pool_changed(state: ClusterState, event: GpuPoolChanged, step: Step) -> None:
     problem = pool_change_problem(state, event)
     if problem is not None:
         raise Invalid(problem)
     node = state.nodes[event.node]
     gpu = node.gpus[event.index]
-    node.changed_seq = state.seq
+    step.changed_node(event.node)
     gpu.pool = event.pool
     node.pool_overrides[event.index] = event.pool
 
 
-def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
+def _lost(state: ClusterState, event: NodeLost, step: Step) -> None:
     node = state.nodes.get(event.node)
     if node is None or node.phase != "ready":
         raise Invalid(f"node {event.node} is not ready")
@@ -150,27 +153,29 @@ def _lost(state: ClusterState, event: NodeLost, recorded: Recorded) -> None:
     for job in jobs:  # checked before anything changes
         require_step(job, "NodeLost")
     node.phase = "lost"
-    node.lost_at = recorded.envelope.at
+    node.lost_at = step.envelope.at
+    step.changed_node(event.node)
     for job in jobs:
-        release(state, job, recorded.envelope.at)
+        release(state, job, step)
         if job.cancel_requested:
             set_phase(state, job, "cancelled")
             job.reason = f"node {event.node} lost while cancelling"
-            job.finished_at = recorded.envelope.at
+            job.finished_at = step.envelope.at
         else:
             set_phase(state, job, "queued")
             job.reason = f"requeued: node {event.node} lost ({event.reason})"
         forget_placement(state, job)
-        touch(state, job, recorded)
-        retention.retire_if_done(state, job, recorded.envelope.at)
+        touch(state, job, step)
+        retention.retire_if_done(state, job, step)
 
 
-def _recovered(state: ClusterState, event: NodeRecovered, recorded: Recorded) -> None:
+def _recovered(state: ClusterState, event: NodeRecovered, step: Step) -> None:
     node = state.nodes.get(event.node)
     if node is None or node.phase != "lost":
         raise Invalid(f"node {event.node} is not lost")
     node.phase = "ready"
     node.lost_at = None
+    step.changed_node(event.node)
 
 
 RULES: tuple[Rule, ...] = (

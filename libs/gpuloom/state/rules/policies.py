@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuloom.events import Recorded
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.step import Step
 from gpuloom.state.tenancy import IdentityLimits, PriorityClass
 
 
-def _class_set(state: ClusterState, event: PriorityClassSet, recorded: Recorded) -> None:
+def _class_set(state: ClusterState, event: PriorityClassSet, step: Step) -> None:
     """Define or redefine a class; a default one takes the default from every other."""
     if event.default:
         for name, other in sorted(state.priority_classes.items()):
@@ -34,13 +34,13 @@ def _class_set(state: ClusterState, event: PriorityClassSet, recorded: Recorded)
     )
 
 
-def _class_deleted(state: ClusterState, event: PriorityClassDeleted, recorded: Recorded) -> None:
+def _class_deleted(state: ClusterState, event: PriorityClassDeleted, step: Step) -> None:
     if event.name not in state.priority_classes:
         raise Invalid(f"priority class {event.name} does not exist")
     del state.priority_classes[event.name]
 
 
-def _limits_set(state: ClusterState, event: LimitsSet, recorded: Recorded) -> None:
+def _limits_set(state: ClusterState, event: LimitsSet, step: Step) -> None:
     """Replace the limits of one identity; none left removes its entry."""
     limits = IdentityLimits(event.max_submit_jobs, event.max_array_size, event.max_gpus)
     if limits == IdentityLimits():

@@ -10,7 +10,6 @@ from gpuloom.events import (
     JobReserved,
     JobSpec,
     JobStarted,
-    Recorded,
     ReplicaAssignment,
     SliceRef,
     UsageCharged,
@@ -30,9 +29,10 @@ from gpuloom.state.rules.common import (
     set_phase,
     touch,
 )
+from gpuloom.state.step import Step
 
 
-def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
+def _placed(state: ClusterState, event: JobPlaced, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobPlaced")
     if job.cancel_requested:
@@ -49,9 +49,9 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
         raise Invalid("node and gpu_indexes must be replica 0's host and its local GPUs")
     for replica in replicas:
         host = state.nodes[replica.host]
-        host.changed_seq = state.seq
+        step.changed_node(replica.host)
         for piece in replica.slices:
-            state.nodes[piece.node].changed_seq = state.seq
+            step.changed_node(piece.node)
         host.hosted[job.job_id] = (
             host.hosted.get(job.job_id, (0, 0))[0] + replica.cpu_milli,
             host.hosted.get(job.job_id, (0, 0))[1] + replica.memory_mib,
@@ -69,24 +69,24 @@ def _placed(state: ClusterState, event: JobPlaced, recorded: Recorded) -> None:
     job.finished_replicas = {}
     job.master = None
     job.reason = None
-    job.placed_at = recorded.envelope.at
-    job.placed_seq = recorded.seq
+    job.placed_at = step.envelope.at
+    job.placed_seq = step.seq
     job.yields_to = None
     state.fair_clock = max(state.fair_clock, job.queue_tag)
     if state.reservation is not None and state.reservation.job_id == job.job_id:
         state.reservation = None
     set_phase(state, job, "placed")
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
-def _reserved(state: ClusterState, event: JobReserved, recorded: Recorded) -> None:
+def _reserved(state: ClusterState, event: JobReserved, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobReserved")
     state.reservation = event
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
-def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> None:
+def _preempted(state: ClusterState, event: JobPreempted, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobPreempted")
     if event.attempt != job.attempt:
@@ -96,9 +96,9 @@ def _preempted(state: ClusterState, event: JobPreempted, recorded: Recorded) -> 
     if not known(state, event.by):
         raise Invalid(f"preempting job {event.by} does not exist")
     job.preempted_by = event.by
-    job.preempted_at = recorded.envelope.at
+    job.preempted_at = step.envelope.at
     job.reason = f"Preempted by {event.by} ({event.reason}): stopping, then requeued"
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
 def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
@@ -193,7 +193,7 @@ def _require_current_attempt(job: JobState, attempt: int, node: str, replica: in
         raise Invalid(f"replica {replica} of job {job.job_id} is not hosted on {node}")
 
 
-def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None:
+def _started(state: ClusterState, event: JobStarted, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobStarted")
     _require_current_attempt(job, event.attempt, event.node, event.replica)
@@ -208,15 +208,15 @@ def _started(state: ClusterState, event: JobStarted, recorded: Recorded) -> None
                 attempt=event.attempt,
                 node=event.node,
                 gpus=job.spec.gpus * job.spec.replicas,
-                started_at=recorded.envelope.at,
+                started_at=step.envelope.at,
                 gpu_milli=sum(p.milli for r in job.replicas for p in r.slices),
                 milli_by_model=_milli_by_model(state, job),
             )
         )
         if job.started_at is None:
-            job.started_at = recorded.envelope.at
+            job.started_at = step.envelope.at
         set_phase(state, job, "running")
-    touch(state, job, recorded)
+    touch(state, job, step)
 
 
 def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
@@ -241,7 +241,7 @@ _ENDED_AS: dict[str, JobPhase] = {
 }
 
 
-def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> None:
+def _finished(state: ClusterState, event: JobFinished, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "JobFinished")
     _require_current_attempt(job, event.attempt, event.node, event.replica)
@@ -250,7 +250,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     if event.outcome == "preempted" and job.preempted_by is None:
         raise Invalid(f"job {job.job_id} was not preempted")
     job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
-    touch(state, job, recorded)
+    touch(state, job, step)
     if len(job.finished_replicas) < len(job.replicas):
         return
     ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
@@ -259,7 +259,7 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     # A gang's run ends with its last replica, which need not be the last reported:
     # only a single replica's own end time is the run's end.
     ended = event.ended_at if len(job.replicas) == 1 else None
-    release(state, job, recorded.envelope.at, ended)
+    release(state, job, step, ended)
     if outcome == "preempted" and not job.cancel_requested:
         by = job.preempted_by
         job.yields_to = by  # before it is queued: `set_phase` files it among the yielding
@@ -272,11 +272,11 @@ def _finished(state: ClusterState, event: JobFinished, recorded: Recorded) -> No
     set_phase(state, job, _ENDED_AS[outcome])
     job.exit_code = first_bad[1]
     job.reason = first_bad[2]
-    job.finished_at = recorded.envelope.at
-    retention.retire_if_done(state, job, recorded.envelope.at)
+    job.finished_at = step.envelope.at
+    retention.retire_if_done(state, job, step)
 
 
-def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> None:
+def _charged(state: ClusterState, event: UsageCharged, step: Step) -> None:
     job = job_of(state, event.job_id)
     require_step(job, "UsageCharged")
     runs = [run for run in job.runs if run.attempt == event.attempt]
@@ -307,8 +307,8 @@ def _charged(state: ClusterState, event: UsageCharged, recorded: Recorded) -> No
         state.usage_by_account.get(account, 0) + event.gpu_milli_seconds
     )
     state.usage_by_user[user] = state.usage_by_user.get(user, 0) + event.gpu_milli_seconds
-    touch(state, job, recorded)
-    retention.retire_if_done(state, job, recorded.envelope.at)
+    touch(state, job, step)
+    retention.retire_if_done(state, job, step)
 
 
 RULES: tuple[Rule, ...] = (

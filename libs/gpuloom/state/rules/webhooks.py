@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuloom.events import Recorded
 from gpuloom.events.webhooks import (
     WebhookDeleted,
     WebhookDisabled,
@@ -17,10 +16,11 @@ from gpuloom.events.webhooks import (
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ClusterState
 from gpuloom.state.rules.common import Rule, rule
+from gpuloom.state.step import Step
 from gpuloom.state.tenancy import Webhook
 
 
-def _registered(state: ClusterState, event: WebhookRegistered, recorded: Recorded) -> None:
+def _registered(state: ClusterState, event: WebhookRegistered, step: Step) -> None:
     if event.webhook_id in state.webhooks:
         raise Invalid(f"webhook {event.webhook_id} exists")
     state.webhooks[event.webhook_id] = Webhook(
@@ -36,17 +36,17 @@ def _registered(state: ClusterState, event: WebhookRegistered, recorded: Recorde
         node=event.node,
         secret_sealed=event.secret_sealed,
         description=event.description,
-        registered_seq=recorded.seq,
-        registered_at=recorded.envelope.at,
+        registered_seq=step.seq,
+        registered_at=step.envelope.at,
     )
 
 
-def _deleted(state: ClusterState, event: WebhookDeleted, recorded: Recorded) -> None:
+def _deleted(state: ClusterState, event: WebhookDeleted, step: Step) -> None:
     if state.webhooks.pop(event.webhook_id, None) is None:
         raise Invalid(f"webhook {event.webhook_id} does not exist")
 
 
-def _disabled(state: ClusterState, event: WebhookDisabled, recorded: Recorded) -> None:
+def _disabled(state: ClusterState, event: WebhookDisabled, step: Step) -> None:
     hook = state.webhooks.get(event.webhook_id)
     if hook is None:
         raise Invalid(f"webhook {event.webhook_id} does not exist")
@@ -54,7 +54,7 @@ def _disabled(state: ClusterState, event: WebhookDisabled, recorded: Recorded) -
         state.webhooks[event.webhook_id] = replace(hook, disabled=event.reason)
 
 
-def _renewed(state: ClusterState, event: WebhookRenewed, recorded: Recorded) -> None:
+def _renewed(state: ClusterState, event: WebhookRenewed, step: Step) -> None:
     hook = state.webhooks.get(event.webhook_id)
     if hook is None:
         raise Invalid(f"webhook {event.webhook_id} does not exist")
