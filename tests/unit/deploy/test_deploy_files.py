@@ -10,14 +10,20 @@ services that exist in the repository.
 from __future__ import annotations
 
 import itertools
+import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpuloom.client.buscmds import app as buscmds
 from gpuloom.devstack import SERVICES as STACK_SERVICES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +33,8 @@ SERVICES = list(STACK_SERVICES)
 
 
 def load_compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "compose.yaml").read_text())
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    return compose
 
 
 def test_compose_file_follows_the_compose_specification() -> None:
@@ -70,13 +77,106 @@ def test_the_gateways_keys_outlive_its_container() -> None:
     assert named and named[0] in compose["volumes"], mounts
 
 
-def test_compose_refers_only_to_existing_files() -> None:
-    compose = load_compose()
+#: Where compose.yaml's secret files are made at setup time (its header's commands):
+#: .gitignored, so absent from a clean clone.
+GENERATED = Path(".gpuloom/compose")
+
+
+def compose_file_references(compose: dict[str, Any]) -> list[tuple[str, Path]]:
+    """(who refers, path relative to the repository) for every file or folder of the
+    host that compose.yaml names: build contexts and their Dockerfiles, env files, bind
+    mounts, and the `file:` of top-level secrets and configs."""
+    found: list[tuple[str, Path]] = []
     for name, spec in compose["services"].items():
+        build = spec.get("build")
+        if build is not None:
+            build = {"context": build} if isinstance(build, str) else build
+            context = Path(build.get("context", "."))
+            dockerfile = context / build.get("dockerfile", "Dockerfile")
+            found.append((f"{name}: build context", context))
+            found.append((f"{name}: dockerfile", dockerfile))
+            found += [
+                (f"{name}: command, in the image", path)
+                for path in copied_sources(ROOT / dockerfile, context, spec.get("command"))
+            ]
+        env_files = spec.get("env_file", [])
+        for env_file in [env_files] if isinstance(env_files, str | dict) else env_files:
+            path = env_file if isinstance(env_file, str) else env_file["path"]
+            found.append((f"{name}: env_file", Path(path)))
         for volume in spec.get("volumes", []):
+            if isinstance(volume, dict):  # long syntax
+                if volume.get("type") == "bind":
+                    found.append((f"{name}: bind mount", Path(volume["source"])))
+                continue
             source = str(volume).split(":")[0]
-            if source.startswith("./"):
-                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+            if source.startswith((".", "/", "~")):  # else a named volume
+                found.append((f"{name}: bind mount", Path(source)))
+    for section in ("secrets", "configs"):
+        for name, spec in (compose.get(section) or {}).items():
+            if "file" in spec:
+                found.append((f"{section}: {name}", Path(spec["file"])))
+    return [(who, Path(os.path.normpath(path))) for who, path in found]
+
+
+def copied_sources(dockerfile: Path, context: Path, command: Any) -> list[Path]:
+    """The files of the build context a command names by their place in the image
+    (`--inventory /etc/gpuloom/node-a.yaml`, `COPY deploy/inventory /etc/gpuloom`)."""
+    if not dockerfile.exists():
+        return []  # reported missing itself
+    copies = [
+        line.split()[1:]
+        for line in dockerfile.read_text().splitlines()
+        if line.startswith("COPY ") and len(line.split()) == 3
+    ]
+    words = command if isinstance(command, list) else str(command or "").split()
+    return [
+        context / source / Path(word).relative_to(target)
+        for word in words
+        for source, target in copies
+        if target.startswith("/") and Path(word).is_relative_to(target) and word != target
+    ]
+
+
+def files_the_compose_setup_makes(workdir: Path) -> set[Path]:
+    """Run, in `workdir`, the setup compose.yaml's header gives (`python -m
+    gpuloom.client.buscmds ...`), and name what it made; a file the header makes with
+    a shell redirection (`> FILE`, the webhook key's `openssl rand`) is named, not run."""
+    made: set[Path] = set()
+    steps = 0
+    for line in (ROOT / "compose.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            continue
+        command = line.lstrip("# ")
+        if command.startswith("python -m gpuloom.client.buscmds "):
+            args = shlex.split(command.removeprefix("python -m gpuloom.client.buscmds "))
+            result = CliRunner().invoke(buscmds, args, env={"GPULOOM_DATA_DIR": None})
+            assert result.exit_code == 0, (
+                f"compose.yaml's setup step fails: {command}\n{result.output}"
+            )
+            steps += 1
+        elif redirected := re.search(r">\s*(\S+?)\)?$", command):
+            made.add(Path(os.path.normpath(redirected[1])))
+            steps += 1
+    assert steps > 0, "compose.yaml's header no longer says how to make its secret files"
+    return made | {path.relative_to(workdir) for path in workdir.rglob("*") if path.is_file()}
+
+
+def test_compose_refers_only_to_existing_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file compose.yaml names exists in the repository, or, under .gpuloom/compose,
+    is made by the setup its header gives: a file nothing makes fails here."""
+    references = compose_file_references(load_compose())
+    assert references, "compose.yaml refers to no file: the parsing above is out of date"
+    monkeypatch.chdir(tmp_path)
+    made = files_the_compose_setup_makes(tmp_path)
+    generated = [(who, path) for who, path in references if path.is_relative_to(GENERATED)]
+    assert generated, "compose.yaml mounts no secret from .gpuloom/compose: update this test"
+    for who, path in generated:
+        assert path in made, f"{who} refers to {path}, which compose.yaml's setup does not make"
+    for who, path in references:
+        if not path.is_relative_to(GENERATED):
+            assert (ROOT / path).exists(), f"{who} refers to missing {path}"
 
 
 def k8s_documents() -> list[dict[str, Any]]:
