@@ -9,6 +9,10 @@ its nodes (`services.agent.view`: the jobs placed on them, not the log).
 Stopping the agent (SIGTERM) leaves the jobs running: their shims outlive it and
 the next agent on the same run folder adopts them. An agent cut off from the bus
 stops them itself (`fence`) before its node is declared lost.
+
+It needs of the bus only its port (`gpuloom.bus.port.Bus`): `run_service` hands it the
+NATS adapter, and its unit tests run it on the log kept in memory
+(`gpuloom.testing.memlog`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from gpuloom.bus import EventBus
 from gpuloom.bus.messages import Received
+from gpuloom.bus.port import Bus, CoreMessages, Unserve
 from gpuloom.config import Settings, load_settings
 from gpuloom.events import NodeSpec
 from gpuloom.events.heartbeats import Heartbeat
@@ -51,12 +55,10 @@ log = logging.getLogger("services.agent")
 
 #: Whether a round trip through the bus completes within the given seconds.
 Probe = Callable[[float], Awaitable[bool]]
-#: What stops serving a subject (`EventBus.serve`).
-Unserve = Callable[[], Awaitable[None]]
 
 
 async def heartbeat(
-    bus: EventBus, nodes: Sequence[ServedNode], interval_s: float, stop: asyncio.Event
+    bus: CoreMessages, nodes: Sequence[ServedNode], interval_s: float, stop: asyncio.Event
 ) -> None:
     """Publish each node's heartbeat now, then every `interval_s` until `stop`."""
     beats = [
@@ -72,7 +74,7 @@ async def heartbeat(
             await asyncio.wait_for(stop.wait(), interval_s)
 
 
-async def serve_logs(bus: EventBus, root: Path, node: str) -> Unserve:
+async def serve_logs(bus: CoreMessages, root: Path, node: str) -> Unserve:
     """Answer log requests for `node`; returns what stops it."""
 
     async def on_request(msg: Received) -> None:
@@ -82,7 +84,7 @@ async def serve_logs(bus: EventBus, root: Path, node: str) -> Unserve:
     return await bus.serve(agent_logs_subject(node), on_request)
 
 
-async def bus_probe(bus: EventBus) -> tuple[Probe, Unserve]:
+async def bus_probe(bus: CoreMessages) -> tuple[Probe, Unserve]:
     """A probe of the bus: a request through the server that this agent answers itself.
 
     A partition that leaves the TCP connection open fails it too. (Not `flush()`:
@@ -120,7 +122,7 @@ def make_fence(settings: Settings) -> tuple[fence.Fence | None, float]:
 
 
 async def fencing(
-    bus: EventBus, agent: Agent, view: ViewFollower, stop: asyncio.Event, interval_s: float
+    bus: Bus, agent: Agent, view: ViewFollower, stop: asyncio.Event, interval_s: float
 ) -> tuple[list[asyncio.Task[None]], list[Unserve]]:
     """The task that fences `agent` when it is cut off (none when fencing is off). The
     fence lifts once the view of every node reaches the log's end when the bus is back."""
@@ -139,7 +141,7 @@ async def fencing(
 
 async def serve(
     settings: Settings,
-    bus: EventBus,
+    bus: Bus,
     stop: asyncio.Event,
     nodes: Sequence[ServedNode],
     accounts: Accounts | None = None,
@@ -317,7 +319,7 @@ def entrypoint(argv: list[str] | None = None) -> None:
         podman = dataclasses.replace(podman, max_pids=configured.agent_max_pids)
     nodes = with_runtimes(nodes, ["podman"] if podman is not None else [])
 
-    async def main(settings: Settings, bus: EventBus, stop: asyncio.Event) -> None:
+    async def main(settings: Settings, bus: Bus, stop: asyncio.Event) -> None:
         await serve(settings, bus, stop, nodes, accounts, podman)
 
     run_service("agent", main)

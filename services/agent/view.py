@@ -28,7 +28,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from gpuloom.bus import EventBus, Incoming
+from gpuloom.bus.messages import Incoming
+from gpuloom.bus.port import Bus
 from gpuloom.bus.streams import view_stream
 from gpuloom.events.subjects import sync_subject, view_consumers, view_subjects
 from gpuloom.runtime.snapshots import Snapshotter
@@ -56,7 +57,7 @@ class ViewFollower:
 
     source = "the view of its nodes"
 
-    def __init__(self, bus: EventBus, nodes: Sequence[str]) -> None:
+    def __init__(self, bus: Bus, nodes: Sequence[str]) -> None:
         self.bus = bus
         self.view = NodeView(nodes)
         self.views = bus.on_stream(view_stream(bus.stream))

@@ -1,4 +1,5 @@
-"""Fixtures of the agent's unit tests: an in-memory log and a run folder root."""
+"""Fixtures of the agent's unit tests: the log kept in memory, with node-a registered,
+and a run folder root."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_fakelog import FakeLog
+from agent_events import register
+
+from gpuloom.testing.memlog import MemoryLog
 
 
 @pytest.fixture
-def fake_log() -> FakeLog:
-    log = FakeLog()
-    log.node("node-a", gpus=2)
+def log() -> MemoryLog:
+    log = MemoryLog()
+    register(log, "node-a", gpus=2)
     return log
 
 

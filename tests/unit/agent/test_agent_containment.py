@@ -2,7 +2,7 @@
 reported failed with the reason, and the other jobs of the node run, end and cancel.
 
 The contract (and the gateway) refuse NUL in argv and env; these jobs are built
-past that validation, as a writer that did not check would put them on the bus.
+past that validation, as a writer that did not check would have them (`place_unchecked`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from agent_fakelog import FakeLog
+from agent_events import cancel, place, run_job, types_of, write
 from test_agent_flow import agent_running, drive, finishes, phase
 
 from gpuloom.events import JobAdmitted, JobQueued, JobSpec, JobSubmitted
 from gpuloom.state.retention import final_phase
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.jobenv import spawn_problem
 from services.agent.outcomes import NotStarted
 from services.agent.reconcile import Ensure
@@ -28,13 +29,18 @@ from services.agent.shim import RunDir
 TOO_LONG = "a" * (128 * 1024)
 
 
-def place_unchecked(fake_log: FakeLog, job_id: str, **spec: object) -> None:
-    """Submit, admit, queue and place a job whose spec skipped validation."""
+def place_unchecked(log: MemoryLog, job_id: str, **spec: object) -> None:
+    """Submit, admit, queue and place a job whose spec skipped validation.
+
+    The log's readers check the contract as they decode (such a JobSubmitted would be
+    dead-lettered), so the job goes on the log valid and its spec is replaced in the
+    log's fold, which the agent decides on."""
     valid = JobSpec(name=job_id, user="ann", account="research", command=["true"], gpus=0)
-    fake_log.append(JobSubmitted(job_id=job_id, spec=valid.model_copy(update=spec)))
-    fake_log.append(JobAdmitted(job_id=job_id))
-    fake_log.append(JobQueued(job_id=job_id, priority=0))
-    fake_log.place(job_id)
+    write(log, JobSubmitted(job_id=job_id, spec=valid))
+    write(log, JobAdmitted(job_id=job_id))
+    write(log, JobQueued(job_id=job_id, priority=0))
+    place(log, job_id)
+    log.state.jobs[job_id].spec = valid.model_copy(update=spec)
 
 
 @pytest.mark.parametrize(
@@ -56,44 +62,44 @@ def test_spawn_problem_names_the_word_execve_refuses(
 
 
 async def test_a_job_that_cannot_start_fails_and_the_node_goes_on(
-    fake_log: FakeLog, run_root: Path
+    log: MemoryLog, run_root: Path
 ) -> None:
-    fake_log.run("long", ["sleep", "30"])
-    place_unchecked(fake_log, "nul", env={"TOKEN": "secret\0value"})
-    place_unchecked(fake_log, "huge", env={"X": TOO_LONG})  # over execve's limit
-    fake_log.run("good", ["sh", "-c", "echo ok"])
+    run_job(log, "long", ["sleep", "30"])
+    place_unchecked(log, "nul", env={"TOKEN": "secret\0value"})
+    place_unchecked(log, "huge", env={"X": TOO_LONG})  # over execve's limit
+    run_job(log, "good", ["sh", "-c", "echo ok"])
 
-    async with agent_running(fake_log, run_root) as agent:
+    async with agent_running(log, run_root) as agent:
         await drive(
             agent,
-            fake_log,
+            log,
             lambda: (
-                all(phase(fake_log, j)() for j in ("nul", "huge", "good"))
-                and fake_log.state.jobs["long"].phase == "running"
+                all(phase(log, j)() for j in ("nul", "huge", "good"))
+                and log.state.jobs["long"].phase == "running"
             ),
         )
-        fake_log.cancel("long")
-        await drive(agent, fake_log, phase(fake_log, "long"))
+        cancel(log, "long")
+        await drive(agent, log, phase(log, "long"))
 
-    state = fake_log.state  # jobs that ended and were charged are tombstones by now
+    state = log.state  # jobs that ended and were charged are tombstones by now
     assert {j: final_phase(state, j) for j in ("nul", "huge", "good", "long")} == {
         "nul": "failed",
         "huge": "failed",
         "good": "succeeded",
         "long": "cancelled",
     }
-    [nul], [huge] = finishes(fake_log, "nul"), finishes(fake_log, "huge")
+    [nul], [huge] = finishes(log, "nul"), finishes(log, "huge")
     assert nul.reason == "could not start: embedded null byte in env TOKEN"
     assert huge.reason == "could not start: Argument list too long"
     assert "secret" not in (nul.reason or "")
-    assert fake_log.types_of("nul") == [
+    assert types_of(log, "nul") == [
         "JobSubmitted", "JobAdmitted", "JobQueued", "JobPlaced", "JobFinished",
     ]  # fmt: skip
-    assert [f.exit_code for f in finishes(fake_log, "nul") + finishes(fake_log, "huge")] == [
+    assert [f.exit_code for f in finishes(log, "nul") + finishes(log, "huge")] == [
         None,
         None,
     ]
-    assert fake_log.state.voided == 0
+    assert log.state.voided == 0
 
 
 def test_a_spawn_refused_for_good_is_not_started_and_the_folder_says_why(
@@ -114,7 +120,7 @@ def test_a_spawn_refused_for_good_is_not_started_and_the_folder_says_why(
 
 
 async def test_a_transient_spawn_error_is_retried_not_reported(
-    fake_log: FakeLog, run_root: Path, monkeypatch: pytest.MonkeyPatch
+    log: MemoryLog, run_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import services.agent.launching as launching
 
@@ -128,26 +134,24 @@ async def test_a_transient_spawn_error_is_retried_not_reported(
         return real_spawn(*args, **kwargs)
 
     monkeypatch.setattr(launching, "spawn_shim", disk_full_once)
-    fake_log.run("j1", ["true"])
+    run_job(log, "j1", ["true"])
 
-    async with agent_running(fake_log, run_root) as agent:
-        await drive(agent, fake_log, phase(fake_log, "j1"))
+    async with agent_running(log, run_root) as agent:
+        await drive(agent, log, phase(log, "j1"))
 
     assert len(calls) == 2
-    assert fake_log.state.jobs["j1"].phase == "succeeded"
+    assert log.state.jobs["j1"].phase == "succeeded"
 
 
 async def test_an_action_that_raises_costs_only_its_job(
-    fake_log: FakeLog, run_root: Path, caplog: pytest.LogCaptureFixture
+    log: MemoryLog, run_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake_log.run("a", ["sleep", "30"])
-    fake_log.run("b", ["sleep", "30"])
+    run_job(log, "a", ["sleep", "30"])
+    run_job(log, "b", ["sleep", "30"])
 
-    async with agent_running(fake_log, run_root) as agent:
+    async with agent_running(log, run_root) as agent:
         running = ("a", "b")
-        await drive(
-            agent, fake_log, lambda: all(fake_log.state.jobs[j].phase == "running" for j in running)
-        )
+        await drive(agent, log, lambda: all(log.state.jobs[j].phase == "running" for j in running))
         real_stop = agent.runner.stop
 
         def stop(key: tuple[str, int, int], *args: str) -> None:
@@ -156,13 +160,13 @@ async def test_an_action_that_raises_costs_only_its_job(
             real_stop(key, *args)
 
         agent.runner.stop = stop
-        fake_log.cancel("a")
-        fake_log.cancel("b")
+        cancel(log, "a")
+        cancel(log, "b")
         with caplog.at_level(logging.ERROR, logger="services.agent.agent"):
-            await drive(agent, fake_log, phase(fake_log, "b"))
+            await drive(agent, log, phase(log, "b"))
         agent.runner.stop = real_stop
-        await drive(agent, fake_log, phase(fake_log, "a"))
+        await drive(agent, log, phase(log, "a"))
 
-    assert fake_log.state.jobs["b"].phase == "cancelled"
-    assert fake_log.state.jobs["a"].phase == "cancelled"
+    assert log.state.jobs["b"].phase == "cancelled"
+    assert log.state.jobs["a"].phase == "cancelled"
     assert any("job a:" in r.getMessage() and r.exc_info for r in caplog.records)

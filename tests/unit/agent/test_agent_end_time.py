@@ -8,9 +8,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent_fakelog import FakeLog
+from agent_events import recorded, run_job
 from test_agent_flow import agent_running, drive, finishes, phase
 
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.shim import RunDir, ended
 
 
@@ -41,25 +42,25 @@ def test_an_exit_status_is_final_only_with_its_newline(tmp_path: Path) -> None:
 
 
 async def test_a_job_that_ended_while_its_agent_was_down_reports_its_own_end(
-    fake_log: FakeLog, run_root: Path
+    log: MemoryLog, run_root: Path
 ) -> None:
-    fake_log.run("j1", ["sh", "-c", "sleep 0.3"], gpus=1, gpu_indexes=[0])
-    async with agent_running(fake_log, run_root, watch=False) as first:
-        await drive(first, fake_log, lambda: fake_log.state.jobs["j1"].phase == "running")
+    run_job(log, "j1", ["sh", "-c", "sleep 0.3"], gpus=1, gpu_indexes=[0])
+    async with agent_running(log, run_root, watch=False) as first:
+        await drive(first, log, lambda: log.state.jobs["j1"].phase == "running")
     run = RunDir(run_root.resolve(), "node-a", "j1", 1)
     while run.read_exit() is None:  # the job ends unwatched...
         await asyncio.sleep(0.02)
     await asyncio.sleep(1.5)  # ...and the agent comes back well after
 
-    async with agent_running(fake_log, run_root) as second:
+    async with agent_running(log, run_root) as second:
         second.runner.scan(["node-a"])
-        await drive(second, fake_log, phase(fake_log, "j1"))
+        await drive(second, log, phase(log, "j1"))
 
-    [finished] = finishes(fake_log, "j1")
+    [finished] = finishes(log, "j1")
     exit_time = run.exit_time()
     assert finished.ended_at == exit_time and exit_time is not None
-    reported = fake_log.recorded[-1].envelope.at
+    reported = recorded(log)[-1].envelope.at
     assert (reported - exit_time).total_seconds() >= 1.4
-    [run_state] = fake_log.state.jobs["j1"].runs
+    [run_state] = log.state.jobs["j1"].runs
     assert run_state.ended_at == exit_time
     assert 0 < run_state.seconds <= 1.2, "charged for the job's time, not the agent's absence"

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fakelog import FakeLog
+from agent_events import lose, run_job
 from test_agent_flow import agent_running, drive, finishes, phase
 
 from gpuloom.config import Settings
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.agent import Agent
 from services.agent.fence import Fence, plan, watch
 from services.agent.reconcile import Status
@@ -93,10 +94,10 @@ def test_the_fence_defaults_to_half_the_lost_timeout_and_must_come_before_it() -
 # --- the agent ---------------------------------------------------------------------------
 
 
-async def fence_running_job(fake_log: FakeLog, agent: Agent, job_id: str) -> RunDir:
+async def fence_running_job(log: MemoryLog, agent: Agent, job_id: str) -> RunDir:
     """Run `job_id` until it runs, then fence the agent; returns its run folder once the
     process has ended."""
-    await drive(agent, fake_log, lambda: fake_log.state.jobs[job_id].phase == "running")
+    await drive(agent, log, lambda: log.state.jobs[job_id].phase == "running")
     assert agent.fence is not None and agent.fence.silence(agent.fence.last_contact + 60)
     assert agent.fence_jobs(60.0) == [(job_id, 1, 0)]
     run = RunDir(agent.runner.root, "node-a", job_id, 1)
@@ -111,69 +112,69 @@ def fence() -> Fence:
 
 
 async def test_a_fenced_agent_stops_its_jobs_and_drops_ends_the_log_requeued(
-    fake_log: FakeLog, run_root: Path, fence: Fence
+    log: MemoryLog, run_root: Path, fence: Fence
 ) -> None:
-    fake_log.run("j1", ["sleep", "30"])
-    async with agent_running(fake_log, run_root) as agent:
+    run_job(log, "j1", ["sleep", "30"])
+    async with agent_running(log, run_root) as agent:
         agent.fence = fence
-        run = await fence_running_job(fake_log, agent, "j1")
+        run = await fence_running_job(log, agent, "j1")
         assert run.read_exit() == 143, "SIGTERMed"
-        assert await agent.decide(fake_log.state) == []
-        assert agent.due(fake_log.state) == ([], []), "nothing is sent while fenced"
+        assert await agent.decide(log.state) == []
+        assert agent.due(log.state) == ([], []), "nothing is sent while fenced"
 
-        fake_log.lose("node-a")  # inventory declared the node lost meanwhile
+        lose(log, "node-a")  # inventory declared the node lost meanwhile
         fence.contact(70.0)
-        fence.resumed(fake_log.state.seq)
-        await drive(agent, fake_log, lambda: agent.runner.views() == {} and not agent.outbox)
+        fence.resumed(log.state.seq)
+        await drive(agent, log, lambda: agent.runner.views() == {} and not agent.outbox)
 
-    assert finishes(fake_log, "j1") == []
-    assert fake_log.state.jobs["j1"].phase == "queued"
-    assert fake_log.state.voided == 0
+    assert finishes(log, "j1") == []
+    assert log.state.jobs["j1"].phase == "queued"
+    assert log.state.voided == 0
 
 
 async def test_a_fenced_job_whose_node_was_not_lost_is_reported_failed(
-    fake_log: FakeLog, run_root: Path, fence: Fence
+    log: MemoryLog, run_root: Path, fence: Fence
 ) -> None:
-    fake_log.run("j1", ["sleep", "30"])
-    async with agent_running(fake_log, run_root) as agent:
+    run_job(log, "j1", ["sleep", "30"])
+    async with agent_running(log, run_root) as agent:
         agent.fence = fence
-        await fence_running_job(fake_log, agent, "j1")
+        await fence_running_job(log, agent, "j1")
         fence.contact(70.0)
-        fence.resumed(fake_log.state.seq)  # back before the node was declared lost
-        await drive(agent, fake_log, phase(fake_log, "j1"))
+        fence.resumed(log.state.seq)  # back before the node was declared lost
+        await drive(agent, log, phase(log, "j1"))
 
-    [finished] = finishes(fake_log, "j1")
+    [finished] = finishes(log, "j1")
     assert finished.outcome == "failed"
     assert finished.reason is not None and "self-fencing" in finished.reason
-    assert fake_log.state.voided == 0
+    assert log.state.voided == 0
 
 
 async def test_a_fenced_agent_starts_no_job_until_it_has_caught_up(
-    fake_log: FakeLog, run_root: Path, fence: Fence
+    log: MemoryLog, run_root: Path, fence: Fence
 ) -> None:
-    async with agent_running(fake_log, run_root) as agent:
+    async with agent_running(log, run_root) as agent:
         agent.fence = fence
         fence.silence(10.0)
-        fake_log.run("j1", ["true"])  # placed in the state it had before the cut-off
+        run_job(log, "j1", ["true"])  # placed in the state it had before the cut-off
         for _ in range(5):
-            assert await agent.decide(fake_log.state) == []
+            assert await agent.decide(log.state) == []
         assert agent.runner.views() == {}
         assert not RunDir(agent.runner.root, "node-a", "j1", 1).exists()
 
         fence.contact(20.0)
-        fence.resumed(fake_log.state.seq)
-        await drive(agent, fake_log, phase(fake_log, "j1"))
+        fence.resumed(log.state.seq)
+        await drive(agent, log, phase(log, "j1"))
 
-    assert fake_log.state.jobs["j1"].phase == "succeeded"
+    assert log.state.jobs["j1"].phase == "succeeded"
 
 
 async def test_a_fenced_job_that_ignores_sigterm_is_killed_within_the_fence_grace(
-    fake_log: FakeLog, run_root: Path
+    log: MemoryLog, run_root: Path
 ) -> None:
-    fake_log.run("stubborn", ["sh", "-c", "trap '' TERM; sleep 30"])
-    async with agent_running(fake_log, run_root) as agent:  # its own grace: 1 s
+    run_job(log, "stubborn", ["sh", "-c", "trap '' TERM; sleep 30"])
+    async with agent_running(log, run_root) as agent:  # its own grace: 1 s
         agent.fence = Fence(after_s=3.0, last_contact=0.0, grace_s=0.15)
-        await drive(agent, fake_log, lambda: fake_log.state.jobs["stubborn"].phase == "running")
+        await drive(agent, log, lambda: log.state.jobs["stubborn"].phase == "running")
         await asyncio.sleep(0.2)  # its trap is set
         began = time.monotonic()
         agent.fence.silence(60.0)

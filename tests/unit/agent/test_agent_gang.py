@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from agent_fakelog import FakeLog
+from agent_events import register, write
 
 from gpuloom.events import (
     JobAdmitted,
@@ -22,6 +22,7 @@ from gpuloom.events import (
     ReplicaAssignment,
     SliceRef,
 )
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.jobenv import job_environment
 from services.agent.reconcile import Action, Ensure, Local, Report, Status, Stop, reconcile
 from services.agent.rendezvous import (
@@ -34,17 +35,17 @@ from services.agent.rendezvous import (
 NODES = ("node-a", "node-b")
 
 
-def gang(log: FakeLog, job_id: str = "g1", replicas: int = 2, gpus: int = 2) -> None:
+def gang(log: MemoryLog, job_id: str = "g1", replicas: int = 2, gpus: int = 2) -> None:
     """A gang of `replicas` replicas of `gpus` GPUs placed one replica per node (both nodes' GPUs)."""
     for node in NODES:
-        log.node(node, gpus=gpus)
+        register(log, node, gpus=gpus)
     spec = JobSpec(
         name=job_id, user="ann", account="research", command=["train"], gpus=gpus,
         replicas=replicas,
     )  # fmt: skip
-    log.append(JobSubmitted(job_id=job_id, spec=spec))
-    log.append(JobAdmitted(job_id=job_id))
-    log.append(JobQueued(job_id=job_id, priority=0))
+    write(log, JobSubmitted(job_id=job_id, spec=spec))
+    write(log, JobAdmitted(job_id=job_id))
+    write(log, JobQueued(job_id=job_id, priority=0))
     assignments = [
         ReplicaAssignment(
             host=NODES[r],
@@ -57,7 +58,7 @@ def gang(log: FakeLog, job_id: str = "g1", replicas: int = 2, gpus: int = 2) -> 
         )
         for r in range(replicas)
     ]
-    log.append(
+    write(log,
         JobPlaced(
             job_id=job_id, attempt=1, node=NODES[0], gpu_indexes=list(range(gpus)),
             gpu_uuids=[f"GPU-{NODES[0]}-{i}" for i in range(gpus)], replicas=assignments,
@@ -67,63 +68,64 @@ def gang(log: FakeLog, job_id: str = "g1", replicas: int = 2, gpus: int = 2) -> 
     assert log.state.jobs[job_id].attempt == 1, log.state.recent_voided
 
 
-def test_replica_0_starts_first_and_reports_its_rendezvous(fake_log: FakeLog) -> None:
-    gang(fake_log)
-    [first] = reconcile(fake_log.state, ["node-a"], {})
+def test_replica_0_starts_first_and_reports_its_rendezvous(log: MemoryLog) -> None:
+    gang(log)
+    [first] = reconcile(log.state, ["node-a"], {})
     assert isinstance(first, Ensure) and first.replica == 0 and first.master is None
-    assert reconcile(fake_log.state, ["node-b"], {}) == []  # replica 1 waits for it
+    assert reconcile(log.state, ["node-b"], {}) == []  # replica 1 waits for it
 
     running = Local("node-a", 41, Status.RUNNING, master=("10.0.0.1", 29517))
-    [report] = reconcile(fake_log.state, ["node-a"], {("g1", 1, 0): running})
+    [report] = reconcile(log.state, ["node-a"], {("g1", 1, 0): running})
     assert isinstance(report, Report)
     assert report.decision.event == JobStarted(
         job_id="g1", attempt=1, node="node-a", pid=41, master_addr="10.0.0.1", master_port=29517
     )
-    fake_log.append(report.decision.event)
+    write(log, report.decision.event)
 
-    [second] = reconcile(fake_log.state, ["node-b"], {})
+    [second] = reconcile(log.state, ["node-b"], {})
     assert isinstance(second, Ensure) and second.replica == 1
     assert second.phase == "placed"  # the job runs, this replica is still to start
     assert second.master == ("10.0.0.1", 29517) and second.hosts == NODES
 
 
-def replica_1_ended(log: FakeLog, outcome: Outcome, exit_code: int) -> list[Action]:
+def replica_1_ended(log: MemoryLog, outcome: Outcome, exit_code: int) -> list[Action]:
     """Both replicas of a gang started, replica 1 ended: what node-a's agent does."""
     gang(log, replicas=2)
-    log.append(
-        JobStarted(job_id="g1", attempt=1, node="node-a", pid=41, master_addr="h", master_port=9)
+    write(
+        log,
+        JobStarted(job_id="g1", attempt=1, node="node-a", pid=41, master_addr="h", master_port=9),
     )
-    log.append(JobStarted(job_id="g1", attempt=1, node="node-b", replica=1, pid=42))
-    log.append(
+    write(log, JobStarted(job_id="g1", attempt=1, node="node-b", replica=1, pid=42))
+    write(log,
         JobFinished(job_id="g1", attempt=1, node="node-b", replica=1, outcome=outcome,
                     exit_code=exit_code, reason=f"exit code {exit_code}")
     )  # fmt: skip
     return reconcile(log.state, ["node-a"], {("g1", 1, 0): Local("node-a", 41, Status.RUNNING)})
 
 
-def test_a_failed_replica_ends_the_others(fake_log: FakeLog) -> None:
-    [stop] = replica_1_ended(fake_log, "failed", 3)
+def test_a_failed_replica_ends_the_others(log: MemoryLog) -> None:
+    [stop] = replica_1_ended(log, "failed", 3)
     assert stop == Stop(("g1", 1, 0), "failed", "replica 1 failed with exit code 3: the gang ends")
 
 
-def test_a_replica_that_never_started_ends_with_the_failed_one(fake_log: FakeLog) -> None:
-    gang(fake_log, replicas=2)
-    fake_log.append(  # replica 0 could not even start: replica 1 must not wait for it
+def test_a_replica_that_never_started_ends_with_the_failed_one(log: MemoryLog) -> None:
+    gang(log, replicas=2)
+    write(log,   # replica 0 could not even start: replica 1 must not wait for it
         JobFinished(job_id="g1", attempt=1, node="node-a", outcome="failed", exit_code=None,
                     reason="could not start: no such program")
     )  # fmt: skip
-    [report] = reconcile(fake_log.state, ["node-b"], {})
+    [report] = reconcile(log.state, ["node-b"], {})
     assert isinstance(report, Report)
     assert report.decision.event == JobFinished(
         job_id="g1", attempt=1, node="node-b", replica=1, outcome="failed", exit_code=None,
         reason="replica 0 failed: the gang ends",
     )  # fmt: skip
-    fake_log.append(report.decision.event)
-    assert "g1" not in fake_log.state.jobs  # ended (and, never having run, retired)
+    write(log, report.decision.event)
+    assert "g1" not in log.state.jobs  # ended (and, never having run, retired)
 
 
-def test_a_succeeded_replica_leaves_the_others_running(fake_log: FakeLog) -> None:
-    assert replica_1_ended(fake_log, "succeeded", 0) == []
+def test_a_succeeded_replica_leaves_the_others_running(log: MemoryLog) -> None:
+    assert replica_1_ended(log, "succeeded", 0) == []
 
 
 def test_only_replica_0_names_a_master() -> None:
@@ -149,7 +151,7 @@ def test_the_launcher_variables() -> None:
     assert env["JAX_COORDINATOR_ADDRESS"] == "10.0.0.1:29517"
 
 
-def test_a_single_job_gets_no_launcher_variables(fake_log: FakeLog) -> None:
+def test_a_single_job_gets_no_launcher_variables(log: MemoryLog) -> None:
     spec = JobSpec(name="s", user="ann", account="a", command=["x"], gpus=1)
     env = job_environment({}, spec, job_id="s", attempt=1, node="n", gpu_indexes=[0],
                           gpu_uuids=["u"], hosts=("n",), master=("h", 1))  # fmt: skip

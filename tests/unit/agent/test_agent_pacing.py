@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_fakelog import FakeLog
+from agent_events import publish, run_job
 
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.agent import Agent
 from services.agent.pacing import StartBudget
 
@@ -26,22 +27,22 @@ def test_a_bucket_per_node_and_user_refills_at_its_rate() -> None:
 
 
 async def test_jobs_over_their_users_budget_wait_and_others_start(
-    fake_log: FakeLog, run_root: Path
+    log: MemoryLog, run_root: Path
 ) -> None:
     budget = StartBudget(rate=0.001, burst=2)
     agent = Agent(["node-a"], run_root, grace_s=1.0, poll_s=0.02, environ=ENVIRON, budget=budget)
     for index in range(4):
-        fake_log.run(f"m{index}", ["sleep", "5"], user="mallory")
-    fake_log.run("a0", ["sleep", "5"], user="alice")
+        run_job(log, f"m{index}", ["sleep", "5"], user="mallory")
+    run_job(log, "a0", ["sleep", "5"], user="alice")
     try:
-        decisions = await agent.decide(fake_log.state)
+        decisions = await agent.decide(log.state)
         started = sorted(d.event.job_id for d in decisions if d.event.TYPE == "JobStarted")
         assert started == ["a0", "m0", "m1"]
-        await fake_log.publish(decisions)
-        again = await agent.decide(fake_log.state)
+        await publish(log, decisions)
+        again = await agent.decide(log.state)
         assert not [d for d in again if d.event.TYPE == "JobStarted"], "still over budget"
         budget.buckets.clear()  # a full bucket again, as after 2,000 s at this rate
-        later = await agent.decide(fake_log.state)
+        later = await agent.decide(log.state)
         assert sorted(d.event.job_id for d in later if d.event.TYPE == "JobStarted") == ["m2", "m3"]
     finally:
         for key in list(agent.runner.views()):

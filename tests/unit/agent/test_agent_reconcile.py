@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from agent_fakelog import FakeLog
+from agent_events import cancel, lose, place, recover, register, run_job, start
 
 from gpuloom.events import JobFinished, JobStarted
+from gpuloom.testing.memlog import MemoryLog
 from services.agent.reconcile import (
     Drop,
     Ensure,
@@ -23,10 +24,10 @@ def local(status: Status = Status.RUNNING, pid: int = 4242, node: str = "node-a"
     return Local(node=node, pid=pid, status=status)
 
 
-def test_a_placed_job_without_a_process_is_ensured(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP, gpus=1, gpu_indexes=[1], time_limit_s=30)
+def test_a_placed_job_without_a_process_is_ensured(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP, gpus=1, gpu_indexes=[1], time_limit_s=30)
 
-    [action] = reconcile(fake_log.state, ["node-a"], {})
+    [action] = reconcile(log.state, ["node-a"], {})
 
     assert isinstance(action, Ensure)
     assert (action.key, action.node, action.phase) == (("j1", 1, 0), "node-a", "placed")
@@ -35,38 +36,38 @@ def test_a_placed_job_without_a_process_is_ensured(fake_log: FakeLog) -> None:
 
 
 def test_a_placed_job_with_a_process_is_reported_started_until_the_log_says_so(
-    fake_log: FakeLog,
+    log: MemoryLog,
 ) -> None:
-    fake_log.run("j1", SLEEP)
+    run_job(log, "j1", SLEEP)
 
-    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(pid=77)})
+    [action] = reconcile(log.state, ["node-a"], {("j1", 1, 0): local(pid=77)})
 
     assert isinstance(action, Report)
     assert action.decision.msg_id == "j1:started:1"
     assert action.decision.event == JobStarted(job_id="j1", attempt=1, node="node-a", pid=77)
-    assert action.decision.causation_id == fake_log.state.jobs["j1"].last_event_id
-    fake_log.started("j1")
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(pid=77)}) == []
+    assert action.decision.causation_id == log.state.jobs["j1"].last_event_id
+    start(log, "j1")
+    assert reconcile(log.state, ["node-a"], {("j1", 1, 0): local(pid=77)}) == []
 
 
-def test_a_running_job_without_a_process_is_ensured_with_its_start_time(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.started("j1")
+def test_a_running_job_without_a_process_is_ensured_with_its_start_time(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    start(log, "j1")
 
-    [action] = reconcile(fake_log.state, ["node-a"], {})
+    [action] = reconcile(log.state, ["node-a"], {})
 
     assert isinstance(action, Ensure)
     assert action.phase == "running"
-    assert action.started_at == fake_log.state.jobs["j1"].runs[-1].started_at
+    assert action.started_at == log.state.jobs["j1"].runs[-1].started_at
 
 
 def test_a_job_cancelled_while_placed_is_reported_cancelled_without_starting(
-    fake_log: FakeLog,
+    log: MemoryLog,
 ) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.cancel("j1")
+    run_job(log, "j1", SLEEP)
+    cancel(log, "j1")
 
-    [action] = reconcile(fake_log.state, ["node-a"], {})
+    [action] = reconcile(log.state, ["node-a"], {})
 
     assert isinstance(action, Report)
     assert action.decision.msg_id == "j1:finished:1"
@@ -80,21 +81,21 @@ def test_a_job_cancelled_while_placed_is_reported_cancelled_without_starting(
     )
 
 
-def test_a_cancelled_job_with_a_process_is_stopped_once(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.started("j1")
-    fake_log.cancel("j1")
+def test_a_cancelled_job_with_a_process_is_stopped_once(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    start(log, "j1")
+    cancel(log, "j1")
 
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local()}) == [Stop(("j1", 1, 0))]
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.STOPPING)}) == []
+    assert reconcile(log.state, ["node-a"], {("j1", 1, 0): local()}) == [Stop(("j1", 1, 0))]
+    assert reconcile(log.state, ["node-a"], {("j1", 1, 0): local(Status.STOPPING)}) == []
 
 
-def test_processes_of_jobs_requeued_after_node_loss_are_dropped(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.run("j2", SLEEP)
-    fake_log.run("j3", SLEEP)
-    fake_log.run("j4", SLEEP)
-    fake_log.lose("node-a")
+def test_processes_of_jobs_requeued_after_node_loss_are_dropped(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    run_job(log, "j2", SLEEP)
+    run_job(log, "j3", SLEEP)
+    run_job(log, "j4", SLEEP)
+    lose(log, "node-a")
     procs = {
         ("j1", 1, 0): local(Status.RUNNING),
         ("j2", 1, 0): local(Status.EXITED),
@@ -102,55 +103,55 @@ def test_processes_of_jobs_requeued_after_node_loss_are_dropped(fake_log: FakeLo
         ("j4", 1, 0): local(Status.ORPHAN),
     }
 
-    actions = reconcile(fake_log.state, ["node-a"], procs)
+    actions = reconcile(log.state, ["node-a"], procs)
 
     assert actions == [Drop(("j1", 1, 0)), Forget(("j2", 1, 0)), Drop(("j4", 1, 0))]
 
 
-def test_a_superseded_attempt_is_dropped_and_the_current_one_ensured(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.lose("node-a")
-    fake_log.recover("node-a")
-    fake_log.place("j1", "node-a")
+def test_a_superseded_attempt_is_dropped_and_the_current_one_ensured(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    lose(log, "node-a")
+    recover(log, "node-a")
+    place(log, "j1", "node-a")
 
-    actions = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local()})
+    actions = reconcile(log.state, ["node-a"], {("j1", 1, 0): local()})
 
     ensure, drop = actions
     assert isinstance(ensure, Ensure) and ensure.key == ("j1", 2, 0)
     assert drop == Drop(("j1", 1, 0))
 
 
-def test_jobs_of_other_nodes_are_not_ours(fake_log: FakeLog) -> None:
-    fake_log.node("node-b")
-    fake_log.run("j1", SLEEP, node="node-b")
+def test_jobs_of_other_nodes_are_not_ours(log: MemoryLog) -> None:
+    register(log, "node-b")
+    run_job(log, "j1", SLEEP, node="node-b")
 
-    assert reconcile(fake_log.state, ["node-a"], {}) == []
+    assert reconcile(log.state, ["node-a"], {}) == []
     stray = {("j1", 1, 0): local(node="node-a")}
-    assert reconcile(fake_log.state, ["node-a"], stray) == [Drop(("j1", 1, 0))]
+    assert reconcile(log.state, ["node-a"], stray) == [Drop(("j1", 1, 0))]
 
 
-def test_an_orphan_found_at_start_up_is_ensured_again(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.started("j1")
+def test_an_orphan_found_at_start_up_is_ensured_again(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    start(log, "j1")
 
-    [action] = reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.ORPHAN)})
+    [action] = reconcile(log.state, ["node-a"], {("j1", 1, 0): local(Status.ORPHAN)})
 
     assert isinstance(action, Ensure) and action.key == ("j1", 1, 0)
 
 
-def test_finished_jobs_and_exited_processes_need_nothing_more(fake_log: FakeLog) -> None:
-    fake_log.run("j1", SLEEP)
-    fake_log.started("j1")
+def test_finished_jobs_and_exited_processes_need_nothing_more(log: MemoryLog) -> None:
+    run_job(log, "j1", SLEEP)
+    start(log, "j1")
 
-    assert reconcile(fake_log.state, ["node-a"], {("j1", 1, 0): local(Status.EXITED)}) == []
+    assert reconcile(log.state, ["node-a"], {("j1", 1, 0): local(Status.EXITED)}) == []
 
 
-def test_actions_come_in_node_then_job_order(fake_log: FakeLog) -> None:
-    fake_log.node("node-b")
+def test_actions_come_in_node_then_job_order(log: MemoryLog) -> None:
+    register(log, "node-b")
     for job_id, node in [("j3", "node-b"), ("j2", "node-a"), ("j1", "node-b"), ("j0", "node-a")]:
-        fake_log.run(job_id, SLEEP, node=node)
+        run_job(log, job_id, SLEEP, node=node)
 
-    actions = reconcile(fake_log.state, ["node-b", "node-a"], {})
+    actions = reconcile(log.state, ["node-b", "node-a"], {})
 
     assert [(a.node, a.job_id) for a in actions if isinstance(a, Ensure)] == [
         ("node-a", "j0"),
