@@ -20,7 +20,6 @@ from gpuloom.runtime.reactor import Reactor
 from gpuloom.state.nodeview import (
     Record,
     Route,
-    changed_since,
     encode_gone,
     encode_position,
     encode_record,
@@ -35,8 +34,8 @@ from services.agent.view import ViewFollower
 
 class Dispatching:
     """The dispatcher's part, kept small (`services.dispatch` is the real one, on the
-    same pure `route`): after each event of the log, the records and tombstones of the
-    jobs it changed and a position for every node; a sync request is noted and
+    same pure `route`, on only the jobs each event changed): after each event of the
+    log, the records and tombstones of every routed job and a position for every node; a sync request is noted and
     answered with the position reached."""
 
     def __init__(self, log: MemoryLog, nodes: Sequence[str]) -> None:
@@ -63,10 +62,7 @@ class Dispatching:
         state = self.log.state  # folded up to the log's end: this event and any after
         if state.seq <= self.routed:
             return
-        changed = changed_since(state, self.routed)
-        routes = route(
-            state, everything(state, self.sent) if changed is None else changed, self.sent
-        )
+        routes = route(state, everything(state, self.sent), self.sent)  # small: all of it
         body, headers = encode_position(state.seq)
         positions = [Outgoing(view_position_subject(n), body, headers) for n in self.nodes]
         await self.views.publish_many([self.message(r) for r in routes] + positions)
