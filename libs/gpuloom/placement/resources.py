@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.state.feasibility import gpu_kind_refusal, gpu_room_refusal, host_refusal
 
 Pool = Literal["physical", "vgpu"]
 PoolChoice = Literal["physical", "vgpu", "any"]
@@ -193,34 +194,36 @@ class Placement:
 
 
 def gpu_serves(request: Request, gpu: GpuView) -> bool:
-    """Could `gpu` give one slice of `request` now (model, pool, free share and memory)?"""
-    if request.models and gpu.model not in request.models:
-        return False
-    if request.fractional:
-        if gpu.pool != "vgpu" or request.pool == "physical":
-            return False
-        return gpu.milli_free >= request.gpu_milli and gpu.memory_free_mib >= request.memory_for(
-            gpu
-        )
-    if request.pool != "any" and gpu.pool != request.pool:
-        return False
-    if request.gpu_memory_mib is not None and request.gpu_memory_mib > gpu.memory_mib:
-        return False
-    return gpu.idle
+    """Could `gpu` give one slice of `request` now (model, pool, free share and memory)?
+    The fold's rule (`gpuloom.state.feasibility`), on the engine's view."""
+    share = request.gpu_milli
+    return (
+        gpu_kind_refusal(
+            request.models, request.pool, share, gpu.model, gpu.pool, gpu.memory_mib,
+            request.gpu_memory_mib,
+        ) is None
+        and gpu_room_refusal(
+            share, request.memory_for(gpu), gpu.milli_free, gpu.memory_free_mib, gpu.memory_mib
+        ) is None
+    )  # fmt: skip
 
 
 def host_fits(request: Request, node: NodeView) -> bool:
     """CPU, memory, node selector and a container runtime for an image: what a replica's
-    host must have, GPUs aside."""
-    if request.container and not node.runtimes:
-        return False
-    if node.cpu_free_milli is not None and node.cpu_free_milli < request.cpu_milli:
-        return False
-    if node.memory_free_mib is not None and node.memory_free_mib < request.memory_mib:
-        return False
-    if not request.node_selector:
-        return True
-    return all(node.labels.get(key) == value for key, value in request.node_selector)
+    host must have, GPUs aside. The fold's rule (`gpuloom.state.feasibility`)."""
+    return (
+        host_refusal(
+            request.cpu_milli,
+            request.memory_mib,
+            node.cpu_free_milli,
+            node.memory_free_mib,
+            request.node_selector,
+            node.labels,
+            request.container,
+            node.runtimes,
+        )
+        is None
+    )
 
 
 def serving_gpus(request: Request, node: NodeView) -> list[GpuView]:

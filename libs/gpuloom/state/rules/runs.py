@@ -17,6 +17,7 @@ from gpuloom.events import (
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
+from gpuloom.state.feasibility import HELD, gpu_kind_refusal, gpu_room_refusal, host_refusal
 from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
 from gpuloom.state.retention import known
@@ -127,21 +128,23 @@ def assignment_problem(
             return f"replica {number}: host {replica.host} is not ready"
         if replica.cpu_milli != spec.cpu_milli or replica.memory_mib != spec.memory_mib:
             return f"replica {number}: CPU/memory differ from the job's request"
-        if spec.node_selector and any(
-            host.spec.labels.get(k) != v for k, v in spec.node_selector.items()
-        ):
-            return f"replica {number}: host {host.name} does not match the node selector"
-        if spec.image is not None and not host.spec.runtimes:
-            return f"replica {number}: host {host.name} has no container runtime for the image"
-        cpu_taken[host.name] = cpu_taken.get(host.name, 0) + replica.cpu_milli
-        memory_taken[host.name] = memory_taken.get(host.name, 0) + replica.memory_mib
-        if host.spec.cpu_milli and host.cpu_used + cpu_taken[host.name] > host.spec.cpu_milli:
-            return f"replica {number}: host {host.name} has not enough free CPU"
-        if (
-            host.spec.memory_mib
-            and host.memory_used + memory_taken[host.name] > host.spec.memory_mib
-        ):
-            return f"replica {number}: host {host.name} has not enough free memory"
+        cpu_before = cpu_taken.get(host.name, 0)  # by this job's earlier replicas
+        memory_before = memory_taken.get(host.name, 0)
+        cpu, memory = host.spec.cpu_milli, host.spec.memory_mib  # 0: not declared, unbounded
+        refused = host_refusal(
+            replica.cpu_milli,
+            replica.memory_mib,
+            cpu - host.cpu_used - cpu_before if cpu else None,
+            memory - host.memory_used - memory_before if memory else None,
+            spec.node_selector.items(),
+            host.spec.labels,
+            spec.image is not None,
+            host.spec.runtimes,
+        )
+        if refused is not None:
+            return f"replica {number}: host {host.name} {refused}"
+        cpu_taken[host.name] = cpu_before + replica.cpu_milli
+        memory_taken[host.name] = memory_before + replica.memory_mib
         if len(replica.slices) != spec.gpus:
             return f"replica {number}: {len(replica.slices)} GPU slices, the job needs {spec.gpus}"
         seen: set[tuple[str, int]] = set()
@@ -158,16 +161,16 @@ def assignment_problem(
                 return (
                     f"replica {number}: node {piece.node} has no GPU {piece.index} ({piece.uuid})"
                 )
-            if spec.gpu_model and gpu.model not in spec.gpu_model:
-                return f"replica {number}: {where} is a {gpu.model}, not {spec.gpu_model}"
             if piece.milli != share:
                 return (
                     f"replica {number}: {where} slice of {piece.milli} milli, the job asks {share}"
                 )
-            if spec.pool != "any" and gpu.pool != spec.pool:
-                return f"replica {number}: {where} is in the {gpu.pool} pool, not {spec.pool}"
-            if share < MILLI_PER_GPU and gpu.pool != "vgpu":
-                return f"replica {number}: {where} is physical: fractions come from vgpu"
+            refused = gpu_kind_refusal(
+                spec.gpu_model, spec.pool, share, gpu.model, gpu.pool, gpu.memory_mib,
+                spec.gpu_memory_mib,
+            )  # fmt: skip
+            if refused is not None:
+                return f"replica {number}: {where} {refused}"
             if piece.node != replica.host:
                 if gpu.pool == "physical":
                     return f"replica {number}: physical {where} cannot be remote"
@@ -176,13 +179,20 @@ def assignment_problem(
                 if not node.spec.lends_remote_vgpu:
                     return f"replica {number}: node {piece.node} does not lend remote vGPU"
             milli, memory = gpu_taken.get((piece.node, piece.index), (0, 0))
-            milli += piece.milli
-            memory += _slice_memory(gpu, piece)
-            gpu_taken[(piece.node, piece.index)] = (milli, memory)
-            if share >= MILLI_PER_GPU and not gpu.idle:
-                return f"replica {number}: {where} is held by job {gpu.job_id}"
-            if gpu.milli_used + milli > MILLI_PER_GPU or gpu.memory_used + memory > gpu.memory_mib:
-                return f"replica {number}: {where} has not enough free share or memory"
+            need = _slice_memory(gpu, piece)
+            gpu_taken[(piece.node, piece.index)] = (milli + piece.milli, memory + need)
+            refused = gpu_room_refusal(
+                share,
+                need,
+                MILLI_PER_GPU - gpu.milli_used - milli,
+                gpu.memory_mib - gpu.memory_used - memory,
+                gpu.memory_mib,
+            )
+            if refused == HELD:
+                holder = f"job {gpu.job_id}" if gpu.job_id else "another of its replicas"
+                return f"replica {number}: {where} is held by {holder}"
+            if refused is not None:
+                return f"replica {number}: {where} {refused}"
     return None
 
 
