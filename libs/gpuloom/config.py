@@ -157,8 +157,8 @@ class Settings(BaseSettings):
     #: `auto` where the agent is root and the host has them, `off` never.
     agent_cgroups: Literal["auto", "off"] = "auto"
     #: A /proc of its own per process job that hides other users' processes (`auto`:
-    #: where the host's /proc does not hide them already and the agent can; about 3 ms
-    #: of CPU per started job), `off`: never (argv of other users' jobs is then visible).
+    #: where the host's /proc does not hide them already and the agent can; an `unshare`
+    #: and a `mount` per started job), `off`: never (argv of other users' jobs is then visible).
     agent_hide_processes: Literal["auto", "off"] = "auto"
     #: pids.max of each job's cgroup (processes and threads); 0: no limit.
     agent_max_pids: int = Field(default=4096, ge=0)

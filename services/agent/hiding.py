@@ -6,8 +6,8 @@ and the list of processes are open to every user. Where the host's `/proc` is no
 mounted with `hidepid` already, each process job starts in a mount namespace of its
 own (`unshare --mount --propagation slave`: the host's later mounts still reach
 it) with a `/proc` of its own mounted `hidepid=2`, before it switches to the job's
-account: the job sees its own user's processes only. That costs about 3 ms of CPU
-per started job (an `unshare` and a `mount`), so it is skipped where the host
+account: the job sees its own user's processes only. That costs CPU for every
+started job (an `unshare` and a `mount`), so it is skipped where the host
 already hides them. A `/proc` instance with options of its own needs Linux 5.8;
 on an older kernel the mount would change the host's `/proc`, so nothing is done.
 Image jobs get their own PID namespace from podman instead.

@@ -16,14 +16,13 @@ executed exits as the shell's would: 127 not found, 126 not executable.
 
 It runs once per job, so it imports nothing beyond what Python loads at start:
 the launch file is NUL-separated words (argv and env hold no NUL: the agent
-checks), not JSON, whose decoder pulls in `re` and `enum` and doubled the CPU a
-job's start costs (issue #15: a started job cost 20 ms of CPU, 8 of them
-importing `json`).
+checks), not JSON, whose decoder pulls in `re` and `enum`: importing them was a
+large part of the CPU a job's start costs.
 """
 
 from __future__ import annotations
 
-import _signal as signal  # not `signal`, which imports enum (3 ms per job)
+import _signal as signal  # not `signal`, which imports enum (for every job)
 import errno
 import os
 import sys

@@ -5,7 +5,7 @@ must switch to the job's account and only then take the job's environment, so th
 nothing of the job's (its `LD_PRELOAD`, say) reaches a process of root's. Two ways,
 the first whenever it can:
 
-* **setpriv and a script** (about 2.5 ms of CPU): util-linux's `setpriv` switches
+* **setpriv and a script** (the cheaper: no interpreter starts): util-linux's `setpriv` switches
   groups, gid and uid, then execs `/bin/sh -s`, which reads from its standard input
   a script the agent wrote to the run folder's `launch` file (mode 0600, root's: the
   shim opens it before the switch, so the job's account never needs to read it). The
@@ -13,12 +13,11 @@ the first whenever it can:
   not be open to the job. The script sets exactly the job's environment (every value
   in single quotes) and execs the command as the shell would, with stdin from
   /dev/null: exit 127 not found, 126 not executable, a file without `#!` run by sh.
-* **launch.py** (about 10 ms: a Python interpreter starting): where setpriv is
+* **launch.py** (a Python interpreter starting, several times the CPU): where setpriv is
   missing, or the job's env has a name the shell cannot `export` (`my-var`), or its
   program starts with `-`.
 
-Per job, this is most of what starting a job costs on the node (issue #15: each
-start cost 20 ms of CPU with launch.py importing json, 12 ms without it).
+Per job, this is most of what starting a job costs on the node.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The gateway answers reads from these rows; it no longer writes them on the loop that
 answers requests, where one user's 10,000-task array (30,000 row writes) held every
-other user's reads up (issue #36). This process runs `gpuloom.runtime.projector`
+other user's reads up. This process runs `gpuloom.runtime.projector`
 with its own bus identity (it reads the log and writes nothing on it but its dead
 letters) and its own snapshots; the gateway learns how far it has written from the
 checkpoint it keeps with the rows (`services.gateway.readmodel`).

@@ -1,6 +1,6 @@
 """The log's sealed segments in files: the audit trail kept outside the stream.
 
-The stream keeps every event by default (issue #11): it is the audit trail. An
+The stream keeps every event by default: it is the audit trail. An
 operator who must bound its size first exports the events, in order, into segment
 files that never change once written (`seg-<first>-<last>.jsonl.gz`: one JSON line
 per message with its sequence, subject, headers, the time the stream stored it and

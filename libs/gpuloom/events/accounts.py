@@ -55,7 +55,7 @@ class AccountCreated(AccountEvent):
     """An account joined the hierarchy (organisation -> team -> ...), under `parent`."""
 
     TYPE: ClassVar[str] = "AccountCreated"
-    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    #: 2: strings and integers within what storage, the bus and exec hold.
     VERSION: ClassVar[int] = 2
     parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
     description: Remark = ""
@@ -94,7 +94,7 @@ class AccountUsersSet(AccountEvent):
     """
 
     TYPE: ClassVar[str] = "AccountUsersSet"
-    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    #: 2: strings and integers within what storage, the bus and exec hold.
     VERSION: ClassVar[int] = 2
     users: list[UserName] = Field(default_factory=list, max_length=10_000)
 

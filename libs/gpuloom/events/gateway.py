@@ -15,7 +15,7 @@ class JobSubmitted(JobEvent):
     """A user submitted a job. The submission is accepted once this event is acked."""
 
     TYPE: ClassVar[str] = "JobSubmitted"
-    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    #: 2: strings and integers within what storage, the bus and exec hold.
     VERSION: ClassVar[int] = 2
     spec: JobSpec
     idempotency_key: HeaderValue | None = None

@@ -55,7 +55,7 @@ class NodeRegistered(NodeEvent):
     """A node joined, or re-joined with a changed spec."""
 
     TYPE: ClassVar[str] = "NodeRegistered"
-    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    #: 2: strings and integers within what storage, the bus and exec hold.
     VERSION: ClassVar[int] = 2
     spec: NodeSpec
 
@@ -85,7 +85,7 @@ class NodeCordoned(NodeEvent):
     """An admin took the node out of placement: nothing new lands on it; what runs stays."""
 
     TYPE: ClassVar[str] = "NodeCordoned"
-    #: 2: strings and integers within what storage, the bus and exec hold (issue #9).
+    #: 2: strings and integers within what storage, the bus and exec hold.
     VERSION: ClassVar[int] = 2
     reason: Remark = ""
 

@@ -1,7 +1,8 @@
 """v1 -> v2: old payloads brought within the contract of `gpuloom.events.text`.
 
 Version 2 of JobSubmitted, NodeRegistered, AccountCreated, AccountUsersSet and
-NodeCordoned narrowed what their strings and integers may hold (issue #9). A log
+NodeCordoned narrowed what their strings and integers may hold (to what storage, the
+bus and `exec` hold). A log
 written before holds v1 events that the old contract accepted (`"user": "John
 Doe"`, an account `ml.team`, a NUL in an env value, a time limit of 3e11): read
 strictly they would be malformed, their jobs and nodes lost on replay. These

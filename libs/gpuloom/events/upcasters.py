@@ -18,7 +18,7 @@ Payload = dict[str, Any]
 Upcaster = Callable[[Payload], Payload]
 
 #: v2 of these types narrowed their strings and integers to what storage, the bus and
-#: `exec` hold (issue #9); their v1 payloads are brought within it (`sanitize`).
+#: `exec` hold; their v1 payloads are brought within it (`sanitize`).
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("JobSubmitted", 1): sanitize.job_submitted,
     ("NodeRegistered", 1): sanitize.node_registered,

@@ -1,4 +1,4 @@
-"""Queueing policy, pure: decayed usage, fair share, multifactor priority (issue #5).
+"""Queueing policy, pure: decayed usage, fair share, multifactor priority.
 
 Nothing here reads a clock: every time comes from the log (event `at`s), so the
 queue's order is a function of the folded state and `gpuloom audit` can replay it.

@@ -1,7 +1,6 @@
 """A service starts from its newest snapshot it can trust and writes one now and then.
 
-Restart time then grows with the events since the last snapshot, not with history
-(issue #11). The snapshot is `fold(log[:seq])` itself (`gpuloom.state.snapshot`
+Restart time then grows with the events since the last snapshot, not with history. The snapshot is `fold(log[:seq])` itself (`gpuloom.state.snapshot`
 encodes it), so starting from it and folding the rest of the log gives the state a
 replay from sequence 1 gives: the decisions are the same.
 
@@ -10,8 +9,8 @@ Nothing here may stop a service: a snapshot that cannot be listed, read or trust
 one log line, and the service falls back to an older one or to a full replay; a write
 that fails is logged and tried again later. Serializing the state to JSON runs on the
 event loop between two decisions (the state must not change under it; it is bounded
-by the live cluster: about 45 ms for 10,000 live jobs at an idle hour); compressing
-and checksumming it (a third of the cost) runs in a thread, and the upload beside the
+by the live cluster, so the pause is too); compressing and checksumming it (a good
+part of the cost) runs in a thread, and the upload beside the
 loop, one at a time.
 """
 

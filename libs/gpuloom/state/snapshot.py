@@ -17,9 +17,9 @@ Layout (every integer big-endian):
 
 The magic, the header length and the JSON header with `format` and `version` keep this
 shape in every version, so that any version can name what it refuses. zlib at level 1
-rather than lzma: for 10,000 live jobs it shrinks 11 MB of JSON to 0.5 MB in 20 ms,
-where lzma makes 0.14 MB in 60 ms; a snapshot is written while the service decides,
-and half a megabyte is nothing to store (docs/architecture.md, "Snapshots").
+rather than lzma: lzma shrinks the JSON a few times more but takes a few times longer,
+a snapshot is written while the service decides, and what zlib leaves is small to
+store (docs/architecture.md, "Snapshots").
 """
 
 from __future__ import annotations

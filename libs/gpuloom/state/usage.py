@@ -1,4 +1,4 @@
-"""Decayed usage: what the fold keeps of each account's charges (issue #5).
+"""Decayed usage: what the fold keeps of each account's charges.
 
 Each account's usage decays with a half-life, so last month weighs less than today:
 after one half-life a charge counts half. The fold adds each charge at its event's

@@ -67,7 +67,7 @@ async def _execute_many(session: AsyncSession, stmt: Any, rows: Sequence[dict[st
     """One statement, its rows as parameters (executemany), `CHUNK` rows at a time.
 
     Not `.values(rows)`: a statement with the rows in it is a new statement to
-    compile for every batch (a third of the gateway's CPU in issue #15's profile);
+    compile for every batch (a large part of a writer's CPU under a burst);
     one with parameters is compiled once and cached.
     """
     for start in range(0, len(rows), CHUNK):

@@ -1,6 +1,7 @@
 """Structured logs: one line per record, with the service and the current trace id.
 
-Secrets never reach a log line (issue #36): callers log ids and hosts, not URLs,
+Secrets never reach a log line (a job on a node, or anyone who reads the logs, would
+read them there): callers log ids and hosts, not URLs,
 tokens or environments, and every message (and traceback) is scrubbed once more of
 what slips through: a URL's user and password, a bearer token, anything shaped like a
 JWT. httpx's request lines (full URLs, a webhook's path included) are not logged.
