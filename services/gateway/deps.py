@@ -17,6 +17,7 @@ from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.placement.inputs import request_of
 from gpuloom.state import ClusterState
+from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
 from services.gateway.stream import Streams
 from services.gateway.stream_budget import StreamBudget
@@ -41,7 +42,11 @@ class Gateway:
     stream_budget: StreamBudget = field(default_factory=StreamBudget)
     #: `resources_problem`'s answers by request shape, while the nodes stay the same.
     feasibility: Feasibility = field(default_factory=lambda: Feasibility())
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: /readyz's lag samples (`services.gateway.readiness`), from the settings.
+    readiness: Readiness = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.readiness = Readiness(self.settings.ready_max_lag, self.settings.ready_grace_s)
 
     def live_bus(self) -> EventBus:
         """The bus, or 503 with Retry-After while NATS cannot be reached."""

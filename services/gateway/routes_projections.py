@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -25,37 +24,11 @@ from gpuloom.bus.errors import BusError
 from gpuloom.store.models import ProjectionCheckpoint, ProjectionQuarantine
 from gpuloom.store.quarantine import count_quarantined
 from services.gateway.auth import operator
-from services.gateway.deps import Gateway, GatewayDep, SessionDep
+from services.gateway.deps import GatewayDep, SessionDep
 
 router = APIRouter()
 #: Routes that answer without a token (a load balancer's probe has none).
 public = APIRouter()
-
-
-@dataclass
-class Readiness:
-    """Readiness from successive lag samples (one per probe).
-
-    Not ready until the projection has once come within `max_lag` of the log since
-    the gateway started; after that, not ready only while it stays more than
-    `max_lag` behind for longer than `grace_s` (a burst of writes is not an outage).
-    """
-
-    max_lag: int
-    grace_s: float
-    caught_up: bool = False
-    lagging_since: float | None = None
-
-    def observe(self, lag: int, now: float) -> Literal["ready", "starting", "lagging"]:
-        if lag <= self.max_lag:
-            self.caught_up = True
-            self.lagging_since = None
-            return "ready"
-        if not self.caught_up:
-            return "starting"
-        if self.lagging_since is None:
-            self.lagging_since = now
-        return "lagging" if now - self.lagging_since > self.grace_s else "ready"
 
 
 class Ready(BaseModel):
@@ -96,19 +69,10 @@ class Projections(BaseModel):
     projections: list[Projection]
 
 
-def _readiness(gateway: Gateway) -> Readiness:
-    found = gateway.extra.get("readiness")
-    if not isinstance(found, Readiness):
-        settings = gateway.settings
-        found = Readiness(settings.ready_max_lag, settings.ready_grace_s)
-        gateway.extra["readiness"] = found
-    return found
-
-
 @public.get("/readyz", response_model=Ready, tags=["health"], responses={503: {"model": Ready}})
 async def readyz(gateway: GatewayDep) -> JSONResponse:
     """200 when the projection keeps up with the log, else 503; the lag in both."""
-    readiness = _readiness(gateway)
+    readiness = gateway.readiness
     read_model = gateway.read_model
     written = read_model.written_seq if read_model is not None else 0
     quarantined = read_model.quarantined if read_model is not None else 0

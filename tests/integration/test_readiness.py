@@ -28,8 +28,9 @@ from services.gateway.app import attach_read_model, create_app
 from services.gateway.auth import authenticate
 from services.gateway.deps import Gateway
 from services.gateway.freshness import Freshness
+from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
-from services.gateway.routes_projections import Readiness, public, router
+from services.gateway.routes_projections import public, router
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +78,7 @@ async def test_readyz_waits_for_the_replay_and_for_a_stalled_projection(
     projector = Projector(bus, sessions)
     read_model = ReadModel(bus, sessions)
     gateway = Gateway(settings=settings, sessions=sessions, bus=bus, read_model=read_model)
-    gateway.extra["readiness"] = Readiness(max_lag=1, grace_s=0.3)
+    gateway.readiness = Readiness(max_lag=1, grace_s=0.3)
     last = await put(bus, *(submit(f"job-{i}") for i in range(5)))
     following = asyncio.Event()
     gateway_task = asyncio.create_task(read_model.run(following))
