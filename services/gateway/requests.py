@@ -1,21 +1,48 @@
 """The bodies the gateway accepts for a job: what a client sends, apart from the routes
 that take it (POST /v1/jobs, POST /v1/job-batches) and from the policy that checks it
 (`submit_policy`), which both name it.
+
+The HTTP contract is the gateway's own: `JobRequest` does not inherit the event
+payload `JobSpec`, so a change to the event cannot change the API by itself. It carries
+every field of `JobSpec` with the same types and checks, but for the ones it leaves to
+the gateway (`DECIDED`: a client may leave them out, the gateway fills them in), and
+`submitting.job_spec` is the one place a request becomes a `JobSpec`.
+`tests/unit/gateway/test_job_request.py` fails when the two drift apart.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuloom.events import JobSpec
+from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
-from gpuloom.events.text import LOADER_ENV_ALLOWED, RESERVED_ENV_PATTERN, UserName
+from gpuloom.events.text import (
+    INT32_MAX,
+    LOADER_ENV_ALLOWED,
+    RESERVED_ENV_PATTERN,
+    EnvName,
+    ExecWord,
+    ImageRef,
+    JobName,
+    LabelKey,
+    LabelValue,
+    ModelName,
+    UserName,
+)
+
+#: Fields of `JobSpec` a request may leave out, which the gateway decides (the
+#: token's user; the default class, and the class's priority): optional here, and
+#: required (or defaulted) in the event.
+DECIDED = frozenset({"user", "priority", "priority_class"})
+#: Fields of `JobSpec` a request does not carry at all (none so far): add a new
+#: event field here, or to `JobRequest`, on purpose.
+LEFT_OUT: frozenset[str] = frozenset()
 
 
 def _what_jobspec_checks(schema: dict[str, Any]) -> None:
-    """Say in the request's schema what JobSpec checks beyond its fields' types:
+    """Say in the request's schema what JobRequest checks beyond its fields' types:
     `command[0]` is not empty; `env` sets no variable the scheduler sets (`_check_env`);
     a fraction (`gpu_milli`) needs `gpus >= 1` and is not from the physical pool;
     `gpu_memory_mib` needs `gpu_milli`. (The cluster's MaxTime is a setting: apidocs.)"""
@@ -42,27 +69,61 @@ def _what_jobspec_checks(schema: dict[str, Any]) -> None:
     ]
 
 
-class JobRequest(JobSpec):
+class Dependency(BaseModel):
+    """Run only after job `job` ended `succeeded` (or ended at all, with `finished`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str = Field(pattern=SUBJECT_TOKEN.pattern)
+    when: Literal["succeeded", "finished"] = "succeeded"
+
+
+class JobRequest(BaseModel):
     """A job as submitted: a JobSpec whose `user` may be left out (the token's user),
     and whose `priority_class` and `priority` may be too (the default class, and its
     priority)."""
 
-    model_config = ConfigDict(json_schema_extra=_what_jobspec_checks)
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_what_jobspec_checks)
 
+    name: JobName
     #: The job's user: the token's by default; another only for an operator.
-    user: UserName | None = Field(default=None)  # type: ignore[assignment]
+    user: UserName | None = Field(default=None)
+    account: str = Field(pattern=SUBJECT_TOKEN.pattern)
+    command: list[ExecWord] = Field(min_length=1, max_length=4096)
+    gpus: int = Field(ge=0, le=1024)
+    gpu_milli: int | None = Field(default=None, ge=1, le=999)
+    gpu_memory_mib: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    gpu_model: list[ModelName] = Field(default_factory=list, max_length=64)
+    cpu_milli: int = Field(default=0, ge=0, le=INT32_MAX)
+    memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
+    pool: Literal["physical", "vgpu", "any"] = "any"
+    locality: Literal["local-only", "local-first", "any"] = "local-only"
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+    replicas: int = Field(default=1, ge=1, le=1024)
+    depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
+    array: int | None = Field(default=None, ge=1, le=10_000)
     #: At most the class's priority (an operator may set any); absent: the class's.
-    priority: int | None = Field(  # type: ignore[assignment]
-        default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX
-    )
+    priority: int | None = Field(default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    priority_class: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
+    preemptible: bool = False
+    time_limit_s: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    env: dict[EnvName, ExecWord] = Field(default_factory=dict, max_length=1024)
+    image: ImageRef | None = None
 
-    def spec_for(self, user: str, priority: int = 0, priority_class: str | None = None) -> JobSpec:
-        """The JobSpec of this request with its user, class and priority decided."""
-        return JobSpec.model_validate(
-            {
-                **self.model_dump(),
-                "user": user,
-                "priority": priority,
-                "priority_class": priority_class,
-            }
-        )
+    @field_validator("command")
+    @classmethod
+    def _command_words_not_empty(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("command[0] (the program) must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent_gpu_request(self) -> JobRequest:
+        if self.gpu_milli is not None:
+            if self.gpus == 0:
+                raise ValueError("gpu_milli needs gpus >= 1 (the number of GPUs sliced)")
+            if self.pool == "physical":
+                raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
+        elif self.gpu_memory_mib is not None:
+            raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+        return self

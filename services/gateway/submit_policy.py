@@ -40,11 +40,12 @@ def _state(gateway: Gateway) -> ClusterState:
     return gateway.read_model.state if gateway.read_model is not None else ClusterState()
 
 
-def submission_spec(
+def submission_class(
     request: JobRequest, user: str, principal: Principal, gateway: Gateway
-) -> JobSpec:
-    """The spec to publish: the request's class (or the default one) and its priority
-    (the class's when the request gives none), once the caller may have them."""
+) -> tuple[int, str]:
+    """The priority and the priority class to publish: the request's class (or the
+    default one) and its priority (the class's when the request gives none), once the
+    caller may have them."""
     state = _state(gateway)
     if request.priority_class is None:
         known = default_class(state)
@@ -67,7 +68,7 @@ def submission_spec(
             known.name,
             known.priority,
         )
-    return request.spec_for(user, priority, known.name)
+    return priority, known.name
 
 
 async def check_submit_limits(gateway: Gateway, spec: JobSpec) -> None:

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import submit_problem
 from gpuloom.decide.admission import resources_problem, time_limit_problem
-from gpuloom.events import Event, JobArraySubmitted, JobSpec, JobSubmitted
+from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.state.retention import final_phase, owner
@@ -20,7 +20,7 @@ from services.gateway.auth import accounts_of, forbidden
 from services.gateway.deps import Gateway
 from services.gateway.requests import JobRequest
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import submission_spec
+from services.gateway.submit_policy import submission_class
 
 
 def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec:
@@ -28,11 +28,42 @@ def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) ->
     could ever run it: 403 or 422 otherwise (what both submission routes check)."""
     user = request.user or principal.name
     forbidden(submit_problem(principal, user, request.account, accounts_of(gateway)))
-    spec = submission_spec(request, user, principal, gateway)
+    priority, priority_class = submission_class(request, user, principal, gateway)
+    spec = job_spec(request, user, priority, priority_class)
     _check_time_limit(spec, gateway.settings.max_time_limit_s)
     _check_env(spec)
     _check_feasible(gateway, spec)
     return spec
+
+
+def job_spec(request: JobRequest, user: str, priority: int, priority_class: str) -> JobSpec:
+    """The event payload of `request`, with its user, priority and class decided: the
+    one place an HTTP body becomes a `JobSpec`, field by field, so that a field of
+    either reaches the other on purpose (`requests.DECIDED`, `requests.LEFT_OUT`)."""
+    return JobSpec(
+        name=request.name,
+        user=user,
+        account=request.account,
+        command=list(request.command),
+        gpus=request.gpus,
+        gpu_milli=request.gpu_milli,
+        gpu_memory_mib=request.gpu_memory_mib,
+        gpu_model=list(request.gpu_model),
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+        pool=request.pool,
+        locality=request.locality,
+        node_selector=dict(request.node_selector),
+        replicas=request.replicas,
+        depends_on=[Dependency(job=d.job, when=d.when) for d in request.depends_on],
+        array=request.array,
+        priority=priority,
+        priority_class=priority_class,
+        preemptible=request.preemptible,
+        time_limit_s=request.time_limit_s,
+        env=dict(request.env),
+        image=request.image,
+    )
 
 
 def submission_event(spec: JobSpec, key: str | None) -> JobSubmitted | JobArraySubmitted:
