@@ -23,9 +23,10 @@ from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuloom.auth import OPERATOR, Principal, TokenError, TokenVerifier, ensure_secret, read_secret
-from gpuloom.auth.policy import Accounts, operator_only
+from gpuloom.auth.policy import Accounts, JobAct, job_problem, operator_only
 from gpuloom.config import Settings
 from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.refusals import Refused, answer, denied
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,8 @@ def unauthorized(description: str | None) -> HTTPException:
 
 
 def forbidden(reason: str | None) -> None:
-    """403 with `reason`, when the policy gave one."""
-    if reason is not None:
-        raise HTTPException(status_code=403, detail=reason)
+    """403 with `reason` raised, when the policy gave one (a command returns `denied`)."""
+    answer(denied(reason))
 
 
 async def authenticate(
@@ -125,3 +125,10 @@ def operator(what: str) -> Callable[[Principal], Awaitable[None]]:
 def accounts_of(gateway: Gateway) -> Accounts:
     """The account tree the gateway has folded (empty before it read the log)."""
     return gateway.read_model.state.accounts if gateway.read_model is not None else {}
+
+
+def job_refusal(
+    gateway: Gateway, principal: Principal, act: JobAct, user: str, account: str
+) -> Refused | None:
+    """403 unless `principal` may `act` on a job of `user` under `account`."""
+    return denied(job_problem(principal, act, user, account, accounts_of(gateway)))

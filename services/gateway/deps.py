@@ -17,6 +17,7 @@ from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.placement.inputs import request_of
 from gpuloom.state import ClusterState
+from services.gateway import refusals
 from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
 from services.gateway.stream import Streams
@@ -50,8 +51,12 @@ class Gateway:
 
     def live_bus(self) -> EventBus:
         """The bus, or 503 with Retry-After while NATS cannot be reached."""
+        return refusals.answer(self.connected_bus())
+
+    def connected_bus(self) -> EventBus | refusals.Refused:
+        """The bus, or the refusal (503 with Retry-After) while NATS cannot be reached."""
         if self.bus is None or not self.bus.connected:
-            raise unavailable("the event log (NATS) is unreachable; retry shortly")
+            return refusals.unavailable("the event log (NATS) is unreachable; retry shortly")
         return self.bus
 
     async def catch_up(self, caller: str) -> bool:
@@ -115,7 +120,8 @@ class WriteMarks:
 
 
 def unavailable(detail: str) -> HTTPException:
-    return HTTPException(status_code=503, detail=detail, headers={"Retry-After": "2"})
+    """503 with Retry-After, to raise (a read's answer; a command returns the refusal)."""
+    return refusals.unavailable(detail).error()
 
 
 async def get_gateway(request: Request) -> Gateway:

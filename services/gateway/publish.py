@@ -1,4 +1,5 @@
-"""Write one event to the log for a request; 503 when the log cannot take it."""
+"""Write one event to the log for a request; refused (503) when the log cannot take
+it, or (413) when the event is too large for it."""
 
 from __future__ import annotations
 
@@ -6,35 +7,39 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from fastapi import HTTPException
-
 from gpuloom.auth import Principal
 from gpuloom.bus import EventBus, Outgoing
 from gpuloom.bus.errors import BusError
 from gpuloom.events import Event, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.telemetry import inject
-from services.gateway.deps import Gateway, unavailable
+from services.gateway.deps import Gateway
+from services.gateway.refusals import Refused, unavailable
 
 log = logging.getLogger(__name__)
 
 
 async def publish(
     gateway: Gateway, event: Event, msg_id: str | None = None, *, principal: Principal
-) -> Recorded:
-    """Publish `event` and wait for JetStream's ack; return what the log holds under it.
+) -> Recorded | Refused:
+    """Publish `event` and wait for JetStream's ack; return what the log holds under it,
+    or the refusal (503: the log is unreachable or did not ack; 413: too large).
 
     The envelope names `principal`, who asked for it (the authenticated caller).
 
     With a `msg_id` that JetStream has seen within its de-duplication window the
     publish is a duplicate, and the original event is returned instead.
     """
-    bus = gateway.live_bus()
+    bus = gateway.connected_bus()
+    if isinstance(bus, Refused):
+        return bus
     envelope = make_envelope(
         event, at=datetime.now(UTC), by="gateway", correlation_id=event.aggregate_id()
     ).model_copy(update={"principal": principal.name})
     headers = inject({"Nats-Msg-Id": msg_id or envelope.id})
     message = Outgoing(subject_for(event), encode(envelope), headers)
-    _check_size(bus, message)
+    too_large = _size_refusal(bus, message)
+    if too_large is not None:
+        return too_large
     try:
         seq, duplicate = await bus.publish(message, timeout=gateway.settings.publish_timeout_s)
         if duplicate:
@@ -44,21 +49,24 @@ async def publish(
             recorded = Recorded(seq, envelope, event)
     except (TimeoutError, BusError, OSError) as exc:
         log.warning("publish of %s failed: %s", event.TYPE, exc)
-        raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
+        return unavailable(f"the event log (NATS) did not acknowledge the write: {exc}")
     gateway.writes.wrote(principal.name, seq)
     return recorded
 
 
 async def publish_batch(
     gateway: Gateway, events: Sequence[tuple[Event, str | None]], *, principal: Principal
-) -> list[Recorded]:
+) -> list[Recorded] | Refused:
     """Publish `events` (each with its msg id, or None) pipelined, in order, and wait
-    for every ack; return what the log holds under each (the original of a duplicate).
+    for every ack; return what the log holds under each (the original of a duplicate),
+    or the refusal (as `publish`'s).
 
     Not atomic: when the log fails part-way, the first events may be in it. Msg ids
     derived from an idempotency key make a retry write only the rest.
     """
-    bus = gateway.live_bus()
+    bus = gateway.connected_bus()
+    if isinstance(bus, Refused):
+        return bus
     now = datetime.now(UTC)
     outgoing, envelopes = [], []
     for event, msg_id in events:
@@ -68,7 +76,9 @@ async def publish_batch(
         message = Outgoing(
             subject_for(event), encode(envelope), inject({"Nats-Msg-Id": msg_id or envelope.id})
         )
-        _check_size(bus, message)
+        too_large = _size_refusal(bus, message)
+        if too_large is not None:
+            return too_large
         outgoing.append(message)
         envelopes.append(envelope)
     timeout = gateway.settings.publish_timeout_s * max(1, len(outgoing) // 100)
@@ -83,12 +93,12 @@ async def publish_batch(
                 recorded.append(Recorded(seq, envelope, event))
     except (TimeoutError, BusError, OSError) as exc:
         log.warning("publish of a batch of %d events failed: %s", len(outgoing), exc)
-        raise unavailable(f"the event log (NATS) did not acknowledge the write: {exc}") from exc
+        return unavailable(f"the event log (NATS) did not acknowledge the write: {exc}")
     gateway.writes.wrote(principal.name, max((r.seq for r in recorded), default=0))
     return recorded
 
 
-def _check_size(bus: EventBus, message: Outgoing) -> None:
+def _size_refusal(bus: EventBus, message: Outgoing) -> Refused | None:
     """413 for an event the bus would refuse as too large (its `max_payload`).
 
     Without this, the publish fails like an outage and is answered 503 with
@@ -102,7 +112,5 @@ def _check_size(bus: EventBus, message: Outgoing) -> None:
     )
     limit = bus.max_payload
     if limit and size > limit:
-        raise HTTPException(
-            status_code=413,
-            detail=f"the event would be {size} bytes; the event log takes at most {limit}",
-        )
+        return Refused(413, f"the event would be {size} bytes; the event log takes at most {limit}")
+    return None

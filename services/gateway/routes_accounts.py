@@ -2,20 +2,24 @@
 
 Anyone authenticated lists accounts; who may change what is `gpuloom.auth.policy`
 (operators everything; an account's coordinators its members, sub-accounts and
-their shares)."""
+their shares). Each write is a command (`_create`, `_change`) that returns its
+refusal, which the route answers (`refusals.answer`)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
-from fastapi.exceptions import RequestValidationError
+from collections.abc import Callable
+from functools import partial
+
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuloom.auth import Principal
-from gpuloom.auth.policy import account_problem
+from gpuloom.auth.policy import AccountAct, account_problem
 from gpuloom.events import (
     AccountCoordinatorsSet,
     AccountCreated,
     AccountUsersSet,
+    Event,
     QuotaSet,
     SharesSet,
 )
@@ -24,9 +28,10 @@ from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
 from gpuloom.state import ClusterState
 from gpuloom.state.tenancy import AccountState
-from services.gateway.auth import PrincipalDep, accounts_of, forbidden
+from services.gateway.auth import PrincipalDep, accounts_of
 from services.gateway.deps import AccountName, Gateway, GatewayDep
 from services.gateway.publish import publish
+from services.gateway.refusals import Invalid, Refusal, Refused, answer, denied, not_found
 
 router = APIRouter(prefix="/v1/accounts", tags=["accounts"])
 
@@ -84,9 +89,9 @@ class AccountList(BaseModel):
     accounts: list[Account]
 
 
-def _state(gateway: Gateway) -> ClusterState:
+def _state(gateway: Gateway) -> ClusterState | Refused:
     if gateway.read_model is None:
-        raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
+        return Refused(503, "the gateway has not read the log yet")
     return gateway.read_model.state
 
 
@@ -111,24 +116,78 @@ def _view(account: AccountState) -> Account:
     )
 
 
-async def _require(gateway: Gateway, name: str, principal: Principal) -> None:
+async def _require(gateway: Gateway, name: str, principal: Principal) -> Refused | None:
     """404 unless the account exists (as far as the caller's own writes go)."""
     await gateway.catch_up(principal.name)
-    if name not in _state(gateway).accounts:
-        raise HTTPException(status_code=404, detail=f"account {name} not found")
+    state = _state(gateway)
+    if isinstance(state, Refused):
+        return state
+    return not_found(f"account {name}") if name not in state.accounts else None
 
 
 async def _after_write(gateway: Gateway, name: str, principal: Principal) -> Account:
     """The account as the log has it once the caller's own writes are folded."""
     await gateway.catch_up(principal.name)
-    return _view(_state(gateway).accounts[name])
+    return _view(answer(_state(gateway)).accounts[name])
+
+
+async def _create(gateway: Gateway, body: NewAccount, principal: Principal) -> Refusal | None:
+    """The command of POST /v1/accounts: None once written, else the refusal."""
+    await gateway.catch_up(principal.name)
+    state = _state(gateway)
+    if isinstance(state, Refused):
+        return state
+    refused = denied(account_problem(principal, "create", body.name, state.accounts, body.parent))
+    if refused is not None:
+        return refused
+    if body.name in state.accounts:
+        return Refused(409, f"account {body.name} already exists")
+    if body.parent is not None and body.parent not in state.accounts:
+        return not_found(f"parent account {body.parent}")
+    created = await publish(
+        gateway,
+        AccountCreated(account=body.name, parent=body.parent, description=body.description),
+        principal=principal,
+    )
+    if isinstance(created, Refused):
+        return created
+    reason = await gateway.voided_reason(created.seq)
+    if reason is not None:  # created meanwhile by another request
+        return Refused(409, reason)
+    if body.shares != 1:
+        shares = SharesSet(account=body.name, shares=body.shares)
+        written = await publish(gateway, shares, principal=principal)
+        if isinstance(written, Refused):
+            return written
+    return None
+
+
+async def _change(
+    gateway: Gateway,
+    name: str,
+    principal: Principal,
+    act: AccountAct,
+    event: Callable[[], Event | Invalid],
+) -> Refusal | None:
+    """The command of every change of an account: it exists, the caller may `act` on
+    it, and `event()` (made once both hold) is written. None once written."""
+    refused = await _require(gateway, name, principal) or denied(
+        account_problem(principal, act, name, accounts_of(gateway))
+    )
+    if refused is not None:
+        return refused
+    made = event()
+    if isinstance(made, Invalid):
+        return made
+    written = await publish(gateway, made, principal=principal)
+    return written if isinstance(written, Refused) else None
 
 
 @router.get("", response_model=AccountList)
 async def list_accounts(gateway: GatewayDep, principal: PrincipalDep) -> AccountList:
     """Accounts created by admins, with their parent and shares."""
     await gateway.catch_up(principal.name)
-    state = _state(gateway)
+    state = answer(_state(gateway))
     return AccountList(accounts=[_view(a) for _, a in sorted(state.accounts.items())])
 
 
@@ -136,25 +195,7 @@ async def list_accounts(gateway: GatewayDep, principal: PrincipalDep) -> Account
 async def create_account(body: NewAccount, gateway: GatewayDep, principal: PrincipalDep) -> Account:
     """Create an account under `parent` (events AccountCreated, SharesSet): operators,
     or coordinators of `parent`."""
-    await gateway.catch_up(principal.name)
-    state = _state(gateway)
-    forbidden(account_problem(principal, "create", body.name, state.accounts, body.parent))
-    if body.name in state.accounts:
-        raise HTTPException(status_code=409, detail=f"account {body.name} already exists")
-    if body.parent is not None and body.parent not in state.accounts:
-        raise HTTPException(status_code=404, detail=f"parent account {body.parent} not found")
-    created = await publish(
-        gateway,
-        AccountCreated(account=body.name, parent=body.parent, description=body.description),
-        principal=principal,
-    )
-    reason = await gateway.voided_reason(created.seq)
-    if reason is not None:  # created meanwhile by another request
-        raise HTTPException(status_code=409, detail=reason)
-    if body.shares != 1:
-        await publish(
-            gateway, SharesSet(account=body.name, shares=body.shares), principal=principal
-        )
+    answer(await _create(gateway, body, principal))
     return await _after_write(gateway, body.name, principal)
 
 
@@ -164,9 +205,8 @@ async def set_shares(
 ) -> Account:
     """Set the account's fair-share shares (event SharesSet): operators, or
     coordinators of its parent."""
-    await _require(gateway, name, principal)
-    forbidden(account_problem(principal, "shares", name, accounts_of(gateway)))
-    await publish(gateway, SharesSet(account=name, shares=body.shares), principal=principal)
+    shares = partial(SharesSet, account=name, shares=body.shares)
+    answer(await _change(gateway, name, principal, "shares", shares))
     return await _after_write(gateway, name, principal)
 
 
@@ -176,15 +216,14 @@ async def set_users(
 ) -> Account:
     """Set who may submit under the account (event AccountUsersSet); [] lets anyone.
     Operators, or the account's coordinators."""
-    await _require(gateway, name, principal)
-    forbidden(account_problem(principal, "members", name, accounts_of(gateway)))
-    try:
-        event = AccountUsersSet(account=name, users=body.users)
-    except ValidationError as exc:
-        raise RequestValidationError(
-            [{**err, "loc": ("body", *err["loc"])} for err in exc.errors()]
-        ) from exc
-    await publish(gateway, event, principal=principal)
+
+    def users() -> Event | Invalid:
+        try:
+            return AccountUsersSet(account=name, users=body.users)
+        except ValidationError as exc:
+            return Invalid(tuple({**err, "loc": ("body", *err["loc"])} for err in exc.errors()))
+
+    answer(await _change(gateway, name, principal, "members", users))
     return await _after_write(gateway, name, principal)
 
 
@@ -194,19 +233,15 @@ async def set_quota(
 ) -> Account:
     """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet):
     operators only."""
-    await _require(gateway, name, principal)
-    forbidden(account_problem(principal, "quota", name, accounts_of(gateway)))
-    await publish(
-        gateway,
-        QuotaSet(
-            account=name,
-            resource=body.resource,
-            nominal=body.nominal,
-            borrowing_limit=body.borrowing_limit,
-            cap=body.cap,
-        ),
-        principal=principal,
+    quota = partial(
+        QuotaSet,
+        account=name,
+        resource=body.resource,
+        nominal=body.nominal,
+        borrowing_limit=body.borrowing_limit,
+        cap=body.cap,
     )
+    answer(await _change(gateway, name, principal, "quota", quota))
     return await _after_write(gateway, name, principal)
 
 
@@ -216,8 +251,6 @@ async def set_coordinators(
 ) -> Account:
     """Name who coordinates the account and its subtree (event AccountCoordinatorsSet):
     operators only; [] names none."""
-    await _require(gateway, name, principal)
-    forbidden(account_problem(principal, "coordinators", name, accounts_of(gateway)))
-    event = AccountCoordinatorsSet(account=name, coordinators=body.coordinators)
-    await publish(gateway, event, principal=principal)
+    coordinators = partial(AccountCoordinatorsSet, account=name, coordinators=body.coordinators)
+    answer(await _change(gateway, name, principal, "coordinators", coordinators))
     return await _after_write(gateway, name, principal)

@@ -15,28 +15,28 @@ of the same batch accepts only what is missing and answers with every job's id.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 from fastapi import APIRouter, Header
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 
+from gpuloom.auth import Principal
+from gpuloom.events import JobSpec
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import GatewayDep
+from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish_batch
+from services.gateway.refusals import Invalid, Refusal, Refused, answer
 from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import check_batch_limits
+from services.gateway.submit_policy import over_batch_limits
 from services.gateway.submitting import accepted, checked_spec, submission_event, submitted_with
 
 router = APIRouter(prefix="/v1/job-batches", tags=["jobs"])
 
 #: The most jobs one batch may carry (a job array of any size counts as one).
 MAX_BATCH = 1000
-T = TypeVar("T")
 
 
 class JobBatch(BaseModel):
@@ -48,18 +48,6 @@ class JobBatch(BaseModel):
 class BatchSubmitted(BaseModel):
     #: One answer per job of the batch, in its order.
     jobs: list[Submitted]
-
-
-def _at(number: int, check: Callable[[], T]) -> T:
-    """`check()`, with a 422's locations moved under `body.jobs.<number>`."""
-    try:
-        return check()
-    except RequestValidationError as exc:
-        errors: list[dict[str, Any]] = [
-            {**error, "loc": ("body", "jobs", number, *tuple(error["loc"])[1:])}
-            for error in exc.errors()
-        ]
-        raise RequestValidationError(errors) from exc
 
 
 @router.post(
@@ -76,29 +64,38 @@ async def submit_batch(
 ) -> BatchSubmitted:
     """Accept every job of the batch once the log acknowledged them (see the module's
     docstring: checked as one by one, written in one pipelined write)."""
-    specs = [
-        _at(number, lambda job=job: checked_spec(job, gateway, principal))  # type: ignore[misc]
-        for number, job in enumerate(batch.jobs)
-    ]
+    return answer(await submit_jobs(gateway, batch, principal, idempotency_key))
+
+
+async def submit_jobs(
+    gateway: Gateway, batch: JobBatch, principal: Principal, key: str | None
+) -> BatchSubmitted | Refusal:
+    """The batch's command: every job accepted (or found, for a retry), or the refusal
+    of the first job refused (a 422's fields under `body.jobs.<number>`)."""
+    specs: list[JobSpec] = []
+    for number, job in enumerate(batch.jobs):
+        spec = checked_spec(job, gateway, principal)
+        if isinstance(spec, Invalid):
+            return spec.under("jobs", number)
+        if isinstance(spec, Refused):
+            return spec
+        specs.append(spec)
     keys: list[str | None] = [None] * len(specs)
     answers: list[Submitted | None] = [None] * len(specs)
-    if idempotency_key is not None:
-        keys = [f"{idempotency_key}/{number}" for number in range(len(specs))]
+    if key is not None:
+        keys = [f"{key}/{number}" for number in range(len(specs))]
         if len(keys[-1] or "") > 200:
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("header", "idempotency-key"),
-                        "msg": "too long for a batch: with /<index> it must stay within 200",
-                        "type": "string_too_long",
-                    }
-                ]
-            )
-        for number, key in enumerate(keys):
-            user = specs[number].user
-            answers[number] = await submitted_with(gateway, key or "", principal, user)
-    missing = [number for number, answer in enumerate(answers) if answer is None]
-    await check_batch_limits(gateway, [specs[number] for number in missing])
+            too_long = "too long for a batch: with /<index> it must stay within 200"
+            return Invalid.at(("header", "idempotency-key"), too_long, "string_too_long")
+        for number, job_key in enumerate(keys):
+            found = await submitted_with(gateway, job_key or "", principal, specs[number].user)
+            if isinstance(found, Refused):
+                return found
+            answers[number] = found
+    missing = [number for number, done in enumerate(answers) if done is None]
+    over = await over_batch_limits(gateway, [specs[number] for number in missing])
+    if over is not None:
+        return over
     events = [
         (
             submission_event(specs[number], keys[number]),
@@ -108,6 +105,8 @@ async def submit_batch(
     ]
     if events:
         recorded = await publish_batch(gateway, events, principal=principal)
+        if isinstance(recorded, Refused):
+            return recorded
         for number, written in zip(missing, recorded, strict=True):
             answers[number] = accepted(written.event, "submitted")
-    return BatchSubmitted(jobs=[answer for answer in answers if answer is not None])
+    return BatchSubmitted(jobs=[done for done in answers if done is not None])

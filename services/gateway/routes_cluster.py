@@ -1,18 +1,21 @@
 """/v1/nodes, /v1/queue, /v1/audit, /v1/schemas/events, and /healthz (on `public`).
 
 Any authenticated user reads nodes, the queue and the audit (as `sinfo`, `squeue`,
-`sprio`); pools and cordons are the operators'."""
+`sprio`); pools and cordons are the operators'. Their writes are commands that return
+their refusal, which the route answers (`refusals.answer`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuloom.auth import Principal
 from gpuloom.events import (
+    Event,
     GpuPoolChanged,
     NodeCordoned,
     NodeRemoved,
@@ -30,8 +33,9 @@ from gpuloom.state.dependencies import dependency_status
 from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
 from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
-from services.gateway.deps import GatewayDep, NodeName, SessionDep
+from services.gateway.deps import Gateway, GatewayDep, NodeName, SessionDep
 from services.gateway.publish import publish
+from services.gateway.refusals import Refused, answer, not_found
 from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
     AuditView,
@@ -88,25 +92,45 @@ async def change_pool(
     A GPU with work on it is refused with 409; so is a change that the log voids
     because work landed on the GPU in between (the answer says so).
     """
+    return answer(await _change_pool(gateway, session, node, gpu, change.pool, principal))
+
+
+async def _change_pool(
+    gateway: Gateway,
+    session: AsyncSession,
+    node: str,
+    gpu: int,
+    pool: Literal["physical", "vgpu"],
+    principal: Principal,
+) -> PoolChangeAccepted | Refused:
     await gateway.catch_up(principal.name)
     row = await session.get(NodeRow, node)
     if row is None:
-        raise HTTPException(status_code=404, detail=f"node {node} not found")
+        return not_found(f"node {node}")
     found = next((g for g in row.gpus if g["index"] == gpu), None)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"node {node} has no GPU {gpu}")
-    event = GpuPoolChanged(node=node, index=gpu, pool=change.pool)
+        return Refused(404, f"node {node} has no GPU {gpu}")
+    event = GpuPoolChanged(node=node, index=gpu, pool=pool)
     if gateway.read_model is not None:  # the fold's own rule, on the gateway's fold
         problem = pool_change_problem(gateway.read_model.state, event)
         if problem is not None:
-            raise HTTPException(status_code=409, detail=f"{problem}: it cannot change pool")
-    if found.get("pool") == change.pool:
-        return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=None)
+            return Refused(409, f"{problem}: it cannot change pool")
+    if found.get("pool") == pool:
+        return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=None)
+    seq = await _write(gateway, event, principal)
+    if isinstance(seq, Refused):
+        return seq
+    return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=seq)
+
+
+async def _write(gateway: Gateway, event: Event, principal: Principal) -> int | Refused:
+    """Write `event`: its sequence, or refused as the log refuses it, or 409 with the
+    reason the log voided it (work landed on the node in between)."""
     recorded = await publish(gateway, event, principal=principal)
+    if isinstance(recorded, Refused):
+        return recorded
     voided = await gateway.voided_reason(recorded.seq)
-    if voided is not None:
-        raise HTTPException(status_code=409, detail=voided)
-    return PoolChangeAccepted(node=node, gpu=gpu, pool=change.pool, seq=recorded.seq)
+    return Refused(409, voided) if voided is not None else recorded.seq
 
 
 class Cordon(BaseModel):
@@ -124,8 +148,8 @@ async def cordon(
     node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
 ) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
-    await _known_node(gateway, session, node, principal)
-    await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal)
+    answer(await _known_node(gateway, session, node, principal))
+    answer(await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal))
     return await _node_after_write(gateway, session, node, principal)
 
 
@@ -140,9 +164,9 @@ async def uncordon(
     node: NodeName, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
 ) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
-    row = await _known_node(gateway, session, node, principal)
+    row = answer(await _known_node(gateway, session, node, principal))
     if row.cordoned is not None:
-        await publish(gateway, NodeUncordoned(node=node), principal=principal)
+        answer(await publish(gateway, NodeUncordoned(node=node), principal=principal))
     return await _node_after_write(gateway, session, node, principal)
 
 
@@ -164,25 +188,30 @@ async def remove_node(
     """Remove a node gone for good (event NodeRemoved, which names who asked): it leaves
     the cluster and its listing. 409 while it holds a job: cancel or requeue those first
     (a lost node's jobs are requeued already). Its agent, back, would register it anew."""
-    await _known_node(gateway, session, node, principal)
+    return answer(await _remove(gateway, session, node, reason, principal))
+
+
+async def _remove(
+    gateway: Gateway, session: AsyncSession, node: str, reason: str, principal: Principal
+) -> NodeRemovedAnswer | Refused:
+    known = await _known_node(gateway, session, node, principal)
+    if isinstance(known, Refused):
+        return known
     if gateway.read_model is not None:
         problem = removal_problem(gateway.read_model.state, node)
         if problem is not None:
-            raise HTTPException(status_code=409, detail=problem)
-    recorded = await publish(gateway, NodeRemoved(node=node, reason=reason), principal=principal)
-    voided = await gateway.voided_reason(recorded.seq)
-    if voided is not None:
-        raise HTTPException(status_code=409, detail=voided)
-    return NodeRemovedAnswer(node=node, seq=recorded.seq)
+            return Refused(409, problem)
+    seq = await _write(gateway, NodeRemoved(node=node, reason=reason), principal)
+    return seq if isinstance(seq, Refused) else NodeRemovedAnswer(node=node, seq=seq)
 
 
 async def _known_node(
-    gateway: GatewayDep, session: SessionDep, node: str, principal: Principal
-) -> NodeRow:
+    gateway: Gateway, session: AsyncSession, node: str, principal: Principal
+) -> NodeRow | Refused:
     await gateway.catch_up(principal.name)
     row = await session.get(NodeRow, node)
     if row is None or row.state == REMOVED:
-        raise HTTPException(status_code=404, detail=f"node {node} not found")
+        return not_found(f"node {node}")
     return row
 
 

@@ -17,16 +17,17 @@ from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
 from gpuloom.decide.explain import Shared, explain, reason_text
-from gpuloom.events import JobCancelRequested, JobPlaced, MalformedEvent, decode, intents
+from gpuloom.events import JobPlaced, MalformedEvent, decode
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
-from gpuloom.state import FINAL_PHASES, PENDING_PHASES
+from gpuloom.state import PENDING_PHASES
 from gpuloom.state.retention import owner
 from gpuloom.store.models import JobRow
-from services.gateway.arrays import array_view
-from services.gateway.auth import PrincipalDep, accounts_of, forbidden
+from services.gateway.arrays import array_rows, array_view
+from services.gateway.auth import PrincipalDep, accounts_of, job_refusal
+from services.gateway.cancelling import cancel
 from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
-from services.gateway.publish import publish
+from services.gateway.refusals import answer
 from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
     CancelAccepted,
@@ -54,7 +55,7 @@ def to_job(row: JobRow, principal: Principal, accounts: Accounts) -> Job:
 
 def check_job(gateway: Gateway, principal: Principal, act: JobAct, user: str, account: str) -> None:
     """403 unless `principal` may `act` on a job of `user` under `account`."""
-    forbidden(job_problem(principal, act, user, account, accounts_of(gateway)))
+    answer(job_refusal(gateway, principal, act, user, account))
 
 
 async def load_job(
@@ -68,20 +69,9 @@ async def load_job(
 
 
 async def load_array(gateway: Gateway, session: SessionDep, array_id: str) -> list[JobRow]:
-    """The rows of an array's tasks, by index; [] if `array_id` is no array.
-
-    The task ids come from the folded state, not from a range or LIKE on the id
-    column: a PostgreSQL collation such as en_US does not sort `-` and `.` bytewise.
-    """
-    if gateway.read_model is None:
-        raise unavailable("the gateway has not read the log yet")
-    tasks = gateway.read_model.state.array_tasks(array_id)
-    if not tasks:
-        return []
-    rows = {
-        row.id: row for row in await session.scalars(select(JobRow).where(JobRow.id.in_(tasks)))
-    }
-    return [rows[task] for task in tasks if task in rows]
+    """The rows of an array's tasks, by index; [] if `array_id` is no array (503
+    before the gateway read the log: `arrays.array_rows`)."""
+    return answer(await array_rows(gateway, session, array_id))
 
 
 @router.get("", response_model=JobList)
@@ -170,27 +160,7 @@ async def cancel_job(
 
     With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
     """
-    await gateway.catch_up(principal.name)
-    row = await session.get(JobRow, job_id)
-    if row is None:
-        tasks = await load_array(gateway, session, job_id)
-        if not tasks:
-            raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-        check_job(gateway, principal, "cancel", tasks[0].user, tasks[0].account)
-        accounts = accounts_of(gateway)
-        state = array_view(job_id, [to_job(task, principal, accounts) for task in tasks]).state
-    else:
-        check_job(gateway, principal, "cancel", row.user, row.account)
-        state = row.state
-    if state in FINAL_PHASES:
-        raise HTTPException(status_code=409, detail=f"job {job_id} already {state}")
-    await publish(
-        gateway,
-        JobCancelRequested(job_id=job_id, requested_by=principal.name),
-        intents.cancel_requested(job_id),
-        principal=principal,
-    )
-    return CancelAccepted(id=job_id, state=state, cancel_requested=True)
+    return answer(await cancel(gateway, session, job_id, principal))
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})

@@ -3,17 +3,18 @@
 Anyone authenticated reads them (a user sees which classes they may use and the
 limits they are held to); only operators change them (events PriorityClassSet,
 PriorityClassDeleted, LimitsSet). Each write answers the policy as the log has it
-once the gateway folded its own write.
+once the gateway folded its own write; what refuses a write is returned
+(`refusals.Refused`, `Invalid`) and answered by its route.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field, ValidationError
 
+from gpuloom.auth import Principal
 from gpuloom.events import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.policies import MEMBERS_MAX, PRIORITY_MAX, PRIORITY_MIN
@@ -26,6 +27,7 @@ from gpuloom.state.tenancy import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
+from services.gateway.refusals import Invalid, Refused, answer
 from services.gateway.schemas import Problem
 
 router = APIRouter(tags=["policies"])
@@ -96,10 +98,16 @@ class LimitsList(BaseModel):
     defaults: dict[str, LimitsBody]
 
 
-def _state(gateway: Gateway) -> ClusterState:
+def _state(gateway: Gateway) -> ClusterState | Refused:
     if gateway.read_model is None:
-        raise HTTPException(status_code=503, detail="the gateway has not read the log yet")
+        return Refused(503, "the gateway has not read the log yet")
     return gateway.read_model.state
+
+
+async def _policies_after(gateway: Gateway, principal: Principal) -> ClusterState:
+    """The state once the caller's own writes are folded (503 before the log is read)."""
+    await gateway.catch_up(principal.name)
+    return answer(_state(gateway))
 
 
 def _class_view(known: FoldedClass, state: ClusterState) -> PriorityClassView:
@@ -125,8 +133,7 @@ def _class_list(state: ClusterState) -> PriorityClassList:
 @router.get("/v1/priority-classes", response_model=PriorityClassList)
 async def list_priority_classes(gateway: GatewayDep, principal: PrincipalDep) -> PriorityClassList:
     """Every priority class a job may name, and the default one."""
-    await gateway.catch_up(principal.name)
-    return _class_list(_state(gateway))
+    return _class_list(await _policies_after(gateway, principal))
 
 
 @router.put(
@@ -140,9 +147,8 @@ async def set_priority_class(
 ) -> PriorityClassList:
     """Define or redefine a priority class (event PriorityClassSet): operators only."""
     event = PriorityClassSet(name=name, **body.model_dump())
-    await publish(gateway, event, principal=principal)
-    await gateway.catch_up(principal.name)
-    return _class_list(_state(gateway))
+    answer(await publish(gateway, event, principal=principal))
+    return _class_list(await _policies_after(gateway, principal))
 
 
 @router.delete(
@@ -156,12 +162,20 @@ async def delete_priority_class(
 ) -> PriorityClassList:
     """Remove a priority class (event PriorityClassDeleted): operators only. Its jobs
     keep their priority; pending ones may no longer preempt."""
+    answer(await _delete_class(gateway, name, principal))
+    return _class_list(await _policies_after(gateway, principal))
+
+
+async def _delete_class(gateway: Gateway, name: str, principal: Principal) -> Refused | None:
+    """The command of DELETE /v1/priority-classes/{name}: None once written."""
     await gateway.catch_up(principal.name)
-    if name not in _state(gateway).priority_classes:
-        raise HTTPException(status_code=404, detail=f"priority class {name} not found")
-    await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
-    await gateway.catch_up(principal.name)
-    return _class_list(_state(gateway))
+    state = _state(gateway)
+    if isinstance(state, Refused):
+        return state
+    if name not in state.priority_classes:
+        return Refused(404, f"priority class {name} not found")
+    written = await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
+    return written if isinstance(written, Refused) else None
 
 
 def _limits_list(state: ClusterState) -> LimitsList:
@@ -187,8 +201,7 @@ def _limits_list(state: ClusterState) -> LimitsList:
 @router.get("/v1/limits", response_model=LimitsList)
 async def list_limits(gateway: GatewayDep, principal: PrincipalDep) -> LimitsList:
     """The limits operators set, and the defaults that hold where they set none."""
-    await gateway.catch_up(principal.name)
-    return _limits_list(_state(gateway))
+    return _limits_list(await _policies_after(gateway, principal))
 
 
 @router.put(
@@ -207,13 +220,15 @@ async def set_limits(
     """Set every limit of one user or account, of the defaults or of the cluster
     (event LimitsSet): operators only. A limit left out or null falls back to the
     default's, then the built-in one; all null removes the entry."""
+    event = answer(_limits_event(scope, name, body))
+    answer(await publish(gateway, event, principal=principal))
+    return _limits_list(await _policies_after(gateway, principal))
+
+
+def _limits_event(scope: Scope, name: str, body: LimitsBody) -> LimitsSet | Invalid:
+    """The LimitsSet of the request, or 422 naming the path's `name` (an account name
+    that is not one)."""
     try:
-        event = LimitsSet(scope=scope, name=name, **body.model_dump())
+        return LimitsSet(scope=scope, name=name, **body.model_dump())
     except ValidationError as exc:
-        reason = str(exc.errors()[0]["msg"])
-        raise RequestValidationError(
-            [{"loc": ("path", "name"), "msg": reason, "type": "value_error"}]
-        ) from exc
-    await publish(gateway, event, principal=principal)
-    await gateway.catch_up(principal.name)
-    return _limits_list(_state(gateway))
+        return Invalid.at(("path", "name"), str(exc.errors()[0]["msg"]))

@@ -7,7 +7,8 @@ envelope's `principal`). So fair share and quotas charge the token's user.
 
 The job's priority class and priority, and its user's and account's limits, are
 checked by `submit_policy` before the event is written (docs/security.md); what a
-submission checks and writes is `submitting`'s, shared with POST /v1/job-batches.
+submission checks and writes is `submitting`'s, shared with POST /v1/job-batches: the
+command (`submitting.submit`) returns its refusal, which this route answers.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header
 
-from gpuloom.events import intents
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
 from services.gateway.deps import GatewayDep
-from services.gateway.publish import publish
+from services.gateway.refusals import answer
 from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import check_submit_limits
-from services.gateway.submitting import accepted, checked_spec, submission_event, submitted_with
+from services.gateway.submitting import submit
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -48,13 +47,4 @@ async def submit_job(
     created, never a second one. An array is one JobArraySubmitted event: it is
     accepted whole or not at all, and its id shows and cancels every task.
     """
-    spec = checked_spec(request, gateway, principal)
-    if idempotency_key is not None:
-        existing = await submitted_with(gateway, idempotency_key, principal, spec.user)
-        if existing is not None:
-            return existing
-    await check_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
-    event = submission_event(spec, idempotency_key)
-    msg_id = intents.submitted(idempotency_key) if idempotency_key else None
-    recorded = await publish(gateway, event, msg_id, principal=principal)
-    return accepted(recorded.event, "submitted")
+    return answer(await submit(gateway, request, principal, idempotency_key))

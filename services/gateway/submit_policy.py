@@ -1,7 +1,7 @@
 """A submission's priority class, priority and limits, checked before it is published.
 
 The rules are pure (`gpuloom.queueing.classes`, `.limits`, `gpuloom.auth.policy`); this module
-reads the gateway's folded state and answers in HTTP: an unknown class, a class
+reads the gateway's folded state and refuses (`refusals.Refused`): an unknown class, a class
 the job's user and account may not use, a priority over the class's (but for an
 operator), or a submission over `max_submit_jobs` or `max_array_size` is 403 with
 the reason. An unknown class is 403, not 422, as in Kubernetes ("no PriorityClass
@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from fastapi import HTTPException
-
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import priority_problem
 from gpuloom.events import JobSpec
@@ -24,8 +22,8 @@ from gpuloom.queueing.classes import class_named, class_use_problem, classes, de
 from gpuloom.queueing.limits import active_counts, identities, submit_limit_problem
 from gpuloom.state import ClusterState
 from gpuloom.state.tenancy import CLUSTER_TOTAL
-from services.gateway.auth import forbidden
 from services.gateway.deps import Gateway
+from services.gateway.refusals import Refused, denied
 from services.gateway.requests import JobRequest
 
 log = logging.getLogger(__name__)
@@ -42,10 +40,10 @@ def _state(gateway: Gateway) -> ClusterState:
 
 def submission_class(
     request: JobRequest, user: str, principal: Principal, gateway: Gateway
-) -> tuple[int, str]:
+) -> tuple[int, str] | Refused:
     """The priority and the priority class to publish: the request's class (or the
     default one) and its priority (the class's when the request gives none), once the
-    caller may have them."""
+    caller may have them; else refused (403)."""
     state = _state(gateway)
     if request.priority_class is None:
         known = default_class(state)
@@ -54,11 +52,15 @@ def submission_class(
         if found is None:
             names = ", ".join(c.name for c in classes(state))
             reason = f"priority class {request.priority_class} does not exist (classes: {names})"
-            raise HTTPException(status_code=403, detail=reason)
+            return Refused(403, reason)
         known = found
-    forbidden(class_use_problem(known, user, request.account))
+    refused = denied(class_use_problem(known, user, request.account))
+    if refused is not None:
+        return refused
     priority = known.priority if request.priority is None else request.priority
-    forbidden(priority_problem(principal, priority, known.name, known.priority))
+    refused = denied(priority_problem(principal, priority, known.name, known.priority))
+    if refused is not None:
+        return refused
     if priority > known.priority:
         log.info(
             "operator %s set priority %d for a job of %s, over priority class %s's %d",
@@ -71,21 +73,21 @@ def submission_class(
     return priority, known.name
 
 
-async def check_submit_limits(gateway: Gateway, spec: JobSpec) -> None:
+async def over_submit_limits(gateway: Gateway, spec: JobSpec) -> Refused | None:
     """403 when the submission would pass a `max_submit_jobs` or `max_array_size` of
     its user, its account or the cluster (`gpuloom.queueing.limits`)."""
-    await _check(gateway, [spec], lambda number, problem: problem)
+    return await _over(gateway, [spec], lambda number, problem: problem)
 
 
-async def check_batch_limits(gateway: Gateway, specs: Sequence[JobSpec]) -> None:
-    """`check_submit_limits` of a batch, counted by its tasks: each job counts the
+async def over_batch_limits(gateway: Gateway, specs: Sequence[JobSpec]) -> Refused | None:
+    """`over_submit_limits` of a batch, counted by its tasks: each job counts the
     batch's jobs before it. 403 names the first job (`jobs[i]`) that would pass a limit."""
-    await _check(gateway, specs, lambda number, problem: f"jobs[{number}]: {problem}")
+    return await _over(gateway, specs, lambda number, problem: f"jobs[{number}]: {problem}")
 
 
-async def _check(
+async def _over(
     gateway: Gateway, specs: Sequence[JobSpec], say: Callable[[int, str], str]
-) -> None:
+) -> Refused | None:
     """Hold `specs` to the limits. The gateway first folds its own writes where an
     operator set a limit that applies; the built-in defaults it checks against what it
     has folded, so that submissions never wait for them (admission holds them exactly)."""
@@ -99,6 +101,7 @@ async def _check(
         adding = spec.array or 1
         problem = submit_limit_problem(state, spec.user, spec.account, adding, spec.array, counts)
         if problem is not None:
-            forbidden(say(number, problem))
+            return Refused(403, say(number, problem))
         for identity in identities(spec):
             counts[identity] += adding
+    return None

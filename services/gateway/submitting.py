@@ -1,39 +1,69 @@
 """Submitting a job: what POST /v1/jobs and POST /v1/job-batches both check before they
 write (the caller may submit it, a node could ever run it, its time limit and its
-environment), the event that submits it, and what a retry with the same
-Idempotency-Key finds.
+environment), the event that submits it, what a retry with the same
+Idempotency-Key finds, and the command of POST /v1/jobs as a whole (`submit`).
+
+Each check returns its refusal (`refusals.Refused`, `Invalid`) rather than raising
+it: the routes answer it (`refusals.answer`).
 """
 
 from __future__ import annotations
 
-from fastapi import HTTPException
-from fastapi.exceptions import RequestValidationError
-
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import submit_problem
 from gpuloom.decide.admission import resources_problem, time_limit_problem
-from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted
+from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.state.retention import final_phase, owner
-from services.gateway.auth import accounts_of, forbidden
+from services.gateway.auth import accounts_of
 from services.gateway.deps import Gateway
+from services.gateway.publish import publish
+from services.gateway.refusals import Invalid, Refusal, Refused, denied
 from services.gateway.requests import JobRequest
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import submission_class
+from services.gateway.submit_policy import over_submit_limits, submission_class
 
 
-def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec:
+async def submit(
+    gateway: Gateway, request: JobRequest, principal: Principal, key: str | None
+) -> Submitted | Refusal:
+    """POST /v1/jobs: the job (or job array) accepted once its event is acknowledged,
+    the job an earlier request with the same `key` created, or the refusal."""
+    spec = checked_spec(request, gateway, principal)
+    if isinstance(spec, Refused | Invalid):
+        return spec
+    if key is not None:
+        existing = await submitted_with(gateway, key, principal, spec.user)
+        if existing is not None:
+            return existing
+    over = await over_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
+    if over is not None:
+        return over
+    msg_id = intents.submitted(key) if key else None
+    recorded = await publish(gateway, submission_event(spec, key), msg_id, principal=principal)
+    if isinstance(recorded, Refused):
+        return recorded
+    return accepted(recorded.event, "submitted")
+
+
+def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec | Refusal:
     """The spec to publish for `request`, once the caller may submit it and some node
-    could ever run it: 403 or 422 otherwise (what both submission routes check)."""
+    could ever run it; else 403 or 422 (what both submission routes check)."""
     user = request.user or principal.name
-    forbidden(submit_problem(principal, user, request.account, accounts_of(gateway)))
-    priority, priority_class = submission_class(request, user, principal, gateway)
-    spec = job_spec(request, user, priority, priority_class)
-    _check_time_limit(spec, gateway.settings.max_time_limit_s)
-    _check_env(spec)
-    _check_feasible(gateway, spec)
-    return spec
+    refused = denied(submit_problem(principal, user, request.account, accounts_of(gateway)))
+    if refused is not None:
+        return refused
+    decided = submission_class(request, user, principal, gateway)
+    if isinstance(decided, Refused):
+        return decided
+    spec = job_spec(request, user, *decided)
+    invalid = (
+        _time_limit_problem(spec, gateway.settings.max_time_limit_s)
+        or _env_problem(spec)
+        or _infeasible(gateway, spec)
+    )
+    return invalid if invalid is not None else spec
 
 
 def job_spec(request: JobRequest, user: str, priority: int, priority_class: str) -> JobSpec:
@@ -73,16 +103,15 @@ def submission_event(spec: JobSpec, key: str | None) -> JobSubmitted | JobArrayS
     return JobSubmitted(job_id=new_event_id(), spec=spec, idempotency_key=key)
 
 
-def _check_time_limit(spec: JobSpec, maximum: int) -> None:
+def _time_limit_problem(spec: JobSpec, maximum: int) -> Invalid | None:
     """422 over the cluster's MaxTime (admission rejects such a job that got by)."""
     reason = time_limit_problem(spec, maximum or None)
-    if reason is not None:
-        raise RequestValidationError(
-            [{"loc": ("body", "time_limit_s"), "msg": reason, "type": "less_than_equal"}]
-        )
+    if reason is None:
+        return None
+    return Invalid.at(("body", "time_limit_s"), reason, "less_than_equal")
 
 
-def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
+def _infeasible(gateway: Gateway, spec: JobSpec) -> Invalid | None:
     """422 for a request no registered node could ever run (as sbatch refuses one at
     once), naming the field at fault; one that merely cannot run now is queued.
 
@@ -91,39 +120,37 @@ def _check_feasible(gateway: Gateway, spec: JobSpec) -> None:
     a moment later), admission alone judges (it rejects such a job with the reason)."""
     read_model = gateway.read_model
     if read_model is None or read_model.state.seq < gateway.start_seq or not read_model.state.nodes:
-        return
+        return None
     found = gateway.feasibility.answer(read_model.state, spec, resources_problem)
     if found is None:
-        return
+        return None
     field, why = found
     loc = ("body", field) if field is not None else ("body",)
-    message = f"no node could ever run this job: {why}"
-    raise RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
+    return Invalid.at(loc, f"no node could ever run this job: {why}")
 
 
-def _check_env(spec: JobSpec) -> None:
+def _env_problem(spec: JobSpec) -> Invalid | None:
     """422 naming each `env` variable the scheduler sets (`body.env.CUDA_VISIBLE_DEVICES`).
 
     Admission rejects such a job that got by; the contract itself still takes one
     (events already in a log must decode).
     """
-    errors = [
+    errors = tuple(
         {"loc": ("body", "env", name), "msg": f"{name} {reason}", "type": "value_error"}
         for name in sorted(spec.env)
         if (reason := reserved_env_reason(name)) is not None
-    ]
-    if errors:
-        raise RequestValidationError(errors)
+    )
+    return Invalid(errors) if errors else None
 
 
 async def submitted_with(
     gateway: Gateway, key: str, principal: Principal, user: str
-) -> Submitted | None:
+) -> Submitted | Refused | None:
     """What an earlier request with this idempotency key created, if the log has it.
 
     The log's de-duplication window catches a retry that races the first request;
     this catches one that comes after the window, from the folded state. A key that
-    made another user's job is not theirs to learn about (409).
+    made another user's job is not theirs to learn about (refused: 409).
     """
     await gateway.catch_up(principal.name)
     if gateway.read_model is None:
@@ -137,9 +164,7 @@ async def submitted_with(
     # tasks may have left at different times: the first one still known tells.
     owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
     if owned is not None and owned[0] != user and not principal.operator:
-        raise HTTPException(
-            status_code=409, detail="this Idempotency-Key was used by another user's job"
-        )
+        return Refused(409, "this Idempotency-Key was used by another user's job")
     if job_id in state.arrays:
         return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
     return Submitted(id=job_id, state=final_phase(state, job_id) or "submitted")

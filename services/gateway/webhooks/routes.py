@@ -44,6 +44,7 @@ from gpuloom.webhooks.transport import Refused, Unresolved, checked_address
 from services.gateway.auth import PrincipalDep, bearer
 from services.gateway.deps import Gateway, GatewayDep
 from services.gateway.publish import publish
+from services.gateway.refusals import answer
 from services.gateway.schemas import Problem
 
 router = APIRouter(tags=["webhooks"])
@@ -252,7 +253,7 @@ async def register(
         secret_sealed=load_sealer(gateway.settings).seal(secret, hook_id),
         description=body.description,
     )
-    await publish(gateway, event, principal=principal)
+    answer(await publish(gateway, event, principal=principal))
     await gateway.catch_up(principal.name)
     hook = _hooks(gateway).get(hook_id)
     if hook is None:
@@ -283,7 +284,7 @@ async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: Princi
     """Delete a webhook (event WebhookDeleted): nothing more is delivered."""
     await gateway.catch_up(principal.name)
     _mine(gateway, hook_id, principal)
-    await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal)
+    answer(await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal))
     await gateway.catch_up(principal.name)
     return Response(status_code=204)
 
@@ -313,7 +314,7 @@ async def renew(
             detail="renewing needs an operator token; without one the webhook sees what you see",
         )
     event = WebhookRenewed(webhook_id=hook_id, operator=True, operator_until=expiry)
-    await publish(gateway, event, principal=principal)
+    answer(await publish(gateway, event, principal=principal))
     await gateway.catch_up(principal.name)
     return _view(_mine(gateway, hook_id, principal))
 
