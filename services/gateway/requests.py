@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.jobs import check_gpu_request, checked_command
 from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import (
     INT32_MAX,
@@ -113,17 +114,9 @@ class JobRequest(BaseModel):
     @field_validator("command")
     @classmethod
     def _command_words_not_empty(cls, value: list[str]) -> list[str]:
-        if not value[0]:
-            raise ValueError("command[0] (the program) must not be empty")
-        return value
+        return checked_command(value)  # the event's rule: one implementation
 
     @model_validator(mode="after")
     def _consistent_gpu_request(self) -> JobRequest:
-        if self.gpu_milli is not None:
-            if self.gpus == 0:
-                raise ValueError("gpu_milli needs gpus >= 1 (the number of GPUs sliced)")
-            if self.pool == "physical":
-                raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
-        elif self.gpu_memory_mib is not None:
-            raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+        check_gpu_request(self.gpus, self.gpu_milli, self.gpu_memory_mib, self.pool)
         return self

@@ -30,6 +30,28 @@ class Dependency(BaseModel):
     when: Literal["succeeded", "finished"] = "succeeded"
 
 
+def checked_command(command: list[str]) -> list[str]:
+    """`command`, whose program (its first word) is not empty, or ValueError: the
+    event's rule, and the gateway's request model's too."""
+    if not command[0]:
+        raise ValueError("command[0] (the program) must not be empty")
+    return command
+
+
+def check_gpu_request(
+    gpus: int, gpu_milli: int | None, gpu_memory_mib: int | None, pool: str
+) -> None:
+    """ValueError unless the GPU request is consistent: a fraction slices at least one
+    GPU of the vgpu pool, and its memory is asked only with a fraction."""
+    if gpu_milli is not None:
+        if gpus == 0:
+            raise ValueError("gpu_milli needs gpus >= 1 (the number of GPUs sliced)")
+        if pool == "physical":
+            raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
+    elif gpu_memory_mib is not None:
+        raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+
+
 class JobSpec(BaseModel):
     """What a user submitted. Validated at the gateway; carried verbatim in JobSubmitted."""
 
@@ -77,19 +99,11 @@ class JobSpec(BaseModel):
     @field_validator("command")
     @classmethod
     def _command_words_not_empty(cls, value: list[str]) -> list[str]:
-        if not value[0]:
-            raise ValueError("command[0] (the program) must not be empty")
-        return value
+        return checked_command(value)
 
     @model_validator(mode="after")
     def _consistent_gpu_request(self) -> JobSpec:
-        if self.gpu_milli is not None:
-            if self.gpus == 0:
-                raise ValueError("gpu_milli needs gpus >= 1 (the number of GPUs sliced)")
-            if self.pool == "physical":
-                raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
-        elif self.gpu_memory_mib is not None:
-            raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+        check_gpu_request(self.gpus, self.gpu_milli, self.gpu_memory_mib, self.pool)
         return self
 
     @property
