@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts, JobAct, job_problem
+from gpuloom.auth.visibility import job_events_problem
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
 from gpuloom.decide.explain import Shared, explain, reason_text
@@ -24,7 +25,7 @@ from gpuloom.state import PENDING_PHASES
 from gpuloom.state.retention import owner
 from gpuloom.store.models import JobRow
 from services.gateway.arrays import array_rows, array_view
-from services.gateway.auth import PrincipalDep, accounts_of, job_refusal
+from services.gateway.auth import PrincipalDep, accounts_of, forbidden, job_refusal
 from services.gateway.cancelling import cancel
 from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
 from services.gateway.refusals import answer
@@ -222,10 +223,10 @@ async def job_events(
     if owned is None:  # ended longer ago than the fold remembers: the read model knows
         row = await session.get(JobRow, job_id)
         owned = (row.user, row.account) if row is not None else None
-    if owned is not None:
-        check_job(gateway, principal, "events", *owned)
-    elif not principal.operator:  # the fold voided it, or it is not folded yet
+    problem = job_events_problem(principal, owned, accounts_of(gateway))  # as the stream's
+    if problem is not None and owned is None:  # the fold voided it, or it is not folded yet
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+    forbidden(problem)
     try:
         messages = [m for subject in subjects for m in await bus.read_subject(subject)]
     except (BusError, TimeoutError) as exc:

@@ -38,7 +38,7 @@ from fastapi.sse import format_sse_event
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import Accounts
-from gpuloom.auth.visibility import Owners, StreamFilter, visible
+from gpuloom.auth.visibility import Owners, StreamFilter, needs_owner, visible
 from gpuloom.bus import EventBus, Incoming
 from gpuloom.events import Event, MalformedEvent, decode
 from gpuloom.events.cloud import to_cloudevent
@@ -189,7 +189,7 @@ async def event_stream(
     else:
         feed = Feed(bus, shared.hub, after, buffer=BUFFER, shared_buffer=SHARED_BUFFER,
                     slow_after_s=SLOW_AFTER_S)  # fmt: skip
-    needs_owner = not principal.operator or wanted.user is not None or wanted.account is not None
+    owner_needed = needs_owner(principal, wanted)
     kind = shared.kind_of((principal.name, frozenset(principal.roles), wanted))
     loop = asyncio.get_running_loop()
     last_write = 0.0
@@ -209,7 +209,7 @@ async def event_stream(
             verdict = made.verdicts.get(kind)
             if verdict is None:
                 owners.learn(made.event)
-                job_owner = await owners.of(made.event) if needs_owner else None
+                job_owner = await owners.of(made.event) if owner_needed else None
                 allowed = visible(principal, made.event, job_owner, accounts())
                 verdict = allowed and wanted.wants(made.event, job_owner)
                 made.verdicts[kind] = verdict

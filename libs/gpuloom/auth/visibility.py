@@ -6,6 +6,10 @@ of (their own, and those of accounts they coordinate), of the accounts they belo
 or coordinate, and of the cluster (nodes, pools, queue policy, priority classes,
 limits); audits and webhooks are for operators. Pure: the owners of jobs come from a
 fold and, for a job the fold forgot, from a lookup the caller gives.
+
+One implementation for every reader: the event stream (`visible`, `needs_owner`), the
+webhooks (`gpuloom.webhooks.policy.gets`) and the REST read of a job's events
+(`job_events_problem`, `GET /v1/jobs/{id}/events`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,17 @@ def _about_job(event: Event, job_id: str) -> bool:
     return isinstance(event, JobEvent) and event.job_id == job_id
 
 
+def job_events_problem(
+    principal: Principal, job_owner: Owner | None, accounts: Accounts
+) -> str | None:
+    """Why `principal` may not see the events of a job owned by `job_owner` (user,
+    account), if so: those of a job whose owner is unknown (never submitted, voided,
+    not folded yet) only an operator sees."""
+    if job_owner is None:
+        return None if principal.operator else "only an operator sees a job whose owner is unknown"
+    return job_problem(principal, "events", job_owner[0], job_owner[1], accounts)
+
+
 def visible(
     principal: Principal, event: Event, job_owner: Owner | None, accounts: Accounts
 ) -> bool:
@@ -69,15 +84,20 @@ def visible(
     if principal.operator:
         return True
     if isinstance(event, JobEvent):
-        return job_owner is not None and (
-            job_problem(principal, "events", job_owner[0], job_owner[1], accounts) is None
-        )
+        return job_events_problem(principal, job_owner, accounts) is None
     if event.AGGREGATE == "account":
         account = event.aggregate_id()
         return is_member(principal.name, account, accounts) or coordinates(
             principal, account, accounts
         )
     return event.AGGREGATE not in OPERATORS_ONLY
+
+
+def needs_owner(principal: Principal, wanted: StreamFilter) -> bool:
+    """Whether deciding `visible` and `wanted.wants` for `principal` needs the owner of
+    a job's events: an operator sees every event, so only a filter by user or account
+    asks (a reader skips the lookup otherwise)."""
+    return not principal.operator or wanted.user is not None or wanted.account is not None
 
 
 _SUBMISSIONS = (JobSubmitted, JobArraySubmitted)
