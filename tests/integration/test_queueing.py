@@ -23,7 +23,7 @@ from gpuloom.events import (
     JobStarted,
     UsageCharged,
 )
-from gpuloom.state import ClusterState, fold
+from gpuloom.state import fold
 from gpuloom.testing.cluster import Cluster, SimNode
 from gpuloom.testing.servers import nats_jetstream
 
@@ -171,7 +171,7 @@ def test_a_running_job_is_charged_periodically_and_the_parts_add_up(queue: Clust
         time.sleep(0.2)
     assert [c.part for c in mine] == list(range(len(mine))) and len(mine) >= 2
     assert all(c.period_end is not None for c in mine[:-1]) and mine[-1].period_end is None
-    run = fold(log, ClusterState(keep_history=True)).jobs[job_id].runs[0]  # charged: kept
+    run = fold(log, keep_history=True).jobs[job_id].runs[0]  # charged: kept
     # the parts add up to the run's GPU time (an interim charge that raced the end by a
     # few milliseconds may add that much; the final one then charges nothing)
     assert abs(sum(c.gpu_milli_seconds for c in mine) - run.gpu_milli_seconds()) <= 2000 * 0.05

@@ -31,11 +31,13 @@ from gpuloom.state.step import Step
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 
-def fold(events: Iterable[Recorded], state: ClusterState | None = None) -> ClusterState:
+def fold(
+    events: Iterable[Recorded], state: ClusterState | None = None, *, keep_history: bool = False
+) -> ClusterState:
     """Apply `events` in order to `state` (a fresh state when None) and return it."""
     current = state if state is not None else ClusterState()
     for recorded in events:
-        apply(current, recorded)
+        apply(current, recorded, keep_history=keep_history)
     return current
 
 
@@ -58,8 +60,13 @@ class Folded:
         return self.voided is None
 
 
-def apply(state: ClusterState, recorded: Recorded) -> Folded:
-    """Apply one recorded event. Invalid events are voided, never raised."""
+def apply(state: ClusterState, recorded: Recorded, *, keep_history: bool = False) -> Folded:
+    """Apply one recorded event. Invalid events are voided, never raised.
+
+    `keep_history`: keep every job, even final and charged (the semantics before
+    retention, `gpuloom.state.retention`): for a fold of a whole history that looks at
+    jobs long ended (`gpuloom.testing.cluster.check_log`), and tests that compare the
+    two. Every service forgets; the state's value does not say which a fold did."""
     state.seq = recorded.seq
     skewed: Voided | None = None
     step: Step | None = None
@@ -74,7 +81,7 @@ def apply(state: ClusterState, recorded: Recorded) -> Folded:
         if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
             recorded, skewed = _clamped(state, recorded, stored)
             at = recorded.envelope.at
-        step = Step.of(recorded)
+        step = Step.of(recorded, keep_history=keep_history)
         handler(state, recorded.event, step)
     except Invalid as why:
         return Folded(_void(state, recorded, str(why), fault=False), skewed, *_changed(step))

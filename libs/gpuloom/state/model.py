@@ -324,8 +324,6 @@ class ClusterState:
     #: Jobs forgotten so far, by final phase, and the placements they had (metrics' totals).
     forgotten_by_phase: dict[str, int] = field(default_factory=dict)
     forgotten_attempts: int = 0
-    #: Keep every job forever (the semantics before retention): for tests that compare.
-    keep_history: bool = False
     applied: int = 0
     voided: int = 0
     #: Of the voided events, those a fold rule failed on unexpectedly (`Voided.fault`).

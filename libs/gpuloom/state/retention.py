@@ -47,7 +47,7 @@ def retire_if_done(state: ClusterState, job: JobState, step: Step) -> None:
     (JobRejected, JobCancelled, JobFinished, UsageCharged, NodeLost), so a job
     leaves at a point the log defines, the same in every service.
     """
-    if state.keep_history or not job.is_final or job.job_id in state.uncharged:
+    if step.keep_history or not job.is_final or job.job_id in state.uncharged:
         return
     job_id, at = job.job_id, step.envelope.at
     del state.jobs[job_id]

@@ -21,10 +21,18 @@ class Step(Recorded):
 
     jobs: dict[str, None] = field(default_factory=dict)
     nodes: dict[str, None] = field(default_factory=dict)
+    #: The fold keeps every job, final and charged ones too (`apply`'s `keep_history`).
+    keep_history: bool = False
 
     @classmethod
-    def of(cls, recorded: Recorded) -> Step:
-        return cls(recorded.seq, recorded.envelope, recorded.event, recorded.stored_at)
+    def of(cls, recorded: Recorded, *, keep_history: bool = False) -> Step:
+        return cls(
+            recorded.seq,
+            recorded.envelope,
+            recorded.event,
+            recorded.stored_at,
+            keep_history=keep_history,
+        )
 
     def changed_job(self, job_id: str) -> None:
         self.jobs[job_id] = None

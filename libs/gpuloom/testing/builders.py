@@ -199,7 +199,7 @@ class LogBuilder:
         """A fresh fold of the first `upto` events (all when None); `keep_history`:
         jobs that ended stay in `jobs` (to look at their last state)."""
         records = self.records if upto is None else self.records[:upto]
-        return fold(records, ClusterState(keep_history=keep_history))
+        return fold(records, keep_history=keep_history)
 
     def __len__(self) -> int:
         return len(self.records)

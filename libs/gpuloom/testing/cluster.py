@@ -257,7 +257,7 @@ def simulated_cluster(
 
 def check_log(records: Sequence[Recorded]) -> LogCheck:
     # The whole history: a check looks at jobs that ended and were charged long ago.
-    state = ClusterState(keep_history=True)
+    state = ClusterState()
     voided: list[tuple[int, str]] = []
     finals: Counter[str] = Counter()
     max_allocated: dict[str, int] = {}
@@ -270,7 +270,7 @@ def check_log(records: Sequence[Recorded]) -> LogCheck:
             job = state.jobs.get(event.job_id)
             if job is not None and job.current_run() is not None:
                 job_before = (job.node or "", job.gpu_indexes, job.current_run())
-        apply(state, record)
+        apply(state, record, keep_history=True)
         if state.voided > before:
             voided.append((record.seq, state.recent_voided[-1].reason))
             continue

@@ -2,7 +2,7 @@
 (`gpuloom.state.retention`), and no decision changes for it.
 
 The property folds random logs twice, forgetting and keeping every job
-(`ClusterState(keep_history=True)`, the semantics before retention), and asks every
+(`fold(..., keep_history=True)`, the semantics before retention), and asks every
 pure decision (admission, queue, placement with best fit and with FGD's typical
 workload, accounting) at every position: the answers must be the same, and so must
 what the fold applied and voided.
@@ -121,10 +121,10 @@ def decisions(state: ClusterState) -> list[Any]:
 def compare_at_every_position(records: list[Recorded]) -> ClusterState:
     """Fold `records` forgetting and keeping history; assert the same decisions after
     every event; return the forgetting state."""
-    forgetting, keeping = ClusterState(), ClusterState(keep_history=True)
+    forgetting, keeping = ClusterState(), ClusterState()
     for record in records:
         apply(forgetting, record)
-        apply(keeping, record)
+        apply(keeping, record, keep_history=True)
         position = f"after seq {record.seq} ({record.envelope.type})"
         assert (forgetting.applied, forgetting.voided) == (keeping.applied, keeping.voided), (
             f"{position}: {forgetting.recent_voided[-1:]} / {keeping.recent_voided[-1:]}"
@@ -187,8 +187,8 @@ def test_the_comparison_catches_a_job_forgotten_before_it_is_charged(
 ) -> None:
     """Forgetting an uncharged job would lose its charge: the property sees it."""
 
-    def careless(state: ClusterState, job: JobState, at: Any) -> None:
-        if job.is_final and not state.keep_history:
+    def careless(state: ClusterState, job: JobState, step: Any) -> None:
+        if job.is_final and not step.keep_history:
             state.uncharged.discard(job.job_id)
             del state.jobs[job.job_id]
 
@@ -249,7 +249,7 @@ def test_a_late_event_about_a_forgotten_job_is_voided_and_changes_nothing(event:
     why = "already submitted" if isinstance(event, JobSubmitted) else "already succeeded"
     apply_expecting_void(state, recorded, f"job j1 {why}")
     check_invariants(state, len(log))
-    kept = fold(log.records, ClusterState(keep_history=True))
+    kept = fold(log.records, keep_history=True)
     assert kept.recent_voided[-1].seq == recorded.seq, "voided with history kept too"
 
 

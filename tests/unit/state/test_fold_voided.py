@@ -10,7 +10,7 @@ import pytest
 from fixtures.checks import apply_expecting_void, check_invariants
 
 from gpuloom.events import JobEvent, Recorded, make_envelope
-from gpuloom.state import ClusterState, apply, fold
+from gpuloom.state import apply, fold
 from gpuloom.state.model import VOIDED_KEPT
 from gpuloom.testing.builders import T0, LogBuilder, make_gpus
 
@@ -277,14 +277,14 @@ def test_invalid_event_is_voided_and_changes_nothing(
     """Voided the same with or without the jobs that ended: an event about a job the
     state forgot says so in its reason, and changes nothing either."""
     log = scene()
-    state = fold(log.records, ClusterState(keep_history=keep_history))
+    state = fold(log.records, keep_history=keep_history)
     recorded = make(log)
     event = recorded.event
     if isinstance(event, JobEvent) and event.job_id in state.tombstones:
         phase = state.tombstones[event.job_id].phase
         reason = f"job {event.job_id} already {phase} (ended and forgotten)"
     apply_expecting_void(state, recorded, reason)
-    check_invariants(state, len(log))
+    check_invariants(state, len(log), keep_history=keep_history)
 
 
 class JobTeleported(JobEvent):
