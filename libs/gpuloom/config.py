@@ -176,6 +176,9 @@ class Settings(BaseSettings):
     #: An agent of a real machine that finds no GPU serves it as a node without GPUs
     #: instead of refusing to start.
     agent_allow_no_gpu: bool = False
+    #: The node's place in the cluster's topology, tightest level first:
+    #: `nvlink=nvl-3,rack=r12,block=b2` (docs/topology.md); empty: none.
+    agent_topology: str = ""
     #: Ports a gang's replica 0 may be given for its rendezvous (MASTER_PORT), FIRST-LAST.
     agent_rendezvous_ports: str = Field(default="29500-29999", pattern=r"^\d{1,5}-\d{1,5}$")
     #: Jobs that name an image (docs/containers.md): `auto` runs them with podman where

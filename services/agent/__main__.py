@@ -280,12 +280,17 @@ def entrypoint(argv: list[str] | None = None) -> None:
         help="serve this machine even if it has no GPU (default: refuse to start)",
     )
     args = parser.parse_args(argv)
-    allow_no_gpu = args.allow_no_gpu or load_settings().agent_allow_no_gpu
+    settings = load_settings()
+    allow_no_gpu = args.allow_no_gpu or settings.agent_allow_no_gpu
     try:
         nodes = (
             load_inventory(args.inventory)
             if args.inventory
-            else [discover_local_node(args.node, allow_no_gpu=allow_no_gpu)]
+            else [
+                discover_local_node(
+                    args.node, allow_no_gpu=allow_no_gpu, topology=settings.agent_topology
+                )
+            ]
         )
         if not args.inventory and nvml_probe() is not None:
             # NVML answers: the memory watch enforces every slice's GPU memory

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuloom.events import GpuSpec, NodeSpec
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.inventory import parse_topology
 from gpuloom.events.units import MILLI_PER_CPU
 from services.agent.inventory_file import NAME_RULE, ServedNode
 
@@ -162,16 +163,23 @@ NO_GPU_HELP = (
 )
 
 
-def discover_local_node(name: str | None = None, *, allow_no_gpu: bool = False) -> ServedNode:
+def discover_local_node(
+    name: str | None = None, *, allow_no_gpu: bool = False, topology: str = ""
+) -> ServedNode:
     """The machine as one node: `name` (default: sanitised hostname) and its real GPUs.
 
     A machine where neither NVML nor nvidia-smi finds a GPU is refused (DiscoveryError)
     unless `allow_no_gpu`: an agent meant for a GPU node that registered with none would
     look ready and take no job. Without pynvml the GPUs come from nvidia-smi, and the
-    GPU memory watch is off: that is said as a warning."""
+    GPU memory watch is off: that is said as a warning. `topology`: the node's place
+    (`GPULOOM_AGENT_TOPOLOGY`, `parse_topology`); a bad one is a DiscoveryError."""
     node = sanitise_node_name(name if name is not None else socket.gethostname())
     if name is not None and node != name:
         raise DiscoveryError(f"invalid node name {name!r}: {NAME_RULE}")
+    try:
+        places = parse_topology(topology)
+    except ValueError as exc:
+        raise DiscoveryError(f"GPULOOM_AGENT_TOPOLOGY: {exc}") from None
     gpus = gpus_from_nvml()
     source = "NVML"
     if gpus is None:
@@ -189,5 +197,11 @@ def discover_local_node(name: str | None = None, *, allow_no_gpu: bool = False) 
     if not gpus:
         log.warning("node %s: no GPU found; serving it as a node without GPUs", node)
     log.info("node %s: %d GPU(s) found with %s", node, len(gpus), source)
-    spec = NodeSpec(gpus=gpus, cpu_milli=cpu_milli(), memory_mib=memory_mib(), simulated=False)
+    spec = NodeSpec(
+        gpus=gpus,
+        cpu_milli=cpu_milli(),
+        memory_mib=memory_mib(),
+        simulated=False,
+        topology=places,
+    )
     return ServedNode(node, spec)

@@ -7,6 +7,7 @@ nodes:
     cpu_milli: 64000          # optional
     memory_mib: 524288        # optional
     labels: {zone: a}         # optional
+    topology: {nvlink: nvl-1, rack: r1, block: b1}   # optional: tightest level first
     lends_remote_vgpu: false  # optional: serve vGPU slices to replicas on other nodes
   - name: node-b
     gpus:                     # or an explicit list
@@ -37,8 +38,9 @@ from pydantic import (
     field_validator,
 )
 
-from gpuloom.events import GpuSpec, NodeSpec
+from gpuloom.events import GpuSpec, NodeSpec, TopologyPlace
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.text import TopologyName
 
 NAME_RULE = "a node name is 1 to 63 letters, digits, '_' or '-', starting with a letter or digit"
 
@@ -104,6 +106,8 @@ class NodeEntry(_Model):
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
+    #: Level -> domain, tightest level first (the file's order).
+    topology: dict[TopologyName, TopologyName] = Field(default_factory=dict, max_length=8)
     lends_remote_vgpu: bool = False
 
     @field_validator("name")
@@ -207,6 +211,7 @@ def parse_inventory(text: str) -> list[ServedNode]:
                 cpu_milli=node.cpu_milli,
                 memory_mib=node.memory_mib,
                 labels=dict(node.labels),
+                topology=[TopologyPlace(level=k, domain=v) for k, v in node.topology.items()],
                 simulated=True,
                 lends_remote_vgpu=node.lends_remote_vgpu,
             ),

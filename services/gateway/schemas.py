@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class Submitted(BaseModel):
@@ -147,6 +147,19 @@ class Node(BaseModel):
     runtimes: list[str] | None = None
     #: Why an admin cordoned the node; null: it takes new work.
     cordoned: str | None = None
+    #: Its place in the cluster's topology, level -> domain, tightest level first
+    #: (`{"nvlink": "nvl-a", "rack": "r1", "block": "b1"}`); {} where it names none.
+    topology: dict[str, str] = {}
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _places_as_a_mapping(cls, value: Any) -> Any:
+        """The row keeps the places in order (a list); the answer is a mapping in order."""
+        if value is None:
+            return {}
+        if isinstance(value, list):
+            return {place["level"]: place["domain"] for place in value}
+        return value
 
 
 class NodeList(BaseModel):

@@ -15,8 +15,8 @@ from gpuloom.client.cli import app
 from gpuloom.testing.cluster import Cluster, SimNode, simulated_cluster
 
 NODES = {
-    "agent-a": [SimNode("node-a", "A100-80GB", 2)],
-    "agent-b": [SimNode("node-b", "A100-80GB", 1)],
+    "agent-a": [SimNode("node-a", "A100-80GB", 2, topology=(("nvlink", "nvl-a"), ("rack", "r1")))],
+    "agent-b": [SimNode("node-b", "A100-80GB", 1, topology=(("nvlink", "nvl-b"), ("rack", "r2")))],
 }
 
 
@@ -31,6 +31,14 @@ def gpuloom(cluster: Cluster, *args: str, roles: tuple[str, ...] = ()) -> tuple[
     env = {"GPULOOM_TOKEN": token, "GPULOOM_GATEWAY_URL": cluster.gateway_url}
     result = CliRunner().invoke(app, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
+
+
+def test_nodes_say_and_show_their_place_in_the_topology(habits: Cluster) -> None:
+    nodes = {n["name"]: n for n in habits.http.get("/v1/nodes").json()["nodes"]}
+    assert list(nodes["node-a"]["topology"].items()) == [("nvlink", "nvl-a"), ("rack", "r1")]
+    code, out, err = gpuloom(habits, "nodes")
+    assert code == 0, err
+    assert "TOPOLOGY (rack/nvlink)" in out and "r1/nvl-a" in out and "r2/nvl-b" in out, out
 
 
 def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:

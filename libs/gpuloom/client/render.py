@@ -212,9 +212,21 @@ def _node_state(node: Node) -> str:
     return "[green]ready[/green]"
 
 
+def topology_path(node: Node) -> tuple[str, ...]:
+    """The node's domains from the loosest level to the tightest (`b1`, `r1`, `nvl-a`)."""
+    return tuple(reversed(list((node.get("topology") or {}).values())))
+
+
 def nodes_table(nodes: Iterable[Node]) -> Table:
-    """One row per node (sorted by name), with its GPUs summed up by model."""
+    """One row per node, with its GPUs summed up by model, grouped by topology: sorted by
+    their domains from the loosest level down (then by name), a section per domain of
+    the loosest level, and the path in TOPOLOGY. Without topology: sorted by name."""
+    ordered = sorted(nodes, key=lambda n: (topology_path(n), n["name"]))
+    grouped = any(n.get("topology") for n in ordered)
     table = new_table()
+    if grouped:
+        levels = next(list(n["topology"]) for n in ordered if n.get("topology"))
+        table.add_column(f"TOPOLOGY ({'/'.join(reversed(levels))})", no_wrap=True)
     table.add_column("NODE", no_wrap=True)
     table.add_column("STATE")
     table.add_column("GPU MODELS")
@@ -224,7 +236,12 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
     table.add_column("CPU", justify="right")
     table.add_column("MEMORY", justify="right")
     table.add_column("RUNTIMES")
-    for node in sorted(nodes, key=lambda n: n["name"]):
+    last_top: str | None = None
+    for node in ordered:
+        path = topology_path(node)
+        if grouped and last_top is not None and path[:1] != (last_top,):
+            table.add_section()
+        last_top = path[0] if path else ""
         gpus = sorted(node["gpus"], key=lambda g: g["index"])
         models: dict[str, int] = {}
         for gpu in gpus:
@@ -233,7 +250,9 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
         free = [str(gpu["index"]) for gpu in gpus if not gpu["allocated"]]
         jobs = sorted({job for job in (gpu.get("job_id") for gpu in gpus) if job})
         name = node["name"] + (" (sim)" if node.get("simulated") else "")
+        where = ["/".join(path) or "-"] if grouped else []
         table.add_row(
+            *where,
             name,
             _node_state(node),
             ", ".join(f"{count} x {model}" for model, count in sorted(models.items())) or "-",

@@ -126,6 +126,8 @@ class Node(TypedDict, total=False):
     gpus: list[Gpu]
     cordoned: str | None
     runtimes: list[str] | None
+    #: level -> domain, tightest level first; {} where the node names none.
+    topology: dict[str, str]
 
 
 class NodeList(TypedDict):

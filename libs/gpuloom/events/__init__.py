@@ -33,6 +33,7 @@ from gpuloom.events.inventory import (
     NodeRemoved,
     NodeSpec,
     NodeUncordoned,
+    TopologyPlace,
 )
 from gpuloom.events.jobs import Dependency, JobSpec
 from gpuloom.events.placement import (
@@ -101,6 +102,7 @@ __all__ = [
     "ReplicaAssignment",
     "SharesSet",
     "SliceRef",
+    "TopologyPlace",
     "UsageCharged",
     "WebhookDeleted",
     "WebhookDisabled",

@@ -6,10 +6,18 @@ from functools import cached_property
 from typing import ClassVar, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuloom.events.base import NodeEvent
-from gpuloom.events.text import INT32_MAX, LabelKey, LabelValue, ModelName, Remark, UserName
+from gpuloom.events.text import (
+    INT32_MAX,
+    LabelKey,
+    LabelValue,
+    ModelName,
+    Remark,
+    TopologyName,
+    UserName,
+)
 
 
 class GpuSpec(BaseModel):
@@ -24,6 +32,37 @@ class GpuSpec(BaseModel):
     memory_mib: int = Field(ge=0, le=INT32_MAX)
     #: `physical`: allocated whole to one job; `vgpu`: sliced (milli-GPU and memory).
     pool: Literal["physical", "vgpu"] = "physical"
+
+
+class TopologyPlace(BaseModel):
+    """Where a node stands at one level of the cluster's topology: its domain there."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: TopologyName
+    domain: TopologyName
+
+
+#: Levels a node may name (Slurm's topology/tree is rarely deeper than three or four).
+TOPOLOGY_LEVELS_MOST = 8
+
+
+def parse_topology(text: str) -> list[TopologyPlace]:
+    """`nvlink=nvl-3,rack=r12,block=b2` (tightest level first) as a node's places; an
+    empty text, none. ValueError naming the bad part otherwise (pydantic's, for a name)."""
+    places = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        level, equals, domain = part.partition("=")
+        if not equals:
+            raise ValueError(f"{part!r} is not LEVEL=DOMAIN")
+        places.append(TopologyPlace(level=level.strip(), domain=domain.strip()))
+    if len({p.level for p in places}) != len(places):
+        raise ValueError(f"a level is named twice in {text!r}")
+    if len(places) > TOPOLOGY_LEVELS_MOST:
+        raise ValueError(f"at most {TOPOLOGY_LEVELS_MOST} levels")
+    return places
 
 
 class NodeSpec(BaseModel):
@@ -43,6 +82,22 @@ class NodeSpec(BaseModel):
     isolation: Literal["enforced", "advisory"] = "advisory"
     #: Container runtimes the agent found (podman), which run jobs that name an image.
     runtimes: list[Literal["podman"]] = Field(default_factory=list, max_length=8)
+    #: Its place in the cluster's topology, tightest level first (an NVLink domain,
+    #: then a rack, then a block: the order the cluster's configuration gives); empty:
+    #: the node names none (docs/topology.md).
+    topology: list[TopologyPlace] = Field(default_factory=list, max_length=TOPOLOGY_LEVELS_MOST)
+
+    @field_validator("topology")
+    @classmethod
+    def _levels_once(cls, value: list[TopologyPlace]) -> list[TopologyPlace]:
+        levels = [place.level for place in value]
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"a level is named twice: {levels}")
+        return value
+
+    def domain(self, level: str) -> str | None:
+        """The node's domain at `level`, or None when it names no such level."""
+        return next((p.domain for p in self.topology if p.level == level), None)
 
     @cached_property
     def fingerprint(self) -> bytes:

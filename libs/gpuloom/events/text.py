@@ -218,6 +218,11 @@ ModelName = Annotated[str, Field(min_length=1, max_length=100), _pattern(WORD_PA
 #: A node label or selector key and value (Kubernetes allows 253 for keys).
 LabelKey = Annotated[str, Field(min_length=1, max_length=253), _pattern(WORD_PATTERN), _NO_BLANK]
 LabelValue = Annotated[str, Field(max_length=253), _pattern(PRINTABLE_PATTERN), _PRINTABLE]
+#: A topology level (`nvlink`, `rack`, `block`) or a domain of one (`r12`): shown in
+#: pending reasons and grouped by, so a short word.
+TopologyName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+]
 #: Free text an operator writes (a cordon reason, a description).
 Remark = Annotated[str, Field(max_length=500), _pattern(PRINTABLE_PATTERN), _PRINTABLE]
 #: One word of a command line or an environment value (at most EXEC_WORD_BYTES in UTF-8).

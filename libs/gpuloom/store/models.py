@@ -138,6 +138,9 @@ class NodeRow(Base):
     runtimes: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     #: Why an admin cordoned the node (NodeCordoned); None: it takes new work.
     cordoned: Mapped[str | None] = mapped_column(String(500), nullable=True, default=None)
+    #: [{"level", "domain"}], tightest level first (`NodeSpec.topology`); None in rows
+    #: from before topology.
+    topology: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class UsageChargeRow(Base):

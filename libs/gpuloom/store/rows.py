@@ -73,6 +73,7 @@ def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
         "state": node.phase,
         "simulated": node.spec.simulated,
         "labels": dict(sorted(node.spec.labels.items())),
+        "topology": [place.model_dump() for place in node.spec.topology],
         "cpu_milli": node.spec.cpu_milli,
         "memory_mib": node.spec.memory_mib,
         "gpus": [

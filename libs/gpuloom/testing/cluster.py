@@ -42,6 +42,8 @@ class SimNode:
     pool: str = "physical"
     lends_remote_vgpu: bool = False
     labels: tuple[tuple[str, str], ...] = ()
+    #: (level, domain), tightest level first.
+    topology: tuple[tuple[str, str], ...] = ()
 
 
 #: The operator whose token the cluster's own client carries.
@@ -63,11 +65,12 @@ def write_inventory(path: Path, nodes: Sequence[SimNode]) -> Path:
                 },
                 "lends_remote_vgpu": n.lends_remote_vgpu,
                 "labels": dict(n.labels),
+                "topology": dict(n.topology),
             }
             for n in nodes
         ]
     }
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))  # topology: tightest level first
     return path
 
 

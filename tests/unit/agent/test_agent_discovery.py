@@ -73,3 +73,18 @@ def test_this_machine_is_one_real_node() -> None:
     assert node.name == "here"
     assert not node.spec.simulated
     assert node.spec.cpu_milli >= 1000
+
+
+def test_a_real_node_takes_its_place_in_the_topology_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(discovery, "gpus_from_nvml", lambda: None)
+    monkeypatch.setattr(discovery, "gpus_from_nvidia_smi", lambda: None)
+    node = discover_local_node("here", allow_no_gpu=True, topology="nvlink=nvl-3, rack=r12")
+    assert [(p.level, p.domain) for p in node.spec.topology] == [
+        ("nvlink", "nvl-3"),
+        ("rack", "r12"),
+    ]
+    for bad in ("rack", "rack=r1,rack=r2", "rack=r 1"):
+        with pytest.raises(DiscoveryError, match="GPULOOM_AGENT_TOPOLOGY"):
+            discover_local_node("here", allow_no_gpu=True, topology=bad)

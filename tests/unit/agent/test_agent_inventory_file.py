@@ -102,3 +102,30 @@ def test_load_names_the_file(tmp_path: Path) -> None:
         load_inventory(bad)
     with pytest.raises(InventoryError, match="cannot read"):
         load_inventory(tmp_path / "missing.yaml")
+
+
+def test_a_node_names_its_place_in_the_topology_tightest_level_first() -> None:
+    [node] = parse_inventory(
+        "nodes:\n  - name: n1\n    topology: {nvlink: nvl-1, rack: r1, block: b1}\n"
+    )
+    assert [(p.level, p.domain) for p in node.spec.topology] == [
+        ("nvlink", "nvl-1"),
+        ("rack", "r1"),
+        ("block", "b1"),
+    ]
+    assert node.spec.domain("rack") == "r1" and node.spec.domain("zone") is None
+
+
+def test_a_bad_topology_name_is_refused_naming_the_field() -> None:
+    with pytest.raises(InventoryError, match=r"topology"):
+        parse_inventory("nodes:\n  - name: n1\n    topology: {rack: 'r 1'}\n")
+
+
+def test_the_dev_inventories_put_their_nodes_in_two_domains_of_each_level() -> None:
+    """`make run`'s nodes, so that a newcomer sees the topology (docs/topology.md)."""
+    root = Path(__file__).resolve().parents[3] / "deploy" / "inventory"
+    nodes = [n for path in sorted(root.glob("*.yaml")) for n in load_inventory(path)]
+    levels = {p.level for n in nodes for p in n.spec.topology}
+    assert levels == {"nvlink", "rack", "block"}
+    for level in levels:
+        assert len({n.spec.domain(level) for n in nodes}) >= 2, level
