@@ -30,6 +30,7 @@ from gpuloom.events.text import (
     LabelKey,
     LabelValue,
     ModelName,
+    TopologyName,
     UserName,
 )
 
@@ -79,6 +80,16 @@ class Dependency(BaseModel):
     when: Literal["succeeded", "finished"] = "succeeded"
 
 
+class TopologyRequest(BaseModel):
+    """Keep the replicas inside one domain of `level` (`required`), or in as few domains
+    as placement can, the tightest level first (`preferred`): docs/topology.md."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: TopologyName
+    mode: Literal["required", "preferred"] = "required"
+
+
 class JobRequest(BaseModel):
     """A job as submitted: a JobSpec whose `user` may be left out (the token's user),
     and whose `priority_class` and `priority` may be too (the default class, and its
@@ -110,6 +121,9 @@ class JobRequest(BaseModel):
     time_limit_s: int | None = Field(default=None, gt=0, le=INT32_MAX)
     env: dict[EnvName, ExecWord] = Field(default_factory=dict, max_length=1024)
     image: ImageRef | None = None
+    #: Keep the replicas inside one domain of a topology level (`required`), or in as
+    #: few as placement can (`preferred`): docs/topology.md.
+    topology: TopologyRequest | None = None
 
     @field_validator("command")
     @classmethod

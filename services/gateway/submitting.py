@@ -14,6 +14,7 @@ from gpuloom.auth.policy import submit_problem
 from gpuloom.decide.admission import resources_problem, time_limit_problem
 from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
 from gpuloom.events.codec import new_event_id
+from gpuloom.events.jobs import TopologyRequest
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.state.retention import final_phase, owner
 from services.gateway.auth import accounts_of
@@ -93,6 +94,11 @@ def job_spec(request: JobRequest, user: str, priority: int, priority_class: str)
         time_limit_s=request.time_limit_s,
         env=dict(request.env),
         image=request.image,
+        topology=(
+            TopologyRequest(level=request.topology.level, mode=request.topology.mode)
+            if request.topology is not None
+            else None
+        ),
     )
 
 

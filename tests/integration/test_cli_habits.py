@@ -15,7 +15,15 @@ from gpuloom.client.cli import app
 from gpuloom.testing.cluster import Cluster, SimNode, simulated_cluster
 
 NODES = {
-    "agent-a": [SimNode("node-a", "A100-80GB", 2, topology=(("nvlink", "nvl-a"), ("rack", "r1")))],
+    "agent-a": [
+        SimNode(
+            "node-a",
+            "A100-80GB",
+            2,
+            labels=(("zone", "a"),),
+            topology=(("nvlink", "nvl-a"), ("rack", "r1")),
+        )
+    ],
     "agent-b": [SimNode("node-b", "A100-80GB", 1, topology=(("nvlink", "nvl-b"), ("rack", "r2")))],
 }
 
@@ -39,6 +47,38 @@ def test_nodes_say_and_show_their_place_in_the_topology(habits: Cluster) -> None
     code, out, err = gpuloom(habits, "nodes")
     assert code == 0, err
     assert "TOPOLOGY (rack/nvlink)" in out and "r1/nvl-a" in out and "r2/nvl-b" in out, out
+
+
+def test_a_required_rack_gang_waits_on_split_room_then_starts_inside_one_rack(
+    habits: Cluster,
+) -> None:
+    """node-a (2 GPUs) is rack r1, node-b (1 GPU) rack r2: with one GPU of node-a busy,
+    two GPUs are free, one per rack, and a gang that must be inside one rack waits,
+    saying so; once node-a is free again it starts there."""
+    busy = habits.submit(gpus=1, command=["sleep", "120"], node_selector={"zone": "a"})
+    habits.wait_state([busy], "running")
+    code, out, err = gpuloom(
+        habits, "submit", "--account", "research", "--gpus", "1", "--replicas", "2",
+        "--topology", "rack", "--", "sleep", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    gang = out.strip()
+    deadline = time.monotonic() + 20
+    while "Topology" not in str((job := habits.job(gang)).get("reason")):
+        assert time.monotonic() < deadline, {k: job.get(k) for k in ("state", "reason")}
+        time.sleep(0.2)
+    assert job["state"] == "queued"
+    assert "no rack has 2 free GPU(s) for it: r1 has 1, r2 has 1" in job["reason"], job
+    assert habits.http.delete(f"/v1/jobs/{busy}").status_code == 202
+    done = habits.wait_final([gang], timeout=90)
+    assert done[gang]["state"] == "succeeded", done[gang]
+    hosts = {r["host"] for r in habits.job(gang)["placement"]}
+    assert hosts == {"node-a"}, hosts
+
+    code, _, err = gpuloom(
+        habits, "submit", "--account", "research", "--topology", "block", "--", "true"
+    )
+    assert code != 0 and "topology.level" in err and "nvlink, rack" in err, err
 
 
 def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:

@@ -148,6 +148,21 @@ def submit(
         str | None,
         typer.Option(help="Run the command in this container image (podman on the node)."),
     ] = None,
+    topology: Annotated[
+        str | None,
+        typer.Option(
+            "--topology",
+            help="Every replica inside one domain of this topology level (a rack, an NVLink "
+            "domain), or wait: gpuloom nodes shows the levels.",
+        ),
+    ] = None,
+    topology_preferred: Annotated[
+        str | None,
+        typer.Option(
+            "--topology-preferred",
+            help="Inside one domain of this level if one fits, else in as few as can.",
+        ),
+    ] = None,
     array: Annotated[
         int | None,
         typer.Option(min=1, help="A job array of N tasks, each with GPULOOM_ARRAY_INDEX 0..N-1."),
@@ -171,6 +186,15 @@ def submit(
     state = ctx.ensure_object(CliState)
     job_env = parse_env(env or [])
     job_name = name or PurePath(command[0]).name or command[0]
+    if topology and topology_preferred:
+        raise typer.BadParameter("give --topology or --topology-preferred, not both")
+    wanted = (
+        {"level": topology, "mode": "required"}
+        if topology
+        else {"level": topology_preferred, "mode": "preferred"}
+        if topology_preferred
+        else None
+    )
     with gateway(ctx) as client:
         answer = client.submit(
             name=job_name,
@@ -197,6 +221,7 @@ def submit(
                 "preemptible": preemptible or None,
                 "array": array,
                 "depends_on": parse_dependency(dependency) if dependency else None,
+                "topology": wanted,
             },
         )
         typer.echo(answer["id"])

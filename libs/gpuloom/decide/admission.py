@@ -5,10 +5,11 @@ from __future__ import annotations
 from gpuloom.decide.turns import in_turns
 from gpuloom.events import Decision, JobAdmitted, JobRejected, JobSpec
 from gpuloom.events.text import reserved_env_reason
-from gpuloom.placement.engine import Context, NodeIndex, place
+from gpuloom.placement.engine import Context, NodeIndex
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import BestFit
 from gpuloom.placement.resources import host_fits
+from gpuloom.placement.topology import place, topology_shortfall
 from gpuloom.queueing.classes import class_problem
 from gpuloom.queueing.limits import SubmitTally
 from gpuloom.state import ClusterState
@@ -51,6 +52,13 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
         return None, NO_NODE
     if spec.image is not None and not any(node.spec.runtimes for node in nodes):
         return "image", "no node has a container runtime (podman) to run an image"
+    if spec.topology is not None:
+        levels = sorted({place.level for node in nodes for place in node.spec.topology})
+        if spec.topology.level not in levels:
+            return "topology.level", (
+                f"no node names a {spec.topology.level!r} level "
+                f"(levels in the cluster: {', '.join(levels) or 'none'}; docs/topology.md)"
+            )
     if spec.gpus == 0:
         idle = node_views(state, idle=True, include_lost=True)
         if any(host_fits(request_of(spec), view) for view in idle):
@@ -70,8 +78,15 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
             f"no GPU is in the {pool} pool"
         )
     views = node_views(state, idle=True, include_lost=True)
-    if place(request_of(spec), NodeIndex(views), BestFit(), Context()) is not None:
+    index = NodeIndex(views)
+    if place(request_of(spec), index, BestFit(), Context()) is not None:
         return None
+    if spec.topology is not None and spec.topology.mode == "required":
+        level = spec.topology.level
+        return "topology", (
+            f"even idle, {topology_shortfall(request_of(spec), index, level)}"
+            f" (it must be inside one {level})"
+        )
     what = f"{' or '.join(wanted)} GPUs" if wanted else "GPUs"
     if spec.gpu_milli is not None:
         what = f"slices of {spec.gpu_milli} milli-GPU on distinct {what}"

@@ -164,7 +164,7 @@ def explain(
     ahead = order[: (position or 1) - 1][:AHEAD_SHOWN]
     reserved = shared.reservation(job_id)
     estimate: datetime | None = None
-    if reserved is not None and reason in ("Resources", "Reservation"):
+    if reserved is not None and reason in ("Resources", "Topology", "Reservation"):
         start = reserved.start_at
         when = f"at {from_ms(start).isoformat()}" if start is not None else None
         if reserved.job_id == job_id:
@@ -176,7 +176,7 @@ def explain(
     if reason == "Priority" and waiting is not None:
         said = "" if "ahead in the queue" in detail else f"; {detail}"
         detail = f"{len(ahead)} job(s) ahead in the queue{said}"
-    if reason == "Resources" and estimate is None:
+    if reason in ("Resources", "Topology") and estimate is None:
         estimate = earliest_start(state, job, policy or BestFit())
     found = Explanation(
         job_id, job.phase, reason, detail, position, ahead, _verdicts(state, job), estimate

@@ -16,6 +16,7 @@ from gpuloom.events.text import (
     LabelKey,
     LabelValue,
     ModelName,
+    TopologyName,
     UserName,
 )
 from gpuloom.events.units import MILLI_PER_GPU
@@ -50,6 +51,17 @@ def check_gpu_request(
             raise ValueError("a fraction (gpu_milli) comes from the vgpu pool, not physical")
     elif gpu_memory_mib is not None:
         raise ValueError("gpu_memory_mib applies to a fraction: set gpu_milli too")
+
+
+class TopologyRequest(BaseModel):
+    """Where a job's replicas must (`required`) or should (`preferred`) be: inside one
+    domain of `level` (a rack, an NVLink domain), as Kueue's required and preferred
+    topology; a preferred job goes to the fewest domains, the tightest level first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: TopologyName
+    mode: Literal["required", "preferred"] = "required"
 
 
 class JobSpec(BaseModel):
@@ -95,6 +107,9 @@ class JobSpec(BaseModel):
     #: An OCI image to run the command in (docs/containers.md): only nodes with a
     #: container runtime (`NodeSpec.runtimes`) take the job. None: a plain process.
     image: ImageRef | None = None
+    #: Keep the replicas close together (docs/topology.md): inside one domain of a
+    #: level, or in as few domains as placement can. None: anywhere.
+    topology: TopologyRequest | None = None
 
     @field_validator("command")
     @classmethod

@@ -5,7 +5,7 @@ simulator (`gpuloom sim`).
 """
 
 from gpuloom.placement.cycle import placement_cycle
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place
+from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.policies import (
@@ -20,6 +20,7 @@ from gpuloom.placement.policies import (
 )
 from gpuloom.placement.registry import PolicyRegistry, default_registry
 from gpuloom.placement.resources import GpuView, NodeView, Placement, Request
+from gpuloom.placement.topology import place
 
 __all__ = [
     "FGD",

@@ -29,6 +29,7 @@ from gpuloom.placement.resources import (
     give_back,
     give_back_host,
     host_fits,
+    in_domain,
     serving_gpus,
     take,
     take_host,
@@ -333,7 +334,7 @@ def _place_with_remote(
             key=lambda g: (g.milli_free, g.index),
         )
         for n in everyone
-        if n.lends_remote_vgpu
+        if n.lends_remote_vgpu and in_domain(request, n)
     }
     total_lendable = sum(len(gpus) for gpus in lendable.values())
     viable: list[tuple[NodeView, list[GpuView]]] = []

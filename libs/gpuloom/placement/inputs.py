@@ -83,6 +83,7 @@ def node_view(node: NodeState, rank: int, *, idle: bool = False) -> NodeView:
         labels=dict(spec.labels),
         lends_remote_vgpu=spec.lends_remote_vgpu,
         runtimes=tuple(spec.runtimes),
+        topology={place.level: place.domain for place in spec.topology},
     )
 
 
@@ -99,6 +100,7 @@ def request_of(spec: JobSpec) -> Request:
         node_selector=tuple(sorted(spec.node_selector.items())),
         replicas=spec.replicas,
         container=spec.image is not None,
+        topology=(spec.topology.level, spec.topology.mode) if spec.topology else None,
     )
 
 

@@ -15,6 +15,8 @@ Reason codes (Slurm's where one exists):
   does not fit either);
 - `Reservation`: a node has room now, but it would run past the start of the job that
   holds the reservation, on what that job reserved;
+- `Topology`: it must be inside one domain of a topology level, and no domain has room
+  for all of it now (the detail says what each domain has);
 - `Priority`: jobs ahead come first: the pass stopped before it (backfill off, or its
   depth or limit reached).
 """
@@ -30,7 +32,9 @@ from gpuloom.placement.reservation import Reservation
 from gpuloom.placement.resources import Placement
 
 PreemptReason = Literal["priority", "reclaim"]
-WaitCode = Literal["QuotaExceeded", "AssocGrpGRES", "Resources", "Reservation", "Priority"]
+WaitCode = Literal[
+    "QuotaExceeded", "AssocGrpGRES", "Resources", "Topology", "Reservation", "Priority"
+]
 
 
 @dataclass(frozen=True, slots=True)

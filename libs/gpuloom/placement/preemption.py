@@ -21,10 +21,11 @@ from itertools import combinations
 
 from gpuloom.events.accounts import GPU_MILLI
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
+from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.holdings import Holding, hold_all, release_all, scratch
 from gpuloom.placement.outcomes import PreemptReason
 from gpuloom.placement.resources import Request, fits_locally
+from gpuloom.placement.topology import place
 from gpuloom.queueing.quota import QuotaBook
 
 #: How many victim sets the exhaustive search may try per node before it falls back.

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
+from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.holdings import HeldSum, Holding, release_all, scratch
 from gpuloom.placement.resources import Placement, ReplicaPlacement, fits_locally
+from gpuloom.placement.topology import place
 
 
 @dataclass(frozen=True, slots=True)

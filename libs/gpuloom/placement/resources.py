@@ -64,6 +64,8 @@ class NodeView:
     lends_remote_vgpu: bool = False
     #: Container runtimes the node's agent found (`NodeSpec.runtimes`).
     runtimes: tuple[str, ...] = ()
+    #: Its place in the topology: level -> domain, tightest level first.
+    topology: Mapping[str, str] = field(default_factory=dict)
     #: Memo of `fragmentation.node_state`; whatever changes the view calls `forget`.
     cached_state: tuple[object, ...] | None = field(default=None, compare=False)
     #: Memo of `gpu_signature`, cleared with `cached_state`.
@@ -99,6 +101,7 @@ class NodeView:
             tuple(sorted(self.labels.items())),
             self.lends_remote_vgpu,
             self.runtimes,
+            tuple(self.topology.items()),
         )
 
     @property
@@ -126,6 +129,12 @@ class Request:
     replicas: int = 1
     #: The job names an image: its host must have a container runtime.
     container: bool = False
+    #: (level, mode): all replicas inside one domain of `level` ("required"), or in as
+    #: few as it can, the tightest level first ("preferred") (`placement.topology`).
+    topology: tuple[str, Literal["required", "preferred"]] | None = None
+    #: (level, domain): only the nodes of that domain (what `placement.topology` asks
+    #: the engine for each domain it tries).
+    within: tuple[str, str] | None = None
 
     @property
     def fractional(self) -> bool:
@@ -157,6 +166,8 @@ class Request:
             self.locality,
             self.node_selector,
             self.container,
+            self.topology,
+            self.within,
         )
 
 
@@ -208,10 +219,17 @@ def gpu_serves(request: Request, gpu: GpuView) -> bool:
     )  # fmt: skip
 
 
+def in_domain(request: Request, node: NodeView) -> bool:
+    """The node is in the domain the request is kept within (any, when none)."""
+    within = request.within
+    return within is None or node.topology.get(within[0]) == within[1]
+
+
 def host_fits(request: Request, node: NodeView) -> bool:
     """CPU, memory, node selector and a container runtime for an image: what a replica's
-    host must have, GPUs aside. The fold's rule (`gpuloom.state.feasibility`)."""
-    return (
+    host must have, GPUs aside. The fold's rule (`gpuloom.state.feasibility`); and the
+    domain the request is kept within, if any."""
+    return in_domain(request, node) and (
         host_refusal(
             request.cpu_milli,
             request.memory_mib,

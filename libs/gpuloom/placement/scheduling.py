@@ -39,6 +39,7 @@ from gpuloom.placement.outcomes import (
     Placed,
     Preempted,
     Reserved,
+    WaitCode,
     Waiting,
     wait_code,
 )
@@ -52,6 +53,7 @@ from gpuloom.placement.reservation import (
     try_place,
 )
 from gpuloom.placement.resources import Placement, Request
+from gpuloom.placement.topology import topology_shortfall
 from gpuloom.queueing.quota import QuotaBook
 
 Backfill = Literal["easy", "off"]
@@ -285,7 +287,15 @@ class SchedulingPass:
                     f"it would delay {self.reservation.job_id}, which holds the reservation;"
                     " a time limit that ends before its start lets it backfill",
                 )
-        return Waiting(job_id, "Resources", "no node has room for it now")
+        return Waiting(job_id, *self._no_room(candidate))
+
+    def _no_room(self, candidate: Candidate) -> tuple[WaitCode, str]:
+        """Why a job that fits nowhere now waits: `Topology`, naming what each domain has,
+        when it must be inside one domain; `Resources` otherwise."""
+        ask = candidate.request.topology
+        if ask is not None and ask[1] == "required":
+            return "Topology", topology_shortfall(candidate.request, self.index, ask[0])
+        return "Resources", "no node has room for it now"
 
     def _preempt_for(self, candidate: Candidate, decision: Context) -> None:
         """The first blocked job alone may preempt; one whose class may not (its
@@ -322,19 +332,19 @@ class SchedulingPass:
                 candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
                 unbounded, released,
             )  # fmt: skip
-        detail = "no node has room for it now"
+        code, detail = self._no_room(candidate)
         stopping = self.outcomes[-1] if self.outcomes else None
         if isinstance(stopping, Preempted) and stopping.candidate.job_id == candidate.job_id:
             detail += f"; {len(stopping.victims)} job(s) are being stopped for it"
         elif candidate.awaiting_victims:
             detail += "; the jobs stopped for it have not ended yet"
         if found is None:
-            return Waiting(candidate.job_id, "Resources", detail)
+            return Waiting(candidate.job_id, code, detail)
         self.reservation, self.protection = found
         if self.reservation != self.current:
             self.outcomes.append(Reserved(self.reservation, self.position))
             self.position += 1
-        return Waiting(candidate.job_id, "Resources", f"{detail}; it holds the reservation")
+        return Waiting(candidate.job_id, code, f"{detail}; it holds the reservation")
 
     def _held(self) -> list[Holding]:
         """What runs, with what this pass placed (never a victim, `NEW_ORDER`)."""

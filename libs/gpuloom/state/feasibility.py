@@ -82,3 +82,15 @@ def host_refusal(
     if memory_free_mib is not None and memory_free_mib < memory_mib:
         return "has not enough free memory"
     return None
+
+
+def topology_refusal(level: str, domains: Mapping[str, str | None]) -> str | None:
+    """A job that must be inside one domain of `level`: every node it uses (node name ->
+    its domain at `level`, None where it names none) is in the same one."""
+    outside = sorted(node for node, domain in domains.items() if domain is None)
+    if outside:
+        return f"node(s) {', '.join(outside)} name no {level}"
+    found = sorted(set(domains.values()), key=str)
+    if len(found) > 1:
+        return f"its nodes span {len(found)} {level} domains ({', '.join(map(str, found))})"
+    return None

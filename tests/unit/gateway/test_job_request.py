@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from gpuloom.events import Dependency, JobSpec
+from gpuloom.events.jobs import TopologyRequest
 from services.gateway import requests
 from services.gateway.requests import DECIDED, LEFT_OUT, JobRequest
 from services.gateway.submitting import job_spec
@@ -40,6 +41,7 @@ EVERY_FIELD: dict[str, Any] = {
     "time_limit_s": 600,
     "env": {"SEED": "1"},
     "image": "ghcr.io/acme/train:1",
+    "topology": {"level": "rack", "mode": "preferred"},
 }
 
 
@@ -73,6 +75,7 @@ def _same_fields(
 def test_every_event_field_is_carried_or_left_out_on_purpose() -> None:
     _same_fields(JobRequest, JobSpec, LEFT_OUT)
     _same_fields(requests.Dependency, Dependency, frozenset())
+    _same_fields(requests.TopologyRequest, TopologyRequest, frozenset())
     assert set(JobRequest.model_fields) >= DECIDED
     assert set(EVERY_FIELD) == set(JobRequest.model_fields)
 
@@ -80,7 +83,7 @@ def test_every_event_field_is_carried_or_left_out_on_purpose() -> None:
 def test_a_carried_field_accepts_what_the_event_accepts() -> None:
     for name, field in JobRequest.model_fields.items():
         event = JobSpec.model_fields[name]
-        if name == "depends_on":
+        if name in ("depends_on", "topology"):  # a model of its own on each side
             assert repr(field.metadata) == repr(event.metadata)
         elif name in DECIDED:  # optional here: the gateway fills it in
             assert field.default is None, name
@@ -89,6 +92,8 @@ def test_a_carried_field_accepts_what_the_event_accepts() -> None:
             assert _shape(field) == _shape(event), name
     for name, field in requests.Dependency.model_fields.items():
         assert _shape(field) == _shape(Dependency.model_fields[name]), name
+    for name, field in requests.TopologyRequest.model_fields.items():
+        assert _shape(field) == _shape(TopologyRequest.model_fields[name]), name
 
 
 def test_job_spec_copies_every_field_and_sets_the_decided_ones() -> None:

@@ -17,7 +17,13 @@ from gpuloom.events import (
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
-from gpuloom.state.feasibility import HELD, gpu_kind_refusal, gpu_room_refusal, host_refusal
+from gpuloom.state.feasibility import (
+    HELD,
+    gpu_kind_refusal,
+    gpu_room_refusal,
+    host_refusal,
+    topology_refusal,
+)
 from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
 from gpuloom.state.retention import known
@@ -193,6 +199,14 @@ def assignment_problem(
                 return f"replica {number}: {where} is held by {holder}"
             if refused is not None:
                 return f"replica {number}: {where} {refused}"
+    ask = spec.topology
+    if ask is not None and ask.mode == "required":
+        used = {r.host for r in replicas} | {p.node for r in replicas for p in r.slices}
+        refused = topology_refusal(
+            ask.level, {name: state.nodes[name].spec.domain(ask.level) for name in used}
+        )
+        if refused is not None:
+            return f"topology required inside one {ask.level}: {refused}"
     return None
 
 
