@@ -34,10 +34,10 @@ from services.gateway import (
 )
 from services.gateway.apidocs import add_api_docs, add_openapi
 from services.gateway.auth import authenticate, make_verifier
-from services.gateway.deps import Gateway
 from services.gateway.freshness import Freshness
 from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics, serve_scrapes
+from services.gateway.parts import Gateway
 from services.gateway.problems import add_problem_handlers
 from services.gateway.readmodel import ReadModel
 from services.gateway.routes_deadletters import router as dead_letters_router

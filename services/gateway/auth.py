@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gpuloom.auth import OPERATOR, Principal, TokenError, TokenVerifier, ensure_secret, read_secret
 from gpuloom.auth.policy import Accounts, JobAct, job_problem, operator_only
 from gpuloom.config import Settings
-from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.deps import GatewayDep
 from services.gateway.refusals import Refused, answer, denied
 
 log = logging.getLogger(__name__)
@@ -122,13 +122,9 @@ def operator(what: str) -> Callable[[Principal], Awaitable[None]]:
     return check
 
 
-def accounts_of(gateway: Gateway) -> Accounts:
-    """The account tree the gateway has folded (empty before it read the log)."""
-    return gateway.read_model.state.accounts if gateway.read_model is not None else {}
-
-
 def job_refusal(
-    gateway: Gateway, principal: Principal, act: JobAct, user: str, account: str
+    accounts: Accounts, principal: Principal, act: JobAct, user: str, account: str
 ) -> Refused | None:
-    """403 unless `principal` may `act` on a job of `user` under `account`."""
-    return denied(job_problem(principal, act, user, account, accounts_of(gateway)))
+    """403 unless `principal` may `act` on a job of `user` under `account`, in the
+    account tree `accounts` (`Reads.accounts`)."""
+    return denied(job_problem(principal, act, user, account, accounts))

@@ -9,39 +9,29 @@ node agent (a running one) does the rest.
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from gpuloom.auth import Principal
 from gpuloom.events import JobCancelRequested, intents
 from gpuloom.state import FINAL_PHASES
-from gpuloom.store.models import JobRow
-from services.gateway.arrays import array_rows, array_state
 from services.gateway.auth import job_refusal
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
-from services.gateway.refusals import Refused, not_found
+from services.gateway.reads import Reads
+from services.gateway.refusals import Refused
 from services.gateway.schemas import CancelAccepted
 
 
 async def cancel(
-    gateway: Gateway, session: AsyncSession, job_id: str, principal: Principal
+    gateway: Gateway, reads: Reads, job_id: str, principal: Principal
 ) -> CancelAccepted | Refused:
     """Ask for the cancellation of `job_id` once the caller's own writes are read:
     refused 404 (no such job), 403 (not the caller's to cancel), 409 (it ended), or
     as the log refuses the write (503, 413)."""
-    await gateway.catch_up(principal.name)
-    row = await session.get(JobRow, job_id)
-    if row is None:
-        tasks = await array_rows(gateway, session, job_id)
-        if isinstance(tasks, Refused):
-            return tasks
-        if not tasks:
-            return not_found(f"job {job_id}")
-        user, account = tasks[0].user, tasks[0].account
-        state = array_state([task.state for task in tasks])
-    else:
-        user, account, state = row.user, row.account, row.state
-    refused = job_refusal(gateway, principal, "cancel", user, account)
+    await reads.catch_up(principal.name)
+    standing = await reads.jobs.standing(job_id)
+    if isinstance(standing, Refused):
+        return standing
+    user, account, state = standing.user, standing.account, standing.state
+    refused = job_refusal(reads.accounts(), principal, "cancel", user, account)
     if refused is not None:
         return refused
     if state in FINAL_PHASES:

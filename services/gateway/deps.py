@@ -1,122 +1,17 @@
-"""What the routes depend on: the bus (None while NATS is away), SQL sessions, the read
-model (the gateway's fold and how far the SQL rows reach)."""
+"""What the routes depend on, built from the app's state (`app.state.gateway`, the
+`parts.Gateway`): the gateway itself, and the read facade (`services.gateway.reads`)
+through which every read of the fold and the SQL rows goes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuloom.auth import TokenVerifier
-from gpuloom.bus import EventBus
-from gpuloom.config import Settings
-from gpuloom.events import JobSpec
 from gpuloom.events.base import SUBJECT_TOKEN
-from gpuloom.placement.inputs import request_of
-from gpuloom.state import ClusterState
 from services.gateway import refusals
-from services.gateway.readiness import Readiness
-from services.gateway.readmodel import ReadModel
-from services.gateway.stream import Streams
-from services.gateway.stream_budget import StreamBudget
-
-
-@dataclass
-class Gateway:
-    settings: Settings
-    sessions: async_sessionmaker[Any]
-    bus: EventBus | None = None
-    read_model: ReadModel | None = None
-    #: Checks bearer tokens; None: authentication is off (every request an operator).
-    verifier: TokenVerifier | None = None
-    #: The last sequence this gateway wrote for each caller (read-your-writes).
-    writes: WriteMarks = field(default_factory=lambda: WriteMarks())
-    #: The log's last sequence when the gateway connected: until the projection has
-    #: written that far, its answers are stale (`services.gateway.freshness`).
-    start_seq: int = 0
-    #: What the streams of `GET /v1/events` share: each event decoded once, the hub.
-    streams: Streams = field(default_factory=Streams)
-    #: How many streams and replays each user and everyone may hold (`create_app` sets it).
-    stream_budget: StreamBudget = field(default_factory=StreamBudget)
-    #: `resources_problem`'s answers by request shape, while the nodes stay the same.
-    feasibility: Feasibility = field(default_factory=lambda: Feasibility())
-    #: /readyz's lag samples (`services.gateway.readiness`), from the settings.
-    readiness: Readiness = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.readiness = Readiness(self.settings.ready_max_lag, self.settings.ready_grace_s)
-
-    def live_bus(self) -> EventBus:
-        """The bus, or 503 with Retry-After while NATS cannot be reached."""
-        return refusals.answer(self.connected_bus())
-
-    def connected_bus(self) -> EventBus | refusals.Refused:
-        """The bus, or the refusal (503 with Retry-After) while NATS cannot be reached."""
-        if self.bus is None or not self.bus.connected:
-            return refusals.unavailable("the event log (NATS) is unreachable; retry shortly")
-        return self.bus
-
-    async def catch_up(self, caller: str) -> bool:
-        """Let the read model include `caller`'s own writes through this gateway (a
-        bounded wait): not everyone's, so another user's burst is never waited for.
-        False: the wait ran out (the answer may miss the caller's latest write)."""
-        seq = self.writes.last(caller)
-        read_model = self.read_model
-        if read_model is None or not seq:
-            return True
-        reached = await read_model.wait_for(seq, self.settings.read_your_writes_timeout_s)
-        self.writes.reached(caller, min(read_model.written_seq, read_model.state.seq))
-        return reached
-
-    async def fold_own_writes(self) -> None:
-        """Let the gateway's fold include every write of this gateway, anyone's (an
-        operator's new limit holds for the next submission): a bounded wait."""
-        if self.read_model is not None and self.writes.latest:
-            await self.read_model.wait_folded(
-                self.writes.latest, self.settings.read_your_writes_timeout_s
-            )
-
-    async def voided_reason(self, seq: int) -> str | None:
-        """Why the log voided the event at `seq` (once the gateway's fold has it), or None."""
-        if self.read_model is None:
-            return None
-        await self.read_model.wait_folded(seq, self.settings.read_your_writes_timeout_s)
-        for voided in self.read_model.state.recent_voided:
-            if voided.seq == seq:
-                return voided.reason
-        return None
-
-
-class WriteMarks:
-    """The last sequence written for each caller, for read-your-writes. A caller is
-    forgotten once a read of theirs finds their writes in the read model; past `MOST`
-    callers, the oldest marks are dropped (those callers' reads may then miss their
-    latest write for as long as the read model lags, never more)."""
-
-    MOST = 10_000
-
-    def __init__(self) -> None:
-        self._last: dict[str, int] = {}
-        #: The last sequence written for anyone.
-        self.latest = 0
-
-    def wrote(self, caller: str, seq: int) -> None:
-        previous = self._last.pop(caller, 0)  # re-inserted last: the dict is oldest first
-        self._last[caller] = max(seq, previous)
-        self.latest = max(self.latest, seq)
-        while len(self._last) > self.MOST:
-            del self._last[next(iter(self._last))]
-
-    def last(self, caller: str) -> int:
-        return self._last.get(caller, 0)
-
-    def reached(self, caller: str, seq: int) -> None:
-        """The read model includes `caller`'s writes if they are at or below `seq`."""
-        if self._last.get(caller, seq + 1) <= seq:
-            del self._last[caller]
+from services.gateway.parts import Gateway
+from services.gateway.reads import Reads
 
 
 def unavailable(detail: str) -> HTTPException:
@@ -130,13 +25,18 @@ async def get_gateway(request: Request) -> Gateway:
     return gateway
 
 
-async def get_session(gateway: Annotated[Gateway, Depends(get_gateway)]) -> Any:
-    async with gateway.sessions() as session:
-        yield session
+async def get_reads(request: Request) -> Reads:
+    """The read facade of the app's gateway (a few small objects, made per request)."""
+    return Reads(request.app.state.gateway)
 
 
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+ReadsDep = Annotated[Reads, Depends(get_reads)]
+
+#: The dependencies that reach the gateway's state: a route that takes one of them may
+#: answer 503 (NATS, or the gateway's read of the log, is not there yet), which its
+#: OpenAPI operation documents (`problems.add_problems`).
+STATEFUL: frozenset[Any] = frozenset({get_gateway, get_reads})
 
 #: Ids in paths become NATS subject tokens (`gpuloom.evt.job.<id>.*`) or keys of the
 #: log: a `*`, `>` or `.` would widen a subject to other jobs' events, so each is
@@ -146,33 +46,3 @@ JobId = Annotated[
 ]
 NodeName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="a node name")]
 AccountName = Annotated[str, Path(pattern=SUBJECT_TOKEN.pattern, description="an account")]
-
-
-Refusal = tuple[str | None, str] | None
-
-
-class Feasibility:
-    """`resources_problem`'s answers, remembered by request shape (`request_of`) for as
-    long as the nodes are the same: their names, specs and GPU pools are all it reads
-    of the state, so the same shape on the same nodes gets the same answer. Building
-    views of every node and placing on them cost a third of a submission's CPU."""
-
-    MOST = 1024  #: shapes remembered at once (a burst of distinct shapes starts over)
-
-    def __init__(self) -> None:
-        self._nodes: object = None
-        self._answers: dict[object, Refusal] = {}
-
-    def answer(
-        self, state: ClusterState, spec: JobSpec, judge: Callable[[ClusterState, JobSpec], Refusal]
-    ) -> Refusal:
-        nodes = tuple(
-            (name, node.spec.fingerprint, tuple(gpu.pool for _, gpu in sorted(node.gpus.items())))
-            for name, node in sorted(state.nodes.items())
-        )
-        if nodes != self._nodes or len(self._answers) >= self.MOST:
-            self._nodes, self._answers = nodes, {}
-        shape = request_of(spec)
-        if shape not in self._answers:
-            self._answers[shape] = judge(state, spec)
-        return self._answers[shape]

@@ -18,39 +18,22 @@ learned at connection and then from each delivery and each /readyz or /metrics p
 
 from __future__ import annotations
 
-from typing import Literal
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
+from services.gateway.reads import Reads
 
 LAG_HEADER = "gpuloom-projection-lag"
 STALE_HEADER = "gpuloom-stale"
 
-Staleness = Literal["starting", "lagging", "unavailable"]
-
-
-def staleness(gateway: Gateway) -> tuple[int | None, Staleness | None]:
-    """The read model's lag (None: unknown) and why its answers are stale, if they are."""
-    read_model = gateway.read_model
-    if read_model is None:
-        return None, "unavailable"
-    lag = read_model.lag
-    # both halves of the read model: the SQL rows (`written_seq`, which starts at the
-    # checkpoint of an earlier run) and the folded state (which replays from the log)
-    if min(read_model.written_seq, read_model.state.seq) < gateway.start_seq:
-        return lag, "starting"
-    if lag > gateway.settings.ready_max_lag:
-        return lag, "lagging"
-    return lag, None
-
 
 class Freshness:
-    """ASGI middleware: the freshness headers on every answer to a GET under /v1/."""
+    """ASGI middleware: the freshness headers on every answer to a GET under /v1/
+    (`ProgressReads.staleness`)."""
 
     def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
         self.app = app
-        self.gateway = gateway
+        self.reads = Reads(gateway)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -63,7 +46,7 @@ class Freshness:
 
         async def send_with_freshness(message: Message) -> None:
             if message["type"] == "http.response.start":
-                lag, stale = staleness(self.gateway)
+                lag, stale = self.reads.progress.staleness()
                 headers = list(message.get("headers", []))
                 if lag is not None:
                     headers.append((LAG_HEADER.encode(), str(lag).encode()))

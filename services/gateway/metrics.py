@@ -1,5 +1,5 @@
 """GET /metrics: the process's Prometheus metrics plus gauges of the cluster, computed
-at scrape time from the state the gateway has folded.
+at scrape time from the state the gateway has folded (`reads.gauges`).
 
 The route answers at exactly /metrics (a mounted ASGI app answers 307 to /metrics/,
 which some scrapers do not follow). It is async on purpose: the collector then reads
@@ -15,123 +15,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, get_args
+from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from gpuloom.bus.errors import BusError
 from gpuloom.bus.messages import StreamFigures
-from gpuloom.events.units import MILLI_PER_GPU
-from gpuloom.state import ClusterState
-from gpuloom.state.model import JobPhase
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
+from services.gateway.reads import Reads
 
 log = logging.getLogger(__name__)
 
-#: The window of `gpuloom_placements_last_minute`.
-RECENT = timedelta(seconds=60)
 #: How long a scrape waits for the stream's last sequence before it uses the last known.
 STREAM_SEQ_TIMEOUT_S = 1.0
 
 
-def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
-    """The cluster's gauges in `state`; `now` bounds the last minute of placements.
-
-    Capacity and allocation count the GPUs of nodes that are not lost (cordoned ones
-    included), by pool and model: a GPU is allocated when anything holds it, and its
-    milli-GPU allocated are what its holders hold (1000 for a whole GPU)."""
-    jobs = GaugeMetricFamily("gpuloom_jobs", "Jobs by state", labels=["state"])
-    by_phase: Counter[str] = Counter(job.phase for job in state.jobs.values())
-    by_phase.update(state.forgotten_by_phase)  # ended jobs the state no longer holds
-    for phase in get_args(JobPhase):
-        jobs.add_metric([phase], by_phase[phase])
-    queue = GaugeMetricFamily(
-        "gpuloom_queue_length", "Jobs queued, waiting for placement", value=len(state.queued)
-    )
-
-    nodes = GaugeMetricFamily("gpuloom_nodes", "Nodes by state", labels=["state"])
-    node_states = Counter(
-        "lost" if n.phase == "lost" else "cordoned" if n.cordoned else "ready"
-        for n in state.nodes.values()
-    )
-    for node_state in ("ready", "cordoned", "lost"):
-        nodes.add_metric([node_state], node_states[node_state])
-
-    pools = ["pool", "model"]
-    gpus = GaugeMetricFamily("gpuloom_gpus", "GPUs of nodes not lost", labels=pools)
-    gpus_held = GaugeMetricFamily(
-        "gpuloom_gpus_allocated", "GPUs something holds (whole or a slice)", labels=pools
-    )
-    milli = GaugeMetricFamily(
-        "gpuloom_gpu_milli", "Milli-GPU of nodes not lost (1000 per GPU)", labels=pools
-    )
-    milli_held = GaugeMetricFamily(
-        "gpuloom_gpu_milli_allocated", "Milli-GPU held by jobs", labels=pools
-    )
-    count: Counter[tuple[str, str]] = Counter()
-    held: Counter[tuple[str, str]] = Counter()
-    milli_used: Counter[tuple[str, str]] = Counter()
-    for node in state.nodes.values():
-        if node.phase == "lost":
-            continue
-        for gpu in node.gpus.values():
-            key = (gpu.pool, gpu.model)
-            count[key] += 1
-            held[key] += not gpu.idle
-            milli_used[key] += gpu.milli_used
-    for key in sorted(count):
-        gpus.add_metric(list(key), count[key])
-        gpus_held.add_metric(list(key), held[key])
-        milli.add_metric(list(key), MILLI_PER_GPU * count[key])
-        milli_held.add_metric(list(key), milli_used[key])
-
-    placements = CounterMetricFamily(
-        "gpuloom_placements",
-        "Placement decisions folded (JobPlaced): rate() is decisions per second",
-        value=state.forgotten_attempts + sum(job.attempt for job in state.jobs.values()),
-    )
-    recent = GaugeMetricFamily(
-        "gpuloom_placements_last_minute",
-        "Jobs whose last placement was made in the last 60 s, ended ones included",
-        value=placed_since(state, now - RECENT),
-    )
-    return [jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent]
-
-
-def placed_since(state: ClusterState, since: datetime) -> int:
-    """Jobs whose last placement was made at `since` or later: the live ones, and those
-    that ended and left the state since then (the newest end of `retired`: a job ends
-    after it is placed, so no older entry can have been placed since)."""
-    live = sum(1 for job in state.jobs.values() if job.placed_at and job.placed_at >= since)
-    gone: set[str] = set()
-    for left, job_id in reversed(state.retired):
-        if left < since:
-            break
-        tombstone = state.tombstones.get(job_id)
-        if tombstone is not None and tombstone.placed_at and tombstone.placed_at >= since:
-            gone.add(job_id)
-    return live + len(gone)
-
-
 class ClusterCollector(Collector):
-    """`cluster_metrics` of the gateway's projection; nothing until it has one."""
+    """The cluster's gauges of the gateway's fold (`reads.gauges`); nothing until it
+    has read the log."""
 
-    def __init__(self, gateway: Gateway, clock: Callable[[], datetime]) -> None:
-        self.gateway = gateway
+    def __init__(self, reads: Reads, clock: Callable[[], datetime]) -> None:
+        self.reads = reads
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        read_model = self.gateway.read_model
-        if read_model is not None:
-            yield from cluster_metrics(read_model.state, self.clock())
+        yield from self.reads.gauges.cluster(self.clock)
 
 
 class StreamCollector(Collector):
@@ -162,14 +77,15 @@ class StreamCollector(Collector):
         )
 
 
-async def refresh_stream_seq(gateway: Gateway, stream: StreamCollector | None = None) -> None:
+async def refresh_stream_seq(
+    gateway: Gateway, reads: Reads, stream: StreamCollector | None = None
+) -> None:
     """Ask the stream for its last sequence (the lag's reference) and, with `stream`,
     its size; on failure the figures stay the ones known, and the scrape still answers."""
-    read_model = gateway.read_model
-    if read_model is None or gateway.bus is None or not gateway.bus.connected:
-        return
     try:
-        await asyncio.wait_for(read_model.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
+        lag = await asyncio.wait_for(reads.progress.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
+        if lag is None or gateway.bus is None:  # no read model yet, or no connection
+            return
         if stream is not None:
             stream.figures = await asyncio.wait_for(
                 gateway.bus.stream_figures(), STREAM_SEQ_TIMEOUT_S
@@ -195,13 +111,14 @@ def add_metrics(
     return the scrape itself (for `serve_scrapes` on a port of its own).
 
     `dependencies`: what guards it (authentication, unless metrics are public)."""
+    reads = Reads(gateway)
     cluster = CollectorRegistry()
-    cluster.register(ClusterCollector(gateway, clock))
+    cluster.register(ClusterCollector(reads, clock))
     stream = StreamCollector()
     cluster.register(stream)
 
     async def scrape() -> bytes:
-        await refresh_stream_seq(gateway, stream)
+        await refresh_stream_seq(gateway, reads, stream)
         return exposition([REGISTRY, cluster])
 
     @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))

@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
 from services.gateway.auth import authenticate
-from services.gateway.deps import get_gateway, get_session
+from services.gateway.deps import STATEFUL
 from services.gateway.schemas import Problem, ValidationProblem
 
 MEDIA_TYPE = "application/problem+json"
@@ -208,7 +208,5 @@ def _depends_on(dependant: Dependant, found: Callable[[Any], bool]) -> bool:
 def _reads_gateway(dependant: Dependant) -> bool:
     """Whether the route itself (not only its token check) reads the gateway's state."""
     return any(
-        sub.call in (get_gateway, get_session)
-        for sub in dependant.dependencies
-        if sub.call is not authenticate
+        sub.call in STATEFUL for sub in dependant.dependencies if sub.call is not authenticate
     )

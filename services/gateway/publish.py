@@ -12,7 +12,7 @@ from gpuloom.bus import EventBus, Outgoing
 from gpuloom.bus.errors import BusError
 from gpuloom.events import Event, Recorded, decode, encode, make_envelope, subject_for
 from gpuloom.telemetry import inject
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
 from services.gateway.refusals import Refused, unavailable
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,12 @@ from gpuloom.events import (
 from gpuloom.events.accounts import GPU_MILLI, QUOTA_MAX, RESOURCE
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
-from gpuloom.state import ClusterState
 from gpuloom.state.tenancy import AccountState
-from services.gateway.auth import PrincipalDep, accounts_of
-from services.gateway.deps import AccountName, Gateway, GatewayDep
+from services.gateway.auth import PrincipalDep
+from services.gateway.deps import AccountName, GatewayDep, ReadsDep
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
+from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, answer, denied, not_found
 
 router = APIRouter(prefix="/v1/accounts", tags=["accounts"])
@@ -89,12 +90,6 @@ class AccountList(BaseModel):
     accounts: list[Account]
 
 
-def _state(gateway: Gateway) -> ClusterState | Refused:
-    if gateway.read_model is None:
-        return Refused(503, "the gateway has not read the log yet")
-    return gateway.read_model.state
-
-
 def _quotas(account: AccountState) -> list[QuotaBody]:
     return [
         QuotaBody(resource=resource, nominal=nominal, borrowing_limit=limit, cap=cap)
@@ -116,33 +111,35 @@ def _view(account: AccountState) -> Account:
     )
 
 
-async def _require(gateway: Gateway, name: str, principal: Principal) -> Refused | None:
+async def _require(reads: Reads, name: str, principal: Principal) -> Refused | None:
     """404 unless the account exists (as far as the caller's own writes go)."""
-    await gateway.catch_up(principal.name)
-    state = _state(gateway)
-    if isinstance(state, Refused):
-        return state
-    return not_found(f"account {name}") if name not in state.accounts else None
+    await reads.catch_up(principal.name)
+    accounts = reads.policies.account_tree()
+    if isinstance(accounts, Refused):
+        return accounts
+    return not_found(f"account {name}") if name not in accounts else None
 
 
-async def _after_write(gateway: Gateway, name: str, principal: Principal) -> Account:
+async def _after_write(reads: Reads, name: str, principal: Principal) -> Account:
     """The account as the log has it once the caller's own writes are folded."""
-    await gateway.catch_up(principal.name)
-    return _view(answer(_state(gateway)).accounts[name])
+    await reads.catch_up(principal.name)
+    return _view(answer(reads.policies.account_tree())[name])
 
 
-async def _create(gateway: Gateway, body: NewAccount, principal: Principal) -> Refusal | None:
+async def _create(
+    gateway: Gateway, reads: Reads, body: NewAccount, principal: Principal
+) -> Refusal | None:
     """The command of POST /v1/accounts: None once written, else the refusal."""
-    await gateway.catch_up(principal.name)
-    state = _state(gateway)
-    if isinstance(state, Refused):
-        return state
-    refused = denied(account_problem(principal, "create", body.name, state.accounts, body.parent))
+    await reads.catch_up(principal.name)
+    accounts = reads.policies.account_tree()
+    if isinstance(accounts, Refused):
+        return accounts
+    refused = denied(account_problem(principal, "create", body.name, accounts, body.parent))
     if refused is not None:
         return refused
-    if body.name in state.accounts:
+    if body.name in accounts:
         return Refused(409, f"account {body.name} already exists")
-    if body.parent is not None and body.parent not in state.accounts:
+    if body.parent is not None and body.parent not in accounts:
         return not_found(f"parent account {body.parent}")
     created = await publish(
         gateway,
@@ -151,7 +148,7 @@ async def _create(gateway: Gateway, body: NewAccount, principal: Principal) -> R
     )
     if isinstance(created, Refused):
         return created
-    reason = await gateway.voided_reason(created.seq)
+    reason = await reads.voided_reason(created.seq)
     if reason is not None:  # created meanwhile by another request
         return Refused(409, reason)
     if body.shares != 1:
@@ -164,6 +161,7 @@ async def _create(gateway: Gateway, body: NewAccount, principal: Principal) -> R
 
 async def _change(
     gateway: Gateway,
+    reads: Reads,
     name: str,
     principal: Principal,
     act: AccountAct,
@@ -171,8 +169,8 @@ async def _change(
 ) -> Refusal | None:
     """The command of every change of an account: it exists, the caller may `act` on
     it, and `event()` (made once both hold) is written. None once written."""
-    refused = await _require(gateway, name, principal) or denied(
-        account_problem(principal, act, name, accounts_of(gateway))
+    refused = await _require(reads, name, principal) or denied(
+        account_problem(principal, act, name, reads.accounts())
     )
     if refused is not None:
         return refused
@@ -184,35 +182,45 @@ async def _change(
 
 
 @router.get("", response_model=AccountList)
-async def list_accounts(gateway: GatewayDep, principal: PrincipalDep) -> AccountList:
+async def list_accounts(reads: ReadsDep, principal: PrincipalDep) -> AccountList:
     """Accounts created by admins, with their parent and shares."""
-    await gateway.catch_up(principal.name)
-    state = answer(_state(gateway))
-    return AccountList(accounts=[_view(a) for _, a in sorted(state.accounts.items())])
+    await reads.catch_up(principal.name)
+    accounts = answer(reads.policies.account_tree())
+    return AccountList(accounts=[_view(a) for _, a in sorted(accounts.items())])
 
 
 @router.post("", status_code=201, response_model=Account, responses={404: {}, 409: {}})
-async def create_account(body: NewAccount, gateway: GatewayDep, principal: PrincipalDep) -> Account:
+async def create_account(
+    body: NewAccount, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+) -> Account:
     """Create an account under `parent` (events AccountCreated, SharesSet): operators,
     or coordinators of `parent`."""
-    answer(await _create(gateway, body, principal))
-    return await _after_write(gateway, body.name, principal)
+    answer(await _create(gateway, reads, body, principal))
+    return await _after_write(reads, body.name, principal)
 
 
 @router.put("/{name}/shares", response_model=Account, responses={404: {}})
 async def set_shares(
-    name: AccountName, body: Shares, gateway: GatewayDep, principal: PrincipalDep
+    name: AccountName,
+    body: Shares,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> Account:
     """Set the account's fair-share shares (event SharesSet): operators, or
     coordinators of its parent."""
     shares = partial(SharesSet, account=name, shares=body.shares)
-    answer(await _change(gateway, name, principal, "shares", shares))
-    return await _after_write(gateway, name, principal)
+    answer(await _change(gateway, reads, name, principal, "shares", shares))
+    return await _after_write(reads, name, principal)
 
 
 @router.put("/{name}/users", response_model=Account, responses={404: {}, 422: {}})
 async def set_users(
-    name: AccountName, body: Users, gateway: GatewayDep, principal: PrincipalDep
+    name: AccountName,
+    body: Users,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> Account:
     """Set who may submit under the account (event AccountUsersSet); [] lets anyone.
     Operators, or the account's coordinators."""
@@ -223,13 +231,17 @@ async def set_users(
         except ValidationError as exc:
             return Invalid(tuple({**err, "loc": ("body", *err["loc"])} for err in exc.errors()))
 
-    answer(await _change(gateway, name, principal, "members", users))
-    return await _after_write(gateway, name, principal)
+    answer(await _change(gateway, reads, name, principal, "members", users))
+    return await _after_write(reads, name, principal)
 
 
 @router.put("/{name}/quota", response_model=Account, responses={404: {}})
 async def set_quota(
-    name: AccountName, body: QuotaBody, gateway: GatewayDep, principal: PrincipalDep
+    name: AccountName,
+    body: QuotaBody,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> Account:
     """Set the account's quota of one resource, borrowing limit and cap (event QuotaSet):
     operators only."""
@@ -241,16 +253,20 @@ async def set_quota(
         borrowing_limit=body.borrowing_limit,
         cap=body.cap,
     )
-    answer(await _change(gateway, name, principal, "quota", quota))
-    return await _after_write(gateway, name, principal)
+    answer(await _change(gateway, reads, name, principal, "quota", quota))
+    return await _after_write(reads, name, principal)
 
 
 @router.put("/{name}/coordinators", response_model=Account, responses={404: {}})
 async def set_coordinators(
-    name: AccountName, body: Coordinators, gateway: GatewayDep, principal: PrincipalDep
+    name: AccountName,
+    body: Coordinators,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> Account:
     """Name who coordinates the account and its subtree (event AccountCoordinatorsSet):
     operators only; [] names none."""
     coordinators = partial(AccountCoordinatorsSet, account=name, coordinators=body.coordinators)
-    answer(await _change(gateway, name, principal, "coordinators", coordinators))
-    return await _after_write(gateway, name, principal)
+    answer(await _change(gateway, reads, name, principal, "coordinators", coordinators))
+    return await _after_write(reads, name, principal)

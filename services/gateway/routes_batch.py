@@ -24,8 +24,10 @@ from gpuloom.auth import Principal
 from gpuloom.events import JobSpec
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.deps import GatewayDep, ReadsDep
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish_batch
+from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, answer
 from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
@@ -59,22 +61,23 @@ class BatchSubmitted(BaseModel):
 async def submit_batch(
     batch: JobBatch,
     gateway: GatewayDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[HeaderValue | None, Header()] = None,
 ) -> BatchSubmitted:
     """Accept every job of the batch once the log acknowledged them (see the module's
     docstring: checked as one by one, written in one pipelined write)."""
-    return answer(await submit_jobs(gateway, batch, principal, idempotency_key))
+    return answer(await submit_jobs(gateway, reads, batch, principal, idempotency_key))
 
 
 async def submit_jobs(
-    gateway: Gateway, batch: JobBatch, principal: Principal, key: str | None
+    gateway: Gateway, reads: Reads, batch: JobBatch, principal: Principal, key: str | None
 ) -> BatchSubmitted | Refusal:
     """The batch's command: every job accepted (or found, for a retry), or the refusal
     of the first job refused (a 422's fields under `body.jobs.<number>`)."""
     specs: list[JobSpec] = []
     for number, job in enumerate(batch.jobs):
-        spec = checked_spec(job, gateway, principal)
+        spec = checked_spec(job, principal, reads, gateway.settings)
         if isinstance(spec, Invalid):
             return spec.under("jobs", number)
         if isinstance(spec, Refused):
@@ -88,12 +91,12 @@ async def submit_jobs(
             too_long = "too long for a batch: with /<index> it must stay within 200"
             return Invalid.at(("header", "idempotency-key"), too_long, "string_too_long")
         for number, job_key in enumerate(keys):
-            found = await submitted_with(gateway, job_key or "", principal, specs[number].user)
+            found = await submitted_with(reads, job_key or "", principal, specs[number].user)
             if isinstance(found, Refused):
                 return found
             answers[number] = found
     missing = [number for number, done in enumerate(answers) if done is None]
-    over = await over_batch_limits(gateway, [specs[number] for number in missing])
+    over = await over_batch_limits(reads, [specs[number] for number in missing])
     if over is not None:
         return over
     events = [

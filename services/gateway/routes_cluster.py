@@ -10,8 +10,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuloom.auth import Principal
 from gpuloom.events import (
@@ -23,18 +21,12 @@ from gpuloom.events import (
     json_schemas,
 )
 from gpuloom.events.text import Remark
-from gpuloom.queueing.order import (
-    pending_in_order,
-    priority_weights,
-    yields_to,
-)
-from gpuloom.queueing.priority import FACTOR_SCALE
-from gpuloom.state.dependencies import dependency_status
-from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
-from gpuloom.store.models import NodeRow
 from services.gateway.auth import PrincipalDep, operator
-from services.gateway.deps import Gateway, GatewayDep, NodeName, SessionDep
+from services.gateway.deps import GatewayDep, NodeName, ReadsDep
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
+from services.gateway.reads import Reads
+from services.gateway.reads.cluster import NodeStanding
 from services.gateway.refusals import Refused, answer, not_found
 from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
@@ -46,7 +38,6 @@ from services.gateway.schemas import (
     PoolChangeAccepted,
     Problem,
     Queue,
-    QueuedJob,
 )
 
 router = APIRouter()
@@ -55,16 +46,9 @@ public = APIRouter()
 
 
 @router.get("/v1/nodes", response_model=NodeList, tags=["nodes"])
-async def list_nodes(gateway: GatewayDep, session: SessionDep, principal: PrincipalDep) -> NodeList:
-    await gateway.catch_up(principal.name)
-    rows = await session.scalars(
-        select(NodeRow).where(NodeRow.state != REMOVED).order_by(NodeRow.name)
-    )
-    return NodeList(nodes=[Node.model_validate(row, from_attributes=True) for row in rows])
-
-
-#: The state of a removed node's last row (NodeRemoved): it is no longer listed.
-REMOVED = "removed"
+async def list_nodes(reads: ReadsDep, principal: PrincipalDep) -> NodeList:
+    await reads.catch_up(principal.name)
+    return await reads.cluster.nodes()
 
 
 class PoolChange(BaseModel):
@@ -84,7 +68,7 @@ async def change_pool(
     gpu: Annotated[int, Path(ge=0, le=1023)],
     change: PoolChange,
     gateway: GatewayDep,
-    session: SessionDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
 ) -> PoolChangeAccepted:
     """Move an idle GPU to the physical or the vGPU pool (event GpuPoolChanged).
@@ -92,44 +76,45 @@ async def change_pool(
     A GPU with work on it is refused with 409; so is a change that the log voids
     because work landed on the GPU in between (the answer says so).
     """
-    return answer(await _change_pool(gateway, session, node, gpu, change.pool, principal))
+    return answer(await _change_pool(gateway, reads, node, gpu, change.pool, principal))
 
 
 async def _change_pool(
     gateway: Gateway,
-    session: AsyncSession,
+    reads: Reads,
     node: str,
     gpu: int,
     pool: Literal["physical", "vgpu"],
     principal: Principal,
 ) -> PoolChangeAccepted | Refused:
-    await gateway.catch_up(principal.name)
-    row = await session.get(NodeRow, node)
+    await reads.catch_up(principal.name)
+    row = await reads.cluster.standing(node)
     if row is None:
         return not_found(f"node {node}")
     found = next((g for g in row.gpus if g["index"] == gpu), None)
     if found is None:
         return Refused(404, f"node {node} has no GPU {gpu}")
     event = GpuPoolChanged(node=node, index=gpu, pool=pool)
-    if gateway.read_model is not None:  # the fold's own rule, on the gateway's fold
-        problem = pool_change_problem(gateway.read_model.state, event)
-        if problem is not None:
-            return Refused(409, f"{problem}: it cannot change pool")
+    problem = reads.cluster.pool_change_problem(event)  # the fold's own rule
+    if problem is not None:
+        return Refused(409, f"{problem}: it cannot change pool")
     if found.get("pool") == pool:
         return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=None)
-    seq = await _write(gateway, event, principal)
+    seq = await _write(gateway, reads, event, principal)
     if isinstance(seq, Refused):
         return seq
     return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=seq)
 
 
-async def _write(gateway: Gateway, event: Event, principal: Principal) -> int | Refused:
+async def _write(
+    gateway: Gateway, reads: Reads, event: Event, principal: Principal
+) -> int | Refused:
     """Write `event`: its sequence, or refused as the log refuses it, or 409 with the
     reason the log voided it (work landed on the node in between)."""
     recorded = await publish(gateway, event, principal=principal)
     if isinstance(recorded, Refused):
         return recorded
-    voided = await gateway.voided_reason(recorded.seq)
+    voided = await reads.voided_reason(recorded.seq)
     return Refused(409, voided) if voided is not None else recorded.seq
 
 
@@ -145,12 +130,12 @@ class Cordon(BaseModel):
     dependencies=[Depends(operator("cordon nodes"))],
 )
 async def cordon(
-    node: NodeName, body: Cordon, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+    node: NodeName, body: Cordon, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
 ) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
-    answer(await _known_node(gateway, session, node, principal))
+    answer(await _known_node(reads, node, principal))
     answer(await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal))
-    return await _node_after_write(gateway, session, node, principal)
+    return await _node_after_write(reads, node, principal)
 
 
 @router.delete(
@@ -161,13 +146,13 @@ async def cordon(
     dependencies=[Depends(operator("uncordon nodes"))],
 )
 async def uncordon(
-    node: NodeName, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+    node: NodeName, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
 ) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
-    row = answer(await _known_node(gateway, session, node, principal))
+    row = answer(await _known_node(reads, node, principal))
     if row.cordoned is not None:
         answer(await publish(gateway, NodeUncordoned(node=node), principal=principal))
-    return await _node_after_write(gateway, session, node, principal)
+    return await _node_after_write(reads, node, principal)
 
 
 @router.delete(
@@ -181,110 +166,56 @@ async def uncordon(
 async def remove_node(
     node: NodeName,
     gateway: GatewayDep,
-    session: SessionDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     reason: Annotated[Remark, Query(description="Why (kept in the log).")] = "",
 ) -> NodeRemovedAnswer:
     """Remove a node gone for good (event NodeRemoved, which names who asked): it leaves
     the cluster and its listing. 409 while it holds a job: cancel or requeue those first
     (a lost node's jobs are requeued already). Its agent, back, would register it anew."""
-    return answer(await _remove(gateway, session, node, reason, principal))
+    return answer(await _remove(gateway, reads, node, reason, principal))
 
 
 async def _remove(
-    gateway: Gateway, session: AsyncSession, node: str, reason: str, principal: Principal
+    gateway: Gateway, reads: Reads, node: str, reason: str, principal: Principal
 ) -> NodeRemovedAnswer | Refused:
-    known = await _known_node(gateway, session, node, principal)
+    known = await _known_node(reads, node, principal)
     if isinstance(known, Refused):
         return known
-    if gateway.read_model is not None:
-        problem = removal_problem(gateway.read_model.state, node)
-        if problem is not None:
-            return Refused(409, problem)
-    seq = await _write(gateway, NodeRemoved(node=node, reason=reason), principal)
+    problem = reads.cluster.removal_problem(node)
+    if problem is not None:
+        return Refused(409, problem)
+    seq = await _write(gateway, reads, NodeRemoved(node=node, reason=reason), principal)
     return seq if isinstance(seq, Refused) else NodeRemovedAnswer(node=node, seq=seq)
 
 
-async def _known_node(
-    gateway: Gateway, session: AsyncSession, node: str, principal: Principal
-) -> NodeRow | Refused:
-    await gateway.catch_up(principal.name)
-    row = await session.get(NodeRow, node)
-    if row is None or row.state == REMOVED:
+async def _known_node(reads: Reads, node: str, principal: Principal) -> NodeStanding | Refused:
+    await reads.catch_up(principal.name)
+    row = await reads.cluster.standing(node)
+    if row is None or row.removed:
         return not_found(f"node {node}")
     return row
 
 
-async def _node_after_write(
-    gateway: GatewayDep, session: SessionDep, node: str, principal: Principal
-) -> Node:
-    await gateway.catch_up(principal.name)
-    session.expire_all()
-    row = await session.get(NodeRow, node)
-    assert row is not None
-    return Node.model_validate(row, from_attributes=True)
+async def _node_after_write(reads: Reads, node: str, principal: Principal) -> Node:
+    await reads.catch_up(principal.name)
+    found = await reads.cluster.node(node)
+    assert found is not None
+    return found
 
 
 @router.get("/v1/queue", response_model=Queue, tags=["queue"])
-async def queue(gateway: GatewayDep, principal: PrincipalDep, limit: int = 1000) -> Queue:
+async def queue(reads: ReadsDep, principal: PrincipalDep, limit: int = 1000) -> Queue:
     """Pending jobs in queue order with each priority factor (like Slurm's sprio)."""
-    await gateway.catch_up(principal.name)
-    if gateway.read_model is None:
-        return Queue(weights={}, jobs=[])
-    state = gateway.read_model.state
-    weights = priority_weights(state)
-    jobs = []
-    for position, (job, factors) in enumerate(pending_in_order(state)[:limit], 1):
-        reason = None
-        if job.cancel_requested:
-            reason = "Held: a cancel request is being carried out"
-        elif job.spec.depends_on:
-            reason = dependency_status(state, job.spec.depends_on)[1]
-        elif (preemptor := yields_to(state, job)) is not None:
-            reason = f"Yields to {preemptor}: preempted for it, it goes first"
-        jobs.append(
-            QueuedJob(
-                position=position,
-                id=job.job_id,
-                user=job.spec.user,
-                account=job.spec.account,
-                priority=factors.priority,
-                age=factors.age / FACTOR_SCALE,
-                fair_share=factors.fair_share / FACTOR_SCALE,
-                size=factors.size / FACTOR_SCALE,
-                points=factors.total / FACTOR_SCALE,
-                reason=reason,
-            )
-        )
-    return Queue(
-        weights={
-            "age": weights.age,
-            "fair_share": weights.fair_share,
-            "size": weights.size,
-            "max_age_s": weights.max_age_s,
-        },
-        jobs=jobs,
-    )
+    await reads.catch_up(principal.name)
+    return reads.cluster.queue(limit)
 
 
 @router.get("/v1/audit", response_model=AuditView, tags=["audit"])
-async def last_audit(gateway: GatewayDep, principal: PrincipalDep) -> AuditView:
+async def last_audit(reads: ReadsDep, principal: PrincipalDep) -> AuditView:
     """The latest `gpuloom audit` written to the log: decisions verified, mismatches."""
-    await gateway.catch_up(principal.name)
-    state = gateway.read_model.state if gateway.read_model is not None else None
-    event = state.last_audit if state is not None else None
-    if event is None:
-        return AuditView(audited=False, log_seq=state.seq if state is not None else 0)
-    return AuditView(
-        audited=True,
-        log_seq=state.seq if state is not None else 0,
-        from_seq=event.from_seq,
-        to_seq=event.to_seq,
-        verified=event.verified,
-        mismatch_count=event.mismatch_count,
-        mismatches=event.mismatches,
-        seconds=event.seconds,
-    )
+    await reads.catch_up(principal.name)
+    return reads.cluster.audit()
 
 
 @router.get("/v1/schemas/events", tags=["schemas"])
@@ -294,7 +225,7 @@ async def event_schemas() -> dict[str, Any]:
 
 
 @public.get("/healthz", response_model=Health, tags=["health"])
-async def healthz(gateway: GatewayDep) -> Health:
+async def healthz(gateway: GatewayDep, reads: ReadsDep) -> Health:
     nats_ok = gateway.bus is not None and gateway.bus.connected
-    seq = gateway.read_model.written_seq if gateway.read_model else 0
+    seq = reads.progress.written_seq()
     return Health(status="ok" if nats_ok else "degraded", nats=nats_ok, projection_seq=seq)

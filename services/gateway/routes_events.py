@@ -20,15 +20,14 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from gpuloom.auth.policy import Accounts
-from gpuloom.auth.visibility import LookupOwner, Owners, StreamFilter
+from gpuloom.auth.visibility import Owners, StreamFilter
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.registry import EVENT_TYPES
-from gpuloom.state import ClusterState
-from gpuloom.store.owners import read_model_owner
-from services.gateway.auth import PrincipalDep, accounts_of
-from services.gateway.deps import Gateway, GatewayDep, unavailable
+from services.gateway.auth import PrincipalDep
+from services.gateway.deps import GatewayDep, ReadsDep, unavailable
+from services.gateway.refusals import answer
 from services.gateway.stream import Streams, event_stream
 from services.gateway.stream_budget import Ticket
 
@@ -50,11 +49,6 @@ def resume_point(last_event_id: str | None, after: int | None) -> int | None:
     return int(last_event_id)
 
 
-def owner_lookup(gateway: Gateway) -> LookupOwner:
-    """Who owns a job, from the read model (for a job the gateway's fold forgot)."""
-    return read_model_owner(gateway.sessions)
-
-
 @dataclass(frozen=True, slots=True)
 class StreamRequest:
     """A stream request checked before its answer starts (a 4xx or 503 is still
@@ -71,6 +65,7 @@ class StreamRequest:
 
 async def stream_request(
     gateway: GatewayDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     types: Annotated[
         list[str] | None,
@@ -93,9 +88,7 @@ async def stream_request(
             f"(known: {', '.join(sorted(EVENT_TYPES))})",
         )
     bus = gateway.live_bus()
-    read_model = gateway.read_model
-    if read_model is None:
-        raise unavailable("the gateway has not read the log yet")
+    owners = answer(reads.events.owners())  # 503 before the gateway read the log
     start = resume_point(last_event_id, after)
     gateway.stream_budget.check_room(principal.name)  # before it costs a read of the log
     try:
@@ -106,18 +99,8 @@ async def stream_request(
         start = log_end
     replay = gateway.stream_budget.is_replay(start, log_end, one_job=job is not None)
     ticket = gateway.stream_budget.take(principal.name, replay, time.monotonic())
-
-    def state() -> ClusterState:
-        return read_model.state
-
-    def accounts() -> Accounts:
-        return accounts_of(gateway)
-
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    shared = gateway.streams
-    if shared.owners is None:
-        shared.owners = Owners(state, owner_lookup(gateway))
-    return StreamRequest(bus, start, wanted, shared.owners, accounts, shared, ticket)
+    return StreamRequest(bus, start, wanted, owners, reads.accounts, gateway.streams, ticket)
 
 
 @router.get(

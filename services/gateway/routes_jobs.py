@@ -10,24 +10,19 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query
-from sqlalchemy import func, select
 
 from gpuloom.auth import Principal
-from gpuloom.auth.policy import Accounts, JobAct, job_problem
 from gpuloom.auth.visibility import job_events_problem
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
-from gpuloom.decide.explain import Shared, explain, reason_text
 from gpuloom.events import JobPlaced, MalformedEvent, decode
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
-from gpuloom.state import PENDING_PHASES
-from gpuloom.state.retention import owner
-from gpuloom.store.models import JobRow
-from services.gateway.arrays import array_rows, array_view
-from services.gateway.auth import PrincipalDep, accounts_of, forbidden, job_refusal
+from services.gateway.auth import PrincipalDep, forbidden, job_refusal
 from services.gateway.cancelling import cancel
-from services.gateway.deps import Gateway, GatewayDep, JobId, SessionDep, unavailable
+from services.gateway.deps import GatewayDep, JobId, ReadsDep, unavailable
+from services.gateway.reads import Reads
+from services.gateway.reads.arrays import array_view
 from services.gateway.refusals import answer
 from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
@@ -46,39 +41,18 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}, 403: {"mo
 __all__ = ["UNAVAILABLE", "router"]
 
 
-def to_job(row: JobRow, principal: Principal, accounts: Accounts) -> Job:
-    """The job as `principal` may see it: its command hidden unless the policy allows."""
-    job = Job.model_validate(row, from_attributes=True)
-    if job_problem(principal, "details", row.user, row.account, accounts) is not None:
-        job = job.model_copy(update={"command": None})
-    return job
-
-
-def check_job(gateway: Gateway, principal: Principal, act: JobAct, user: str, account: str) -> None:
-    """403 unless `principal` may `act` on a job of `user` under `account`."""
-    answer(job_refusal(gateway, principal, act, user, account))
-
-
-async def load_job(
-    gateway: GatewayDep, session: SessionDep, job_id: str, principal: Principal
-) -> JobRow:
-    await gateway.catch_up(principal.name)
-    row = await session.get(JobRow, job_id)
-    if row is None:
+async def load_job(reads: Reads, job_id: str, principal: Principal) -> Job:
+    """The job as its row says, once the caller's own writes are read; else 404."""
+    await reads.catch_up(principal.name)
+    job = await reads.jobs.row(job_id)
+    if job is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-    return row
-
-
-async def load_array(gateway: Gateway, session: SessionDep, array_id: str) -> list[JobRow]:
-    """The rows of an array's tasks, by index; [] if `array_id` is no array (503
-    before the gateway read the log: `arrays.array_rows`)."""
-    return answer(await array_rows(gateway, session, array_id))
+    return job
 
 
 @router.get("", response_model=JobList)
 async def list_jobs(
-    gateway: GatewayDep,
-    session: SessionDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     state: str | None = None,
     user: str | None = None,
@@ -86,66 +60,26 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=5000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="rows to skip")] = 0,
 ) -> JobList:
-    await gateway.catch_up(principal.name)
-    query = select(JobRow)
-    if state:
-        query = query.where(JobRow.state == state)
-    if user:
-        query = query.where(JobRow.user == user)
-    if account:
-        query = query.where(JobRow.account == account)
-    total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = await session.scalars(
-        query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
-    )
-    accounts = accounts_of(gateway)
-    listed = [to_job(row, principal, accounts) for row in rows]
-    pending = [job.id for job in listed if job.state in PENDING_PHASES]
-    read_model = gateway.read_model
-    shared = read_model.explainer(pending) if read_model is not None and pending else None
-    jobs = [with_pending_reason(gateway, job, shared) for job in listed]
-    return JobList(jobs=jobs, total=total)
-
-
-def with_pending_reason(gateway: Gateway, job: Job, shared: Shared | None = None) -> Job:
-    """A pending job with its explain code and detail as `reason` (squeue's REASON:
-    `Resources: no node has room for it now`), what the row said kept after it.
-    `shared`: what explaining the other jobs of a list computed already."""
-    state = gateway.read_model.state if gateway.read_model is not None else None
-    live = state.jobs.get(job.id) if state is not None else None
-    # The rows are written a batch after the fold: explain only the state the row shows,
-    # lest a row still `submitted` carry the reason of the job already queued.
-    if state is None or live is None or live.phase != job.state or job.state not in PENDING_PHASES:
-        return job
-    if shared is None and gateway.read_model is not None:
-        shared = gateway.read_model.explainer([job.id])
-    found = explain(state, job.id, brief=True, shared=shared)
-    if found is None or found.reason is None:
-        return job
-    reason = reason_text(found.reason, found.detail) or ""
-    if job.reason and job.reason not in reason:  # e.g. "requeued: node-b lost"
-        reason += f" ({job.reason})"
-    return job.model_copy(update={"reason": reason})
+    await reads.catch_up(principal.name)
+    return await reads.jobs.page(principal, state, user, account, limit, offset)
 
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})
-async def get_job(
-    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
-) -> Job:
+async def get_job(job_id: JobId, reads: ReadsDep, principal: PrincipalDep) -> Job:
     """The job; a pending one's `reason` is its explain code and detail (`QuotaExceeded: ...`).
 
     A job array's id answers with the array as a whole: its tasks' states counted
     in `array`, and one state for all (`running` while any task runs, ...).
     """
-    await gateway.catch_up(principal.name)
-    accounts = accounts_of(gateway)
-    row = await session.get(JobRow, job_id)
-    if row is None:
-        tasks = await load_array(gateway, session, job_id)
-        if not tasks:
-            raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-        return array_view(job_id, [to_job(task, principal, accounts) for task in tasks])
-    return with_pending_reason(gateway, to_job(row, principal, accounts))
+    await reads.catch_up(principal.name)
+    found = await reads.jobs.lookup(job_id)
+    if isinstance(found, Job):
+        return reads.jobs.with_reason(reads.jobs.shown_to(found, principal))
+    tasks = answer(found)  # 503 before the gateway read the log
+    if not tasks:
+        raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+    accounts = reads.accounts()
+    return array_view(job_id, [reads.jobs.shown_to(task, principal, accounts) for task in tasks])
 
 
 @router.delete(
@@ -155,48 +89,28 @@ async def get_job(
     responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
 )
 async def cancel_job(
-    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+    job_id: JobId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
 ) -> CancelAccepted:
     """Ask for cancellation; the queue (pending job) or the node agent (running job) does it.
 
     With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
     """
-    return answer(await cancel(gateway, session, job_id, principal))
+    return answer(await cancel(gateway, reads, job_id, principal))
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
-async def explain_job(
-    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
-) -> JobExplanation:
+async def explain_job(job_id: JobId, reads: ReadsDep, principal: PrincipalDep) -> JobExplanation:
     """Why the job is pending: reason code, queue position, per-node verdicts, estimate.
 
     A job that ended long enough ago has left the live state (only a tombstone, or
     nothing, is kept there): its row says how it ended."""
-    await gateway.catch_up(principal.name)
-    if gateway.read_model is None:
-        raise unavailable("the gateway has not read the log yet")
-    found = explain(gateway.read_model.state, job_id, shared=gateway.read_model.explainer([job_id]))
-    if found is None or job_id not in gateway.read_model.state.jobs:
-        row = await session.get(JobRow, job_id)
-        if row is not None:
-            return JobExplanation(id=job_id, state=row.state, reason=None, detail=row.reason)
-    if found is None:
-        raise HTTPException(status_code=404, detail=f"job {job_id} not found")
-    return JobExplanation(
-        id=found.job_id,
-        state=found.state,
-        reason=found.reason,
-        detail=found.detail,
-        position=found.position,
-        ahead=found.ahead,
-        nodes=found.nodes,
-        estimated_start=found.estimated_start,
-    )
+    await reads.catch_up(principal.name)
+    return answer(await reads.jobs.explanation(job_id))
 
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})
 async def job_events(
-    job_id: JobId, gateway: GatewayDep, session: SessionDep, principal: PrincipalDep
+    job_id: JobId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
 ) -> JobEvents:
     """The job's audit trail, read from the log itself (not from a projection); each
     event a request caused names its `principal`.
@@ -205,28 +119,13 @@ async def job_events(
     cancellation of the whole array).
     """
     bus = gateway.live_bus()
-    await gateway.catch_up(principal.name)
-    if gateway.read_model is None:
-        raise unavailable("the gateway has not read the log yet")
-    state = gateway.read_model.state
-    subjects = [job_subjects(job_id)]
-    job = state.jobs.get(job_id)
-    ended = state.tombstones.get(job_id)  # ended and forgotten by the fold (retention.py)
-    if job is None and job_id in state.arrays:
-        tasks = state.array_tasks(job_id)
-        owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
-    else:
-        owned = owner(state, job_id)
-        array_id = job.array_id if job is not None else ended.array_id if ended else None
-        if array_id is not None:
-            subjects.insert(0, job_subjects(array_id))
-    if owned is None:  # ended longer ago than the fold remembers: the read model knows
-        row = await session.get(JobRow, job_id)
-        owned = (row.user, row.account) if row is not None else None
-    problem = job_events_problem(principal, owned, accounts_of(gateway))  # as the stream's
-    if problem is not None and owned is None:  # the fold voided it, or it is not folded yet
+    await reads.catch_up(principal.name)
+    trail = answer(await reads.jobs.trail(job_id))
+    problem = job_events_problem(principal, trail.owner, reads.accounts())  # as the stream's
+    if problem is not None and trail.owner is None:  # voided by the fold, or not folded yet
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
     forbidden(problem)
+    subjects = [job_subjects(aggregate) for aggregate in trail.aggregates]
     try:
         messages = [m for subject in subjects for m in await bus.read_subject(subject)]
     except (BusError, TimeoutError) as exc:
@@ -252,7 +151,7 @@ async def job_events(
 async def job_logs(
     job_id: JobId,
     gateway: GatewayDep,
-    session: SessionDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = DEFAULT_TAIL,
     replica: Annotated[int, Query(ge=0, le=1023, description="A gang's replica.")] = 0,
@@ -262,14 +161,14 @@ async def job_logs(
 ) -> JobLogs:
     """stdout and stderr of one replica's run (replica 0's, the job's last attempt, by
     default), fetched from the agent of the node it ran on."""
-    row = await load_job(gateway, session, job_id, principal)
-    check_job(gateway, principal, "logs", row.user, row.account)
-    if row.node is None and attempt is None:
+    job = await load_job(reads, job_id, principal)
+    answer(job_refusal(reads.accounts(), principal, "logs", job.user, job.account))
+    if job.node is None and attempt is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")
     bus = gateway.live_bus()
-    node = row.node
+    node = job.node
     if replica or attempt is not None:
-        node = await _host_of(bus, job_id, attempt or row.attempt, replica)
+        node = await _host_of(bus, job_id, attempt or job.attempt, replica)
     assert node is not None
     request = LogsRequest(
         job_id=job_id, tail_bytes=tail_bytes, replica=replica, attempt=attempt

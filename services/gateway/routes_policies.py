@@ -19,14 +19,14 @@ from gpuloom.events import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.policies import MEMBERS_MAX, PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import INT32_MAX, Remark, UserName
-from gpuloom.queueing.classes import classes, default_class
-from gpuloom.queueing.limits import cluster_limits, default_limits
-from gpuloom.state import ClusterState
 from gpuloom.state.tenancy import IdentityLimits
 from gpuloom.state.tenancy import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
-from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.deps import GatewayDep, ReadsDep
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
+from services.gateway.reads import Reads
+from services.gateway.reads.policies import ClassBook, LimitBook
 from services.gateway.refusals import Invalid, Refused, answer
 from services.gateway.schemas import Problem
 
@@ -98,19 +98,19 @@ class LimitsList(BaseModel):
     defaults: dict[str, LimitsBody]
 
 
-def _state(gateway: Gateway) -> ClusterState | Refused:
-    if gateway.read_model is None:
-        return Refused(503, "the gateway has not read the log yet")
-    return gateway.read_model.state
+async def _classes_after(reads: Reads, principal: Principal) -> PriorityClassList:
+    """The classes once the caller's own writes are folded (503 before the log is read)."""
+    await reads.catch_up(principal.name)
+    return _class_list(answer(reads.policies.class_book()))
 
 
-async def _policies_after(gateway: Gateway, principal: Principal) -> ClusterState:
-    """The state once the caller's own writes are folded (503 before the log is read)."""
-    await gateway.catch_up(principal.name)
-    return answer(_state(gateway))
+async def _limits_after(reads: Reads, principal: Principal) -> LimitsList:
+    """The limits once the caller's own writes are folded (503 before the log is read)."""
+    await reads.catch_up(principal.name)
+    return _limits_list(answer(reads.policies.limit_book()))
 
 
-def _class_view(known: FoldedClass, state: ClusterState) -> PriorityClassView:
+def _class_view(known: FoldedClass, book: ClassBook) -> PriorityClassView:
     return PriorityClassView(
         name=known.name,
         priority=known.priority,
@@ -119,21 +119,20 @@ def _class_view(known: FoldedClass, state: ClusterState) -> PriorityClassView:
         accounts=list(known.accounts),
         description=known.description,
         default=known.default,
-        builtin=known.name not in state.priority_classes,
+        builtin=known.name not in book.defined,
     )
 
 
-def _class_list(state: ClusterState) -> PriorityClassList:
+def _class_list(book: ClassBook) -> PriorityClassList:
     return PriorityClassList(
-        classes=[_class_view(known, state) for known in classes(state)],
-        default=default_class(state).name,
+        classes=[_class_view(known, book) for known in book.classes], default=book.default
     )
 
 
 @router.get("/v1/priority-classes", response_model=PriorityClassList)
-async def list_priority_classes(gateway: GatewayDep, principal: PrincipalDep) -> PriorityClassList:
+async def list_priority_classes(reads: ReadsDep, principal: PrincipalDep) -> PriorityClassList:
     """Every priority class a job may name, and the default one."""
-    return _class_list(await _policies_after(gateway, principal))
+    return await _classes_after(reads, principal)
 
 
 @router.put(
@@ -143,12 +142,16 @@ async def list_priority_classes(gateway: GatewayDep, principal: PrincipalDep) ->
     dependencies=[Depends(operator("define priority classes"))],
 )
 async def set_priority_class(
-    name: ClassName, body: PriorityClassBody, gateway: GatewayDep, principal: PrincipalDep
+    name: ClassName,
+    body: PriorityClassBody,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> PriorityClassList:
     """Define or redefine a priority class (event PriorityClassSet): operators only."""
     event = PriorityClassSet(name=name, **body.model_dump())
     answer(await publish(gateway, event, principal=principal))
-    return _class_list(await _policies_after(gateway, principal))
+    return await _classes_after(reads, principal)
 
 
 @router.delete(
@@ -158,27 +161,29 @@ async def set_priority_class(
     dependencies=[Depends(operator("delete priority classes"))],
 )
 async def delete_priority_class(
-    name: ClassName, gateway: GatewayDep, principal: PrincipalDep
+    name: ClassName, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
 ) -> PriorityClassList:
     """Remove a priority class (event PriorityClassDeleted): operators only. Its jobs
     keep their priority; pending ones may no longer preempt."""
-    answer(await _delete_class(gateway, name, principal))
-    return _class_list(await _policies_after(gateway, principal))
+    answer(await _delete_class(gateway, reads, name, principal))
+    return await _classes_after(reads, principal)
 
 
-async def _delete_class(gateway: Gateway, name: str, principal: Principal) -> Refused | None:
+async def _delete_class(
+    gateway: Gateway, reads: Reads, name: str, principal: Principal
+) -> Refused | None:
     """The command of DELETE /v1/priority-classes/{name}: None once written."""
-    await gateway.catch_up(principal.name)
-    state = _state(gateway)
-    if isinstance(state, Refused):
-        return state
-    if name not in state.priority_classes:
+    await reads.catch_up(principal.name)
+    defined = reads.policies.class_defined(name)
+    if isinstance(defined, Refused):
+        return defined
+    if not defined:
         return Refused(404, f"priority class {name} not found")
     written = await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
     return written if isinstance(written, Refused) else None
 
 
-def _limits_list(state: ClusterState) -> LimitsList:
+def _limits_list(book: LimitBook) -> LimitsList:
     def body(limits: IdentityLimits) -> dict[str, int | None]:
         return {
             "max_submit_jobs": limits.max_submit_jobs,
@@ -188,20 +193,16 @@ def _limits_list(state: ClusterState) -> LimitsList:
 
     return LimitsList(
         limits=[
-            LimitsView(scope=scope, name=name, **body(limits))
-            for (scope, name), limits in sorted(state.limits.items())
+            LimitsView(scope=scope, name=name, **body(limits)) for (scope, name), limits in book.set
         ],
-        defaults={
-            scope: LimitsBody(**body(default_limits(state, scope))) for scope in ("user", "account")
-        }
-        | {"cluster": LimitsBody(**body(cluster_limits(state)))},
+        defaults={scope: LimitsBody(**body(limits)) for scope, limits in book.defaults.items()},
     )
 
 
 @router.get("/v1/limits", response_model=LimitsList)
-async def list_limits(gateway: GatewayDep, principal: PrincipalDep) -> LimitsList:
+async def list_limits(reads: ReadsDep, principal: PrincipalDep) -> LimitsList:
     """The limits operators set, and the defaults that hold where they set none."""
-    return _limits_list(await _policies_after(gateway, principal))
+    return await _limits_after(reads, principal)
 
 
 @router.put(
@@ -215,6 +216,7 @@ async def set_limits(
     name: Annotated[str, Path(min_length=1, max_length=100, description="a user or account")],
     body: LimitsBody,
     gateway: GatewayDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
 ) -> LimitsList:
     """Set every limit of one user or account, of the defaults or of the cluster
@@ -222,7 +224,7 @@ async def set_limits(
     default's, then the built-in one; all null removes the entry."""
     event = answer(_limits_event(scope, name, body))
     answer(await publish(gateway, event, principal=principal))
-    return _limits_list(await _policies_after(gateway, principal))
+    return await _limits_after(reads, principal)
 
 
 def _limits_event(scope: Scope, name: str, body: LimitsBody) -> LimitsSet | Invalid:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -315,3 +315,41 @@ class QueuedJob(BaseModel):
 class Queue(BaseModel):
     weights: dict[str, float]
     jobs: list[QueuedJob]
+
+
+class Ready(BaseModel):
+    ready: bool
+    status: Literal["ready", "starting", "lagging", "unavailable"]
+    #: Events in the log the projection has not folded and written yet (None: unknown).
+    lag: int | None
+    stream_seq: int | None
+    written_seq: int
+    max_lag: int
+    quarantined: int
+    detail: str
+
+
+class QuarantinedRow(BaseModel):
+    kind: str
+    key: str
+    seq: int
+    error: str
+    row: Any
+    at: datetime
+
+
+class Projection(BaseModel):
+    name: str
+    #: Last stream sequence the projection committed (its checkpoint row).
+    checkpoint: int
+    #: This gateway's live projection only: sequence it has folded and written.
+    written_seq: int | None = None
+    #: Events it has not written yet (None: unknown, the log is unreachable).
+    lag: int | None
+    quarantined: int
+    rows: list[QuarantinedRow]
+
+
+class Projections(BaseModel):
+    stream_seq: int | None
+    projections: list[Projection]

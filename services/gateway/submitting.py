@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from gpuloom.auth import Principal
 from gpuloom.auth.policy import submit_problem
-from gpuloom.decide.admission import resources_problem, time_limit_problem
+from gpuloom.config import Settings
+from gpuloom.decide.admission import time_limit_problem
 from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.jobs import TopologyRequest
 from gpuloom.events.text import reserved_env_reason
-from gpuloom.state.retention import final_phase, owner
-from services.gateway.auth import accounts_of
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
+from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, denied
 from services.gateway.requests import JobRequest
 from services.gateway.schemas import Submitted
@@ -27,18 +27,18 @@ from services.gateway.submit_policy import over_submit_limits, submission_class
 
 
 async def submit(
-    gateway: Gateway, request: JobRequest, principal: Principal, key: str | None
+    gateway: Gateway, reads: Reads, request: JobRequest, principal: Principal, key: str | None
 ) -> Submitted | Refusal:
     """POST /v1/jobs: the job (or job array) accepted once its event is acknowledged,
     the job an earlier request with the same `key` created, or the refusal."""
-    spec = checked_spec(request, gateway, principal)
+    spec = checked_spec(request, principal, reads, gateway.settings)
     if isinstance(spec, Refused | Invalid):
         return spec
     if key is not None:
-        existing = await submitted_with(gateway, key, principal, spec.user)
+        existing = await submitted_with(reads, key, principal, spec.user)
         if existing is not None:
             return existing
-    over = await over_submit_limits(gateway, spec)  # after: a retry finds its job, not the limit
+    over = await over_submit_limits(reads, spec)  # after: a retry finds its job, not the limit
     if over is not None:
         return over
     msg_id = intents.submitted(key) if key else None
@@ -48,21 +48,23 @@ async def submit(
     return accepted(recorded.event, "submitted")
 
 
-def checked_spec(request: JobRequest, gateway: Gateway, principal: Principal) -> JobSpec | Refusal:
+def checked_spec(
+    request: JobRequest, principal: Principal, reads: Reads, settings: Settings
+) -> JobSpec | Refusal:
     """The spec to publish for `request`, once the caller may submit it and some node
     could ever run it; else 403 or 422 (what both submission routes check)."""
     user = request.user or principal.name
-    refused = denied(submit_problem(principal, user, request.account, accounts_of(gateway)))
+    refused = denied(submit_problem(principal, user, request.account, reads.accounts()))
     if refused is not None:
         return refused
-    decided = submission_class(request, user, principal, gateway)
+    decided = submission_class(request, user, principal, reads)
     if isinstance(decided, Refused):
         return decided
     spec = job_spec(request, user, *decided)
     invalid = (
-        _time_limit_problem(spec, gateway.settings.max_time_limit_s)
+        _time_limit_problem(spec, settings.max_time_limit_s)
         or _env_problem(spec)
-        or _infeasible(gateway, spec)
+        or _infeasible(reads, spec)
     )
     return invalid if invalid is not None else spec
 
@@ -117,17 +119,14 @@ def _time_limit_problem(spec: JobSpec, maximum: int) -> Invalid | None:
     return Invalid.at(("body", "time_limit_s"), reason, "less_than_equal")
 
 
-def _infeasible(gateway: Gateway, spec: JobSpec) -> Invalid | None:
+def _infeasible(reads: Reads, spec: JobSpec) -> Invalid | None:
     """422 for a request no registered node could ever run (as sbatch refuses one at
     once), naming the field at fault; one that merely cannot run now is queued.
 
     Judged on the cluster as this gateway has read it; while it still reads the log at
     its start, or while no node is registered yet (a stack starting: its agents come
     a moment later), admission alone judges (it rejects such a job with the reason)."""
-    read_model = gateway.read_model
-    if read_model is None or read_model.state.seq < gateway.start_seq or not read_model.state.nodes:
-        return None
-    found = gateway.feasibility.answer(read_model.state, spec, resources_problem)
+    found = reads.submissions.infeasible(spec)
     if found is None:
         return None
     field, why = found
@@ -150,7 +149,7 @@ def _env_problem(spec: JobSpec) -> Invalid | None:
 
 
 async def submitted_with(
-    gateway: Gateway, key: str, principal: Principal, user: str
+    reads: Reads, key: str, principal: Principal, user: str
 ) -> Submitted | Refused | None:
     """What an earlier request with this idempotency key created, if the log has it.
 
@@ -158,22 +157,15 @@ async def submitted_with(
     this catches one that comes after the window, from the folded state. A key that
     made another user's job is not theirs to learn about (refused: 409).
     """
-    await gateway.catch_up(principal.name)
-    if gateway.read_model is None:
+    await reads.catch_up(principal.name)
+    found = reads.submissions.keyed(key)
+    if found is None:
         return None
-    state = gateway.read_model.state
-    job_id = state.idempotency_keys.get(key)
-    if job_id is None:
-        return None
-    tasks = state.array_tasks(job_id) if job_id in state.arrays else [job_id]
-    # A job that ended is remembered (a tombstone) as long as its key; an array's
-    # tasks may have left at different times: the first one still known tells.
-    owned = next((found for task in tasks if (found := owner(state, task)) is not None), None)
-    if owned is not None and owned[0] != user and not principal.operator:
+    if found.owner is not None and found.owner[0] != user and not principal.operator:
         return Refused(409, "this Idempotency-Key was used by another user's job")
-    if job_id in state.arrays:
-        return Submitted(id=job_id, state="submitted", tasks=state.array_tasks(job_id))
-    return Submitted(id=job_id, state=final_phase(state, job_id) or "submitted")
+    if found.tasks is not None:
+        return Submitted(id=found.job_id, state="submitted", tasks=found.tasks)
+    return Submitted(id=found.job_id, state=found.phase or "submitted")
 
 
 def accepted(event: Event, state: str) -> Submitted:

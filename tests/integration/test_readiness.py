@@ -26,8 +26,8 @@ from gpuloom.config import Settings
 from gpuloom.runtime.projector import CHECKPOINT, Projector
 from services.gateway.app import attach_read_model, create_app
 from services.gateway.auth import authenticate
-from services.gateway.deps import Gateway
 from services.gateway.freshness import Freshness
+from services.gateway.parts import Gateway
 from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
 from services.gateway.routes_projections import public, router

@@ -21,7 +21,6 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from gpuloom.auth import Principal
 from gpuloom.events.base import SUBJECT_TOKEN
@@ -36,14 +35,15 @@ from gpuloom.events.webhooks import (
     WebhookRenewed,
 )
 from gpuloom.state.tenancy import Webhook
-from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.webhooks.policy import url_problem
 from gpuloom.webhooks.sealing import load_sealer
 from gpuloom.webhooks.signing import SECRET_PATTERN, SecretError, new_secret, secret_key
 from gpuloom.webhooks.transport import Refused, Unresolved, checked_address
 from services.gateway.auth import PrincipalDep, bearer
-from services.gateway.deps import Gateway, GatewayDep
+from services.gateway.deps import GatewayDep, ReadsDep
+from services.gateway.parts import Gateway
 from services.gateway.publish import publish
+from services.gateway.reads import Reads
 from services.gateway.refusals import answer
 from services.gateway.schemas import Problem
 
@@ -177,12 +177,8 @@ async def token_expiry(
 ExpiryDep = Annotated[datetime | None, Depends(token_expiry)]
 
 
-def _hooks(gateway: Gateway) -> dict[str, Webhook]:
-    return gateway.read_model.state.webhooks if gateway.read_model is not None else {}
-
-
-def _mine(gateway: Gateway, hook_id: str, principal: Principal) -> Webhook:
-    hook = _hooks(gateway).get(hook_id)
+def _mine(reads: Reads, hook_id: str, principal: Principal) -> Webhook:
+    hook = reads.webhooks.hooks().get(hook_id)
     if hook is None or not (principal.operator or hook.owner == principal.name):
         raise HTTPException(status_code=404, detail=f"webhook {hook_id} not found")
     return hook
@@ -223,13 +219,17 @@ async def _check(body: WebhookBody, gateway: Gateway) -> None:
     },
 )
 async def register(
-    body: WebhookBody, gateway: GatewayDep, principal: PrincipalDep, expiry: ExpiryDep
+    body: WebhookBody,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
+    expiry: ExpiryDep,
 ) -> Any:
     """Register a webhook (event WebhookRegistered): the events written from now on that
     pass its filter and that you may see are POSTed to `url`, signed with its secret."""
     await _check(body, gateway)
-    await gateway.catch_up(principal.name)
-    owned = sum(1 for hook in _hooks(gateway).values() if hook.owner == principal.name)
+    await reads.catch_up(principal.name)
+    owned = sum(1 for hook in reads.webhooks.hooks().values() if hook.owner == principal.name)
     most = gateway.settings.webhook_max_per_owner
     if owned >= most:  # the state of your webhooks, not a rate: 409, delete one first
         raise HTTPException(
@@ -254,38 +254,40 @@ async def register(
         description=body.description,
     )
     answer(await publish(gateway, event, principal=principal))
-    await gateway.catch_up(principal.name)
-    hook = _hooks(gateway).get(hook_id)
+    await reads.catch_up(principal.name)
+    hook = reads.webhooks.hooks().get(hook_id)
     if hook is None:
         raise HTTPException(status_code=503, detail="the webhook is written; read it again shortly")
     return {**_view(hook), "secret": secret}
 
 
 @router.get("/v1/webhooks", response_model=WebhookList)
-async def list_webhooks(gateway: GatewayDep, principal: PrincipalDep) -> Any:
+async def list_webhooks(reads: ReadsDep, principal: PrincipalDep) -> Any:
     """Your webhooks (an operator's: everyone's)."""
-    await gateway.catch_up(principal.name)
+    await reads.catch_up(principal.name)
     hooks = [
         _view(hook)
-        for _, hook in sorted(_hooks(gateway).items())
+        for _, hook in sorted(reads.webhooks.hooks().items())
         if principal.operator or hook.owner == principal.name
     ]
     return {"webhooks": hooks}
 
 
 @router.get("/v1/webhooks/{hook_id}", response_model=WebhookView, responses={**ERRORS})
-async def get_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Any:
-    await gateway.catch_up(principal.name)
-    return _view(_mine(gateway, hook_id, principal))
+async def get_webhook(hook_id: HookId, reads: ReadsDep, principal: PrincipalDep) -> Any:
+    await reads.catch_up(principal.name)
+    return _view(_mine(reads, hook_id, principal))
 
 
 @router.delete("/v1/webhooks/{hook_id}", status_code=204, responses={**ERRORS})
-async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep) -> Response:
+async def delete_webhook(
+    hook_id: HookId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+) -> Response:
     """Delete a webhook (event WebhookDeleted): nothing more is delivered."""
-    await gateway.catch_up(principal.name)
-    _mine(gateway, hook_id, principal)
+    await reads.catch_up(principal.name)
+    _mine(reads, hook_id, principal)
     answer(await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal))
-    await gateway.catch_up(principal.name)
+    await reads.catch_up(principal.name)
     return Response(status_code=204)
 
 
@@ -298,12 +300,16 @@ async def delete_webhook(hook_id: HookId, gateway: GatewayDep, principal: Princi
     },
 )
 async def renew(
-    hook_id: HookId, gateway: GatewayDep, principal: PrincipalDep, expiry: ExpiryDep
+    hook_id: HookId,
+    gateway: GatewayDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
+    expiry: ExpiryDep,
 ) -> Any:
     """Renew an operator webhook's powers (event WebhookRenewed): with its owner's fresh
     operator token it sees every event again, until that token's expiry."""
-    await gateway.catch_up(principal.name)
-    hook = _mine(gateway, hook_id, principal)
+    await reads.catch_up(principal.name)
+    hook = _mine(reads, hook_id, principal)
     if hook.owner != principal.name:
         raise HTTPException(
             status_code=403, detail=f"only {hook.owner} renews this webhook (its powers are theirs)"
@@ -315,52 +321,37 @@ async def renew(
         )
     event = WebhookRenewed(webhook_id=hook_id, operator=True, operator_until=expiry)
     answer(await publish(gateway, event, principal=principal))
-    await gateway.catch_up(principal.name)
-    return _view(_mine(gateway, hook_id, principal))
+    await reads.catch_up(principal.name)
+    return _view(_mine(reads, hook_id, principal))
 
 
 @router.get("/v1/webhooks/{hook_id}/deliveries", response_model=DeliveryList, responses={**ERRORS})
 async def deliveries(
     hook_id: HookId,
-    gateway: GatewayDep,
+    reads: ReadsDep,
     principal: PrincipalDep,
     status: Annotated[Literal["pending", "delivered", "failed", "dropped"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Any:
     """The latest deliveries, newest first, each with its attempts and the answers."""
-    await gateway.catch_up(principal.name)
-    _mine(gateway, hook_id, principal)
-    query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.webhook_id == hook_id)
-    if status is not None:
-        query = query.where(WebhookDeliveryRow.status == status)
-    async with gateway.sessions() as session:
-        rows = (
-            (await session.execute(query.order_by(WebhookDeliveryRow.seq.desc()).limit(limit)))
-            .scalars()
-            .all()
-        )
-        found = await session.execute(
-            select(WebhookAttemptRow)
-            .where(WebhookAttemptRow.delivery_id.in_([row.id for row in rows]))
-            .order_by(WebhookAttemptRow.delivery_id, WebhookAttemptRow.attempt)
-        )
-        attempts: dict[int, list[AttemptView]] = {}
-        for attempt in found.scalars().all():
-            attempts.setdefault(attempt.delivery_id, []).append(
-                AttemptView.model_validate(attempt, from_attributes=True)
-            )
+    await reads.catch_up(principal.name)
+    _mine(reads, hook_id, principal)
+    found = await reads.webhooks.deliveries(hook_id, status, limit)
     return {
         "deliveries": [
             {
-                "seq": row.seq,
-                "event_id": row.event_id,
-                "type": row.event_type,
-                "status": row.status,
-                "attempts": attempts.get(row.id, []),
-                "next_at": row.next_at if row.status == "pending" else None,
-                "created_at": row.created_at,
-                "done_at": row.done_at,
+                "seq": delivery.seq,
+                "event_id": delivery.event_id,
+                "type": delivery.event_type,
+                "status": delivery.status,
+                "attempts": [
+                    AttemptView.model_validate(attempt, from_attributes=True)
+                    for attempt in delivery.attempts
+                ],
+                "next_at": delivery.next_at,
+                "created_at": delivery.created_at,
+                "done_at": delivery.done_at,
             }
-            for row in rows
+            for delivery in found
         ]
     }

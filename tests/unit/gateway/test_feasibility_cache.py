@@ -7,7 +7,7 @@ from gpuloom.decide.admission import resources_problem
 from gpuloom.events import GpuPoolChanged, JobSpec
 from gpuloom.state import ClusterState
 from gpuloom.testing.builders import LogBuilder, make_job_spec
-from services.gateway.deps import Feasibility
+from services.gateway.parts import Feasibility
 
 
 def test_answers_are_resources_problems_and_asked_once_per_shape_and_nodes() -> None:

@@ -18,7 +18,8 @@ from gpuloom.config import Settings
 from gpuloom.testing.builders import LogBuilder
 from services.gateway import metrics as metrics_module
 from services.gateway.app import create_app
-from services.gateway.metrics import cluster_metrics, serve_scrapes
+from services.gateway.metrics import serve_scrapes
+from services.gateway.reads.gauges import cluster_metrics
 
 
 def samples(metrics: list[Metric]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -7,19 +7,19 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuloom.auth import Principal
+from gpuloom.config import Settings
 from gpuloom.testing.builders import LogBuilder
+from services.gateway.parts import Gateway
+from services.gateway.reads import Reads
 from services.gateway.refusals import Refused
 from services.gateway.schemas import Submitted
 from services.gateway.submitting import submitted_with
 
 
-async def no_wait(caller: str) -> None:
-    return None
-
-
-def gateway_after(log: LogBuilder) -> Any:
-    read_model = SimpleNamespace(state=log.state())
-    return SimpleNamespace(catch_up=no_wait, read_model=read_model)
+def reads_after(log: LogBuilder) -> Reads:
+    """The reads of a gateway whose fold is `log` (no write of its own to wait for)."""
+    read_model: Any = SimpleNamespace(state=log.state())
+    return Reads(Gateway(Settings(), sessions=None, read_model=read_model))  # type: ignore[arg-type]
 
 
 def finished_with_key() -> LogBuilder:
@@ -30,13 +30,13 @@ def finished_with_key() -> LogBuilder:
 
 
 async def test_a_retry_of_a_forgotten_job_answers_with_the_job_and_its_end() -> None:
-    gateway = gateway_after(finished_with_key())
-    assert "j1" in gateway.read_model.state.tombstones
-    answer = await submitted_with(gateway, "once", Principal("alice"), "alice")
+    log = finished_with_key()
+    assert "j1" in log.state().tombstones
+    answer = await submitted_with(reads_after(log), "once", Principal("alice"), "alice")
     assert isinstance(answer, Submitted) and (answer.id, answer.state) == ("j1", "rejected")
 
 
 async def test_another_users_key_is_refused_after_the_job_was_forgotten() -> None:
-    gateway = gateway_after(finished_with_key())
-    refused = await submitted_with(gateway, "once", Principal("mallory"), "mallory")
+    reads = reads_after(finished_with_key())
+    refused = await submitted_with(reads, "once", Principal("mallory"), "mallory")
     assert isinstance(refused, Refused) and refused.status == 409

@@ -8,8 +8,9 @@ from typing import Any
 
 from gpuloom.config import Settings
 from gpuloom.testing.builders import LogBuilder
-from services.gateway.deps import Gateway, WriteMarks
+from services.gateway.parts import Gateway, WriteMarks
 from services.gateway.readmodel import ReadModel
+from services.gateway.reads import Reads
 
 
 def gateway_at(folded: int, written: int) -> Gateway:
@@ -27,15 +28,16 @@ def gateway_at(folded: int, written: int) -> Gateway:
 async def test_a_read_waits_for_the_callers_writes_and_not_for_anothers() -> None:
     gateway = gateway_at(folded=3, written=1)
     gateway.writes.wrote("mallory", 3)
-    assert await gateway.catch_up("alice")  # nothing of hers in flight: no wait
-    assert not await gateway.catch_up("mallory")  # her write is folded, not yet in the rows
+    reads = Reads(gateway)
+    assert await reads.catch_up("alice")  # nothing of hers in flight: no wait
+    assert not await reads.catch_up("mallory")  # her write is folded, not yet in the rows
     assert gateway.writes.last("mallory") == 3
 
 
 async def test_a_caller_is_forgotten_once_the_read_model_has_their_writes() -> None:
     gateway = gateway_at(folded=3, written=3)
     gateway.writes.wrote("mallory", 2)
-    assert await gateway.catch_up("mallory")
+    assert await Reads(gateway).catch_up("mallory")
     assert gateway.writes.last("mallory") == 0
 
 

@@ -20,8 +20,9 @@ from gpuloom.events import SharesSet
 from gpuloom.store.models import JobRow
 from gpuloom.testing.builders import LogBuilder
 from services.gateway.cancelling import cancel
-from services.gateway.deps import Gateway
+from services.gateway.parts import Gateway
 from services.gateway.readmodel import ReadModel
+from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refused, answer
 from services.gateway.requests import JobRequest
 from services.gateway.routes_accounts import _change
@@ -65,19 +66,23 @@ def test_a_refusal_becomes_its_http_error_and_a_value_passes() -> None:
     assert answer(7) == 7 and answer(None) is None
 
 
+def checked(request: JobRequest, gateway: Gateway, principal: Principal) -> Any:
+    return checked_spec(request, principal, Reads(gateway), gateway.settings)
+
+
 def test_submitting_for_another_user_is_refused_unless_an_operator() -> None:
     gateway = gateway_after(LogBuilder())
-    refused = checked_spec(job(user="bob"), gateway, ALICE)
+    refused = checked(job(user="bob"), gateway, ALICE)
     assert isinstance(refused, Refused) and refused.status == 403
-    assert not isinstance(checked_spec(job(user="bob"), gateway, ROOT), Refused | Invalid)
+    assert not isinstance(checked(job(user="bob"), gateway, ROOT), Refused | Invalid)
 
 
 def test_an_unknown_priority_class_and_a_reserved_variable_are_refused() -> None:
     gateway = gateway_after(LogBuilder())
-    unknown = checked_spec(job(priority_class="gold"), gateway, ALICE)
+    unknown = checked(job(priority_class="gold"), gateway, ALICE)
     assert isinstance(unknown, Refused) and unknown.status == 403
     assert unknown.detail.startswith("priority class gold does not exist (classes: ")
-    reserved = checked_spec(job(env={"CUDA_VISIBLE_DEVICES": "0", "A": "1"}), gateway, ALICE)
+    reserved = checked(job(env={"CUDA_VISIBLE_DEVICES": "0", "A": "1"}), gateway, ALICE)
     assert isinstance(reserved, Invalid)
     assert [e["loc"] for e in reserved.errors] == [("body", "env", "CUDA_VISIBLE_DEVICES")]
 
@@ -85,14 +90,15 @@ def test_an_unknown_priority_class_and_a_reserved_variable_are_refused() -> None
 def test_a_job_no_node_could_run_names_the_field_at_fault() -> None:
     log = LogBuilder()
     log.register("n1", 2)
-    infeasible = checked_spec(job(gpus=8), gateway_after(log), ALICE)
+    infeasible = checked(job(gpus=8), gateway_after(log), ALICE)
     assert isinstance(infeasible, Invalid)
     assert infeasible.errors[0]["loc"] == ("body", "gpus")
     assert infeasible.errors[0]["msg"].startswith("no node could ever run this job: ")
 
 
 async def test_a_submission_the_log_cannot_take_is_refused_503_with_retry_after() -> None:
-    refused = await submit(gateway_after(LogBuilder()), job(), ALICE, None)
+    gateway = gateway_after(LogBuilder())
+    refused = await submit(gateway, Reads(gateway), job(), ALICE, None)
     assert isinstance(refused, Refused)
     assert (refused.status, refused.headers) == (503, (("Retry-After", "2"),))
 
@@ -100,22 +106,33 @@ async def test_a_submission_the_log_cannot_take_is_refused_503_with_retry_after(
 async def test_another_users_idempotency_key_is_refused_409() -> None:
     log = LogBuilder()
     log.submit("j1", gpus=0, idempotency_key="once", user="alice")
-    refused = await submit(gateway_after(log), job(), BOB, "once")
+    gateway = gateway_after(log)
+    refused = await submit(gateway, Reads(gateway), job(), BOB, "once")
     assert refused == Refused(409, "this Idempotency-Key was used by another user's job")
 
 
 async def test_a_batch_names_the_job_whose_fields_are_at_fault() -> None:
     batch = JobBatch(jobs=[job(), job(env={"GPULOOM_X": "1"})])
-    refused = await submit_jobs(gateway_after(LogBuilder()), batch, ALICE, None)
+    gateway = gateway_after(LogBuilder())
+    refused = await submit_jobs(gateway, Reads(gateway), batch, ALICE, None)
     assert isinstance(refused, Invalid)
     assert [e["loc"] for e in refused.errors] == [("body", "jobs", 1, "env", "GPULOOM_X")]
 
 
 class Rows:
-    """The one method of a session `cancel` reads a job row with."""
+    """Sessions with the one method `JobReads` reads a job row with."""
 
     def __init__(self, *rows: JobRow) -> None:
         self.rows = {row.id: row for row in rows}
+
+    def __call__(self) -> Rows:
+        return self
+
+    async def __aenter__(self) -> Rows:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
 
     async def get(self, model: type, key: str) -> JobRow | None:
         return self.rows.get(key)
@@ -139,8 +156,9 @@ def row(job_id: str, user: str, state: str) -> JobRow:
 async def test_a_cancellation_is_refused_with_why(
     principal: Principal, job_id: str, expected: Refused
 ) -> None:
-    session: Any = Rows(row("mine", "alice", "queued"), row("done", "alice", "succeeded"))
-    refused = await cancel(gateway_after(LogBuilder()), session, job_id, principal)
+    gateway = gateway_after(LogBuilder())
+    gateway.sessions = Rows(row("mine", "alice", "queued"), row("done", "alice", "succeeded"))  # type: ignore[assignment]
+    refused = await cancel(gateway, Reads(gateway), job_id, principal)
     assert refused == expected
 
 
@@ -162,5 +180,6 @@ def test_no_write_to_the_log_drops_its_refusal() -> None:
 
 async def test_an_account_change_of_an_unknown_account_is_refused_404() -> None:
     shares = partial(SharesSet, account="ghost", shares=2)
-    refused = await _change(gateway_after(LogBuilder()), "ghost", ROOT, "shares", shares)
+    gateway = gateway_after(LogBuilder())
+    refused = await _change(gateway, Reads(gateway), "ghost", ROOT, "shares", shares)
     assert refused == Refused(404, "account ghost not found")

@@ -6,6 +6,7 @@ golden log of 2026-12-04 (seq 102 to 211), whose decisions still audit as made."
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,8 @@ from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
 from gpuloom.queueing.order import queue_order
 from gpuloom.testing.builders import LogBuilder
+from services.gateway.parts import Gateway
+from services.gateway.reads import Reads
 from services.gateway.routes_cluster import queue
 from services.queue.__main__ import configured_policy
 
@@ -101,14 +104,12 @@ def test_victims_move_right_behind_their_preemptor_and_the_rest_keep_their_ranks
 
 
 async def test_the_queue_listing_shows_the_victim_behind_its_preemptor_and_why() -> None:
-    async def no_wait(caller: str) -> None:
-        return None
-
     log = urgent_job_for_a_full_node(victims_yield=True)
     play(log, 1)
     log.run_to_queue("later", gpus=1)
-    gateway = SimpleNamespace(catch_up=no_wait, read_model=SimpleNamespace(state=log.state()))
-    listed = await queue(gateway, Principal("ops", frozenset({OPERATOR})), limit=10)  # type: ignore[arg-type]
+    folded: Any = SimpleNamespace(state=log.state())
+    reads = Reads(Gateway(Settings(), sessions=None, read_model=folded))  # type: ignore[arg-type]
+    listed = await queue(reads, Principal("ops", frozenset({OPERATOR})), limit=10)
     assert [(j.id, j.reason) for j in listed.jobs] == [
         ("urgent", None),
         ("old", "Yields to urgent: preempted for it, it goes first"),

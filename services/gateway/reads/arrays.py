@@ -1,17 +1,11 @@
 """A job array seen as one job: what `GET /v1/jobs/<array id>` answers (as `squeue -j`),
-and the rows of its tasks."""
+made of its tasks' rows (`JobReads.lookup`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from gpuloom.state import FINAL_PHASES
-from gpuloom.store.models import JobRow
-from services.gateway.deps import Gateway
-from services.gateway.refusals import Refused, unavailable
 from services.gateway.schemas import ArraySummary, Job
 
 #: While tasks remain, the array takes the state of its most advanced live task.
@@ -58,23 +52,3 @@ def array_view(array_id: str, tasks: list[Job]) -> Job:
             ),
         }
     )
-
-
-async def array_rows(
-    gateway: Gateway, session: AsyncSession, array_id: str
-) -> list[JobRow] | Refused:
-    """The rows of an array's tasks, by index; [] if `array_id` is no array; refused
-    (503) before the gateway read the log.
-
-    The task ids come from the folded state, not from a range or LIKE on the id
-    column: a PostgreSQL collation such as en_US does not sort `-` and `.` bytewise.
-    """
-    if gateway.read_model is None:
-        return unavailable("the gateway has not read the log yet")
-    tasks = gateway.read_model.state.array_tasks(array_id)
-    if not tasks:
-        return []
-    rows = {
-        row.id: row for row in await session.scalars(select(JobRow).where(JobRow.id.in_(tasks)))
-    }
-    return [rows[task] for task in tasks if task in rows]
