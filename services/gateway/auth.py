@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gpuloom.auth import OPERATOR, Principal, TokenError, TokenVerifier, ensure_secret, read_secret
 from gpuloom.auth.policy import Accounts, JobAct, job_problem, operator_only
 from gpuloom.config import Settings
-from services.gateway.deps import GatewayDep
+from services.gateway.deps import SettingsDep, VerifierDep
 from services.gateway.refusals import Refused, answer, denied
 
 log = logging.getLogger(__name__)
@@ -90,13 +90,13 @@ def forbidden(reason: str | None) -> None:
 
 
 async def authenticate(
-    gateway: GatewayDep,
+    settings: SettingsDep,
+    verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """The principal the request's bearer token proves, else 401."""
-    if gateway.settings.auth == "off":
+    if settings.auth == "off":
         return ANONYMOUS
-    verifier = gateway.verifier
     if verifier is None:  # fail closed: a gateway built without its verifier
         raise unauthorized("this gateway has no way to verify tokens")
     if credentials is None:

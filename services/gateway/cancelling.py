@@ -13,15 +13,14 @@ from gpuloom.auth import Principal
 from gpuloom.events import JobCancelRequested, intents
 from gpuloom.state import FINAL_PHASES
 from services.gateway.auth import job_refusal
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Refused
 from services.gateway.schemas import CancelAccepted
 
 
 async def cancel(
-    gateway: Gateway, reads: Reads, job_id: str, principal: Principal
+    publisher: Publisher, reads: Reads, job_id: str, principal: Principal
 ) -> CancelAccepted | Refused:
     """Ask for the cancellation of `job_id` once the caller's own writes are read:
     refused 404 (no such job), 403 (not the caller's to cancel), 409 (it ended), or
@@ -36,8 +35,7 @@ async def cancel(
         return refused
     if state in FINAL_PHASES:
         return Refused(409, f"job {job_id} already {state}")
-    recorded = await publish(
-        gateway,
+    recorded = await publisher.publish(
         JobCancelRequested(job_id=job_id, requested_by=principal.name),
         intents.cancel_requested(job_id),
         principal=principal,

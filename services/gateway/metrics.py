@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from gpuloom.bus.errors import BusError
 from gpuloom.bus.messages import StreamFigures
+from services.gateway.eventlog import EventLog
 from services.gateway.parts import Gateway
 from services.gateway.reads import Reads
 
@@ -78,18 +79,17 @@ class StreamCollector(Collector):
 
 
 async def refresh_stream_seq(
-    gateway: Gateway, reads: Reads, stream: StreamCollector | None = None
+    reads: Reads, event_log: EventLog, stream: StreamCollector | None = None
 ) -> None:
     """Ask the stream for its last sequence (the lag's reference) and, with `stream`,
     its size; on failure the figures stay the ones known, and the scrape still answers."""
     try:
         lag = await asyncio.wait_for(reads.progress.lag_behind_stream(), STREAM_SEQ_TIMEOUT_S)
-        if lag is None or gateway.bus is None:  # no read model yet, or no connection
+        bus = event_log.bus()
+        if lag is None or bus is None:  # no read model yet, or no connection
             return
         if stream is not None:
-            stream.figures = await asyncio.wait_for(
-                gateway.bus.stream_figures(), STREAM_SEQ_TIMEOUT_S
-            )
+            stream.figures = await asyncio.wait_for(bus.stream_figures(), STREAM_SEQ_TIMEOUT_S)
     except (TimeoutError, BusError) as exc:
         log.warning("metrics: could not read the stream's last sequence: %r", exc)
 
@@ -111,14 +111,14 @@ def add_metrics(
     return the scrape itself (for `serve_scrapes` on a port of its own).
 
     `dependencies`: what guards it (authentication, unless metrics are public)."""
-    reads = Reads(gateway)
+    reads, event_log = Reads(gateway), EventLog(gateway)
     cluster = CollectorRegistry()
     cluster.register(ClusterCollector(reads, clock))
     stream = StreamCollector()
     cluster.register(stream)
 
     async def scrape() -> bytes:
-        await refresh_stream_seq(gateway, reads, stream)
+        await refresh_stream_seq(reads, event_log, stream)
         return exposition([REGISTRY, cluster])
 
     @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))

@@ -19,7 +19,6 @@ from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.placement.inputs import request_of
 from gpuloom.state import ClusterState
-from services.gateway import refusals
 from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
 from services.gateway.stream import Streams
@@ -50,16 +49,6 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.readiness = Readiness(self.settings.ready_max_lag, self.settings.ready_grace_s)
-
-    def live_bus(self) -> EventBus:
-        """The bus, or 503 with Retry-After while NATS cannot be reached."""
-        return refusals.answer(self.connected_bus())
-
-    def connected_bus(self) -> EventBus | refusals.Refused:
-        """The bus, or the refusal (503 with Retry-After) while NATS cannot be reached."""
-        if self.bus is None or not self.bus.connected:
-            return refusals.unavailable("the event log (NATS) is unreachable; retry shortly")
-        return self.bus
 
 
 class WriteMarks:

@@ -28,9 +28,8 @@ from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
 from gpuloom.state.tenancy import AccountState
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import AccountName, GatewayDep, ReadsDep
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.deps import AccountName, PublisherDep, ReadsDep
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, answer, denied, not_found
 
@@ -127,7 +126,7 @@ async def _after_write(reads: Reads, name: str, principal: Principal) -> Account
 
 
 async def _create(
-    gateway: Gateway, reads: Reads, body: NewAccount, principal: Principal
+    publisher: Publisher, reads: Reads, body: NewAccount, principal: Principal
 ) -> Refusal | None:
     """The command of POST /v1/accounts: None once written, else the refusal."""
     await reads.catch_up(principal.name)
@@ -141,8 +140,7 @@ async def _create(
         return Refused(409, f"account {body.name} already exists")
     if body.parent is not None and body.parent not in accounts:
         return not_found(f"parent account {body.parent}")
-    created = await publish(
-        gateway,
+    created = await publisher.publish(
         AccountCreated(account=body.name, parent=body.parent, description=body.description),
         principal=principal,
     )
@@ -153,14 +151,14 @@ async def _create(
         return Refused(409, reason)
     if body.shares != 1:
         shares = SharesSet(account=body.name, shares=body.shares)
-        written = await publish(gateway, shares, principal=principal)
+        written = await publisher.publish(shares, principal=principal)
         if isinstance(written, Refused):
             return written
     return None
 
 
 async def _change(
-    gateway: Gateway,
+    publisher: Publisher,
     reads: Reads,
     name: str,
     principal: Principal,
@@ -177,7 +175,7 @@ async def _change(
     made = event()
     if isinstance(made, Invalid):
         return made
-    written = await publish(gateway, made, principal=principal)
+    written = await publisher.publish(made, principal=principal)
     return written if isinstance(written, Refused) else None
 
 
@@ -191,11 +189,11 @@ async def list_accounts(reads: ReadsDep, principal: PrincipalDep) -> AccountList
 
 @router.post("", status_code=201, response_model=Account, responses={404: {}, 409: {}})
 async def create_account(
-    body: NewAccount, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    body: NewAccount, publisher: PublisherDep, reads: ReadsDep, principal: PrincipalDep
 ) -> Account:
     """Create an account under `parent` (events AccountCreated, SharesSet): operators,
     or coordinators of `parent`."""
-    answer(await _create(gateway, reads, body, principal))
+    answer(await _create(publisher, reads, body, principal))
     return await _after_write(reads, body.name, principal)
 
 
@@ -203,14 +201,14 @@ async def create_account(
 async def set_shares(
     name: AccountName,
     body: Shares,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> Account:
     """Set the account's fair-share shares (event SharesSet): operators, or
     coordinators of its parent."""
     shares = partial(SharesSet, account=name, shares=body.shares)
-    answer(await _change(gateway, reads, name, principal, "shares", shares))
+    answer(await _change(publisher, reads, name, principal, "shares", shares))
     return await _after_write(reads, name, principal)
 
 
@@ -218,7 +216,7 @@ async def set_shares(
 async def set_users(
     name: AccountName,
     body: Users,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> Account:
@@ -231,7 +229,7 @@ async def set_users(
         except ValidationError as exc:
             return Invalid(tuple({**err, "loc": ("body", *err["loc"])} for err in exc.errors()))
 
-    answer(await _change(gateway, reads, name, principal, "members", users))
+    answer(await _change(publisher, reads, name, principal, "members", users))
     return await _after_write(reads, name, principal)
 
 
@@ -239,7 +237,7 @@ async def set_users(
 async def set_quota(
     name: AccountName,
     body: QuotaBody,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> Account:
@@ -253,7 +251,7 @@ async def set_quota(
         borrowing_limit=body.borrowing_limit,
         cap=body.cap,
     )
-    answer(await _change(gateway, reads, name, principal, "quota", quota))
+    answer(await _change(publisher, reads, name, principal, "quota", quota))
     return await _after_write(reads, name, principal)
 
 
@@ -261,12 +259,12 @@ async def set_quota(
 async def set_coordinators(
     name: AccountName,
     body: Coordinators,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> Account:
     """Name who coordinates the account and its subtree (event AccountCoordinatorsSet):
     operators only; [] names none."""
     coordinators = partial(AccountCoordinatorsSet, account=name, coordinators=body.coordinators)
-    answer(await _change(gateway, reads, name, principal, "coordinators", coordinators))
+    answer(await _change(publisher, reads, name, principal, "coordinators", coordinators))
     return await _after_write(reads, name, principal)

@@ -21,12 +21,12 @@ from fastapi import APIRouter, Header
 from pydantic import BaseModel, Field
 
 from gpuloom.auth import Principal
+from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import GatewayDep, ReadsDep
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish_batch
+from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, answer
 from services.gateway.requests import JobRequest
@@ -60,24 +60,30 @@ class BatchSubmitted(BaseModel):
 )
 async def submit_batch(
     batch: JobBatch,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[HeaderValue | None, Header()] = None,
 ) -> BatchSubmitted:
     """Accept every job of the batch once the log acknowledged them (see the module's
     docstring: checked as one by one, written in one pipelined write)."""
-    return answer(await submit_jobs(gateway, reads, batch, principal, idempotency_key))
+    return answer(await submit_jobs(publisher, reads, settings, batch, principal, idempotency_key))
 
 
 async def submit_jobs(
-    gateway: Gateway, reads: Reads, batch: JobBatch, principal: Principal, key: str | None
+    publisher: Publisher,
+    reads: Reads,
+    settings: Settings,
+    batch: JobBatch,
+    principal: Principal,
+    key: str | None,
 ) -> BatchSubmitted | Refusal:
     """The batch's command: every job accepted (or found, for a retry), or the refusal
     of the first job refused (a 422's fields under `body.jobs.<number>`)."""
     specs: list[JobSpec] = []
     for number, job in enumerate(batch.jobs):
-        spec = checked_spec(job, principal, reads, gateway.settings)
+        spec = checked_spec(job, principal, reads, settings)
         if isinstance(spec, Invalid):
             return spec.under("jobs", number)
         if isinstance(spec, Refused):
@@ -107,7 +113,7 @@ async def submit_jobs(
         for number in missing
     ]
     if events:
-        recorded = await publish_batch(gateway, events, principal=principal)
+        recorded = await publisher.publish_batch(events, principal=principal)
         if isinstance(recorded, Refused):
             return recorded
         for number, written in zip(missing, recorded, strict=True):

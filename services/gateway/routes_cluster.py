@@ -22,9 +22,8 @@ from gpuloom.events import (
 )
 from gpuloom.events.text import Remark
 from services.gateway.auth import PrincipalDep, operator
-from services.gateway.deps import GatewayDep, NodeName, ReadsDep
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.deps import EventLogDep, NodeName, PublisherDep, ReadsDep
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.reads.cluster import NodeStanding
 from services.gateway.refusals import Refused, answer, not_found
@@ -67,7 +66,7 @@ async def change_pool(
     node: NodeName,
     gpu: Annotated[int, Path(ge=0, le=1023)],
     change: PoolChange,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> PoolChangeAccepted:
@@ -76,11 +75,11 @@ async def change_pool(
     A GPU with work on it is refused with 409; so is a change that the log voids
     because work landed on the GPU in between (the answer says so).
     """
-    return answer(await _change_pool(gateway, reads, node, gpu, change.pool, principal))
+    return answer(await _change_pool(publisher, reads, node, gpu, change.pool, principal))
 
 
 async def _change_pool(
-    gateway: Gateway,
+    publisher: Publisher,
     reads: Reads,
     node: str,
     gpu: int,
@@ -100,18 +99,18 @@ async def _change_pool(
         return Refused(409, f"{problem}: it cannot change pool")
     if found.get("pool") == pool:
         return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=None)
-    seq = await _write(gateway, reads, event, principal)
+    seq = await _write(publisher, reads, event, principal)
     if isinstance(seq, Refused):
         return seq
     return PoolChangeAccepted(node=node, gpu=gpu, pool=pool, seq=seq)
 
 
 async def _write(
-    gateway: Gateway, reads: Reads, event: Event, principal: Principal
+    publisher: Publisher, reads: Reads, event: Event, principal: Principal
 ) -> int | Refused:
     """Write `event`: its sequence, or refused as the log refuses it, or 409 with the
     reason the log voided it (work landed on the node in between)."""
-    recorded = await publish(gateway, event, principal=principal)
+    recorded = await publisher.publish(event, principal=principal)
     if isinstance(recorded, Refused):
         return recorded
     voided = await reads.voided_reason(recorded.seq)
@@ -130,11 +129,17 @@ class Cordon(BaseModel):
     dependencies=[Depends(operator("cordon nodes"))],
 )
 async def cordon(
-    node: NodeName, body: Cordon, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    node: NodeName,
+    body: Cordon,
+    publisher: PublisherDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
 ) -> Node:
     """Take the node out of placement (event NodeCordoned): what runs there stays."""
     answer(await _known_node(reads, node, principal))
-    answer(await publish(gateway, NodeCordoned(node=node, reason=body.reason), principal=principal))
+    answer(
+        await publisher.publish(NodeCordoned(node=node, reason=body.reason), principal=principal)
+    )
     return await _node_after_write(reads, node, principal)
 
 
@@ -146,12 +151,12 @@ async def cordon(
     dependencies=[Depends(operator("uncordon nodes"))],
 )
 async def uncordon(
-    node: NodeName, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    node: NodeName, publisher: PublisherDep, reads: ReadsDep, principal: PrincipalDep
 ) -> Node:
     """Give the node back to placement (event NodeUncordoned); a no-op if not cordoned."""
     row = answer(await _known_node(reads, node, principal))
     if row.cordoned is not None:
-        answer(await publish(gateway, NodeUncordoned(node=node), principal=principal))
+        answer(await publisher.publish(NodeUncordoned(node=node), principal=principal))
     return await _node_after_write(reads, node, principal)
 
 
@@ -165,7 +170,7 @@ async def uncordon(
 )
 async def remove_node(
     node: NodeName,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
     reason: Annotated[Remark, Query(description="Why (kept in the log).")] = "",
@@ -173,11 +178,11 @@ async def remove_node(
     """Remove a node gone for good (event NodeRemoved, which names who asked): it leaves
     the cluster and its listing. 409 while it holds a job: cancel or requeue those first
     (a lost node's jobs are requeued already). Its agent, back, would register it anew."""
-    return answer(await _remove(gateway, reads, node, reason, principal))
+    return answer(await _remove(publisher, reads, node, reason, principal))
 
 
 async def _remove(
-    gateway: Gateway, reads: Reads, node: str, reason: str, principal: Principal
+    publisher: Publisher, reads: Reads, node: str, reason: str, principal: Principal
 ) -> NodeRemovedAnswer | Refused:
     known = await _known_node(reads, node, principal)
     if isinstance(known, Refused):
@@ -185,7 +190,7 @@ async def _remove(
     problem = reads.cluster.removal_problem(node)
     if problem is not None:
         return Refused(409, problem)
-    seq = await _write(gateway, reads, NodeRemoved(node=node, reason=reason), principal)
+    seq = await _write(publisher, reads, NodeRemoved(node=node, reason=reason), principal)
     return seq if isinstance(seq, Refused) else NodeRemovedAnswer(node=node, seq=seq)
 
 
@@ -225,7 +230,7 @@ async def event_schemas() -> dict[str, Any]:
 
 
 @public.get("/healthz", response_model=Health, tags=["health"])
-async def healthz(gateway: GatewayDep, reads: ReadsDep) -> Health:
-    nats_ok = gateway.bus is not None and gateway.bus.connected
+async def healthz(event_log: EventLogDep, reads: ReadsDep) -> Health:
+    nats_ok = event_log.connected
     seq = reads.progress.written_seq()
     return Health(status="ok" if nats_ok else "degraded", nats=nats_ok, projection_seq=seq)

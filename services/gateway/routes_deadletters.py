@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuloom.bus.streams import dead_letter_stream
 from services.gateway.auth import operator
-from services.gateway.deps import GatewayDep
+from services.gateway.deps import EventLogDep
 from services.gateway.responses import UNAVAILABLE
 
 router = APIRouter(tags=["operations"])
@@ -52,10 +52,10 @@ class DeadLetterList(BaseModel):
     dependencies=[Depends(operator("read dead letters (they hold excerpts of any job)"))],
 )
 async def dead_letters(
-    gateway: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    event_log: EventLogDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> DeadLetterList:
     """Messages a service could not handle and skipped, newest first, with the reason."""
-    bus = gateway.live_bus()
+    bus = event_log.live()
     total, letters = await bus.dead_letter_page(limit)
     return DeadLetterList(
         stream=dead_letter_stream(bus.stream),

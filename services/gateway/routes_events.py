@@ -26,7 +26,13 @@ from gpuloom.bus.errors import BusError
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.registry import EVENT_TYPES
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import GatewayDep, ReadsDep, unavailable
+from services.gateway.deps import (
+    EventLogDep,
+    ReadsDep,
+    StreamBudgetDep,
+    StreamsDep,
+    unavailable,
+)
 from services.gateway.refusals import answer
 from services.gateway.stream import Streams, event_stream
 from services.gateway.stream_budget import Ticket
@@ -64,8 +70,10 @@ class StreamRequest:
 
 
 async def stream_request(
-    gateway: GatewayDep,
+    event_log: EventLogDep,
     reads: ReadsDep,
+    budget: StreamBudgetDep,
+    shared: StreamsDep,
     principal: PrincipalDep,
     types: Annotated[
         list[str] | None,
@@ -87,20 +95,20 @@ async def stream_request(
             detail=f"query.type: unknown event type(s) {', '.join(unknown)} "
             f"(known: {', '.join(sorted(EVENT_TYPES))})",
         )
-    bus = gateway.live_bus()
+    bus = event_log.live()
     owners = answer(reads.events.owners())  # 503 before the gateway read the log
     start = resume_point(last_event_id, after)
-    gateway.stream_budget.check_room(principal.name)  # before it costs a read of the log
+    budget.check_room(principal.name)  # before it costs a read of the log
     try:
         log_end = await bus.last_seq()
     except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
     if start is None:
         start = log_end
-    replay = gateway.stream_budget.is_replay(start, log_end, one_job=job is not None)
-    ticket = gateway.stream_budget.take(principal.name, replay, time.monotonic())
+    replay = budget.is_replay(start, log_end, one_job=job is not None)
+    ticket = budget.take(principal.name, replay, time.monotonic())
     wanted = StreamFilter(frozenset(types or ()), job, user, account, node)
-    return StreamRequest(bus, start, wanted, owners, reads.accounts, gateway.streams, ticket)
+    return StreamRequest(bus, start, wanted, owners, reads.accounts, shared, ticket)
 
 
 @router.get(

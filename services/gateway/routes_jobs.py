@@ -20,7 +20,7 @@ from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from services.gateway.auth import PrincipalDep, forbidden, job_refusal
 from services.gateway.cancelling import cancel
-from services.gateway.deps import GatewayDep, JobId, ReadsDep, unavailable
+from services.gateway.deps import EventLogDep, JobId, PublisherDep, ReadsDep, unavailable
 from services.gateway.reads import Reads
 from services.gateway.reads.arrays import array_view
 from services.gateway.refusals import answer
@@ -89,13 +89,13 @@ async def get_job(job_id: JobId, reads: ReadsDep, principal: PrincipalDep) -> Jo
     responses={**NOT_FOUND, 409: {"model": Problem}, **UNAVAILABLE},
 )
 async def cancel_job(
-    job_id: JobId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    job_id: JobId, publisher: PublisherDep, reads: ReadsDep, principal: PrincipalDep
 ) -> CancelAccepted:
     """Ask for cancellation; the queue (pending job) or the node agent (running job) does it.
 
     With a job array's id, every task that has not ended (one event, as `scancel <array id>`).
     """
-    return answer(await cancel(gateway, reads, job_id, principal))
+    return answer(await cancel(publisher, reads, job_id, principal))
 
 
 @router.get("/{job_id}/explain", response_model=JobExplanation, responses={**NOT_FOUND})
@@ -110,7 +110,7 @@ async def explain_job(job_id: JobId, reads: ReadsDep, principal: PrincipalDep) -
 
 @router.get("/{job_id}/events", response_model=JobEvents, responses={**NOT_FOUND, **UNAVAILABLE})
 async def job_events(
-    job_id: JobId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    job_id: JobId, event_log: EventLogDep, reads: ReadsDep, principal: PrincipalDep
 ) -> JobEvents:
     """The job's audit trail, read from the log itself (not from a projection); each
     event a request caused names its `principal`.
@@ -118,7 +118,7 @@ async def job_events(
     A task of a job array starts with its array's JobArraySubmitted (and any
     cancellation of the whole array).
     """
-    bus = gateway.live_bus()
+    bus = event_log.live()
     await reads.catch_up(principal.name)
     trail = answer(await reads.jobs.trail(job_id))
     problem = job_events_problem(principal, trail.owner, reads.accounts())  # as the stream's
@@ -150,7 +150,7 @@ async def job_events(
 )
 async def job_logs(
     job_id: JobId,
-    gateway: GatewayDep,
+    event_log: EventLogDep,
     reads: ReadsDep,
     principal: PrincipalDep,
     tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL)] = DEFAULT_TAIL,
@@ -165,7 +165,7 @@ async def job_logs(
     answer(job_refusal(reads.accounts(), principal, "logs", job.user, job.account))
     if job.node is None and attempt is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")
-    bus = gateway.live_bus()
+    bus = event_log.live()
     node = job.node
     if replica or attempt is not None:
         node = await _host_of(bus, job_id, attempt or job.attempt, replica)

@@ -22,9 +22,8 @@ from gpuloom.events.text import INT32_MAX, Remark, UserName
 from gpuloom.state.tenancy import IdentityLimits
 from gpuloom.state.tenancy import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
-from services.gateway.deps import GatewayDep, ReadsDep
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.deps import PublisherDep, ReadsDep
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.reads.policies import ClassBook, LimitBook
 from services.gateway.refusals import Invalid, Refused, answer
@@ -144,13 +143,13 @@ async def list_priority_classes(reads: ReadsDep, principal: PrincipalDep) -> Pri
 async def set_priority_class(
     name: ClassName,
     body: PriorityClassBody,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> PriorityClassList:
     """Define or redefine a priority class (event PriorityClassSet): operators only."""
     event = PriorityClassSet(name=name, **body.model_dump())
-    answer(await publish(gateway, event, principal=principal))
+    answer(await publisher.publish(event, principal=principal))
     return await _classes_after(reads, principal)
 
 
@@ -161,16 +160,16 @@ async def set_priority_class(
     dependencies=[Depends(operator("delete priority classes"))],
 )
 async def delete_priority_class(
-    name: ClassName, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    name: ClassName, publisher: PublisherDep, reads: ReadsDep, principal: PrincipalDep
 ) -> PriorityClassList:
     """Remove a priority class (event PriorityClassDeleted): operators only. Its jobs
     keep their priority; pending ones may no longer preempt."""
-    answer(await _delete_class(gateway, reads, name, principal))
+    answer(await _delete_class(publisher, reads, name, principal))
     return await _classes_after(reads, principal)
 
 
 async def _delete_class(
-    gateway: Gateway, reads: Reads, name: str, principal: Principal
+    publisher: Publisher, reads: Reads, name: str, principal: Principal
 ) -> Refused | None:
     """The command of DELETE /v1/priority-classes/{name}: None once written."""
     await reads.catch_up(principal.name)
@@ -179,7 +178,7 @@ async def _delete_class(
         return defined
     if not defined:
         return Refused(404, f"priority class {name} not found")
-    written = await publish(gateway, PriorityClassDeleted(name=name), principal=principal)
+    written = await publisher.publish(PriorityClassDeleted(name=name), principal=principal)
     return written if isinstance(written, Refused) else None
 
 
@@ -215,7 +214,7 @@ async def set_limits(
     scope: Scope,
     name: Annotated[str, Path(min_length=1, max_length=100, description="a user or account")],
     body: LimitsBody,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
 ) -> LimitsList:
@@ -223,7 +222,7 @@ async def set_limits(
     (event LimitsSet): operators only. A limit left out or null falls back to the
     default's, then the built-in one; all null removes the entry."""
     event = answer(_limits_event(scope, name, body))
-    answer(await publish(gateway, event, principal=principal))
+    answer(await publisher.publish(event, principal=principal))
     return await _limits_after(reads, principal)
 
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Header
 
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
-from services.gateway.deps import GatewayDep, ReadsDep
+from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
 from services.gateway.refusals import answer
 from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
@@ -37,8 +37,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 )
 async def submit_job(
     request: JobRequest,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[HeaderValue | None, Header()] = None,
 ) -> Submitted:
@@ -48,4 +49,4 @@ async def submit_job(
     created, never a second one. An array is one JobArraySubmitted event: it is
     accepted whole or not at all, and its id shows and cancels every task.
     """
-    return answer(await submit(gateway, reads, request, principal, idempotency_key))
+    return answer(await submit(publisher, reads, settings, request, principal, idempotency_key))

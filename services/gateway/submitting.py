@@ -17,8 +17,7 @@ from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSub
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.jobs import TopologyRequest
 from gpuloom.events.text import reserved_env_reason
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, denied
 from services.gateway.requests import JobRequest
@@ -27,11 +26,16 @@ from services.gateway.submit_policy import over_submit_limits, submission_class
 
 
 async def submit(
-    gateway: Gateway, reads: Reads, request: JobRequest, principal: Principal, key: str | None
+    publisher: Publisher,
+    reads: Reads,
+    settings: Settings,
+    request: JobRequest,
+    principal: Principal,
+    key: str | None,
 ) -> Submitted | Refusal:
     """POST /v1/jobs: the job (or job array) accepted once its event is acknowledged,
     the job an earlier request with the same `key` created, or the refusal."""
-    spec = checked_spec(request, principal, reads, gateway.settings)
+    spec = checked_spec(request, principal, reads, settings)
     if isinstance(spec, Refused | Invalid):
         return spec
     if key is not None:
@@ -42,7 +46,7 @@ async def submit(
     if over is not None:
         return over
     msg_id = intents.submitted(key) if key else None
-    recorded = await publish(gateway, submission_event(spec, key), msg_id, principal=principal)
+    recorded = await publisher.publish(submission_event(spec, key), msg_id, principal=principal)
     if isinstance(recorded, Refused):
         return recorded
     return accepted(recorded.event, "submitted")

@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 
 from gpuloom.auth import Principal
+from gpuloom.config import Settings
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.registry import EVENT_TYPES
@@ -40,9 +41,7 @@ from gpuloom.webhooks.sealing import load_sealer
 from gpuloom.webhooks.signing import SECRET_PATTERN, SecretError, new_secret, secret_key
 from gpuloom.webhooks.transport import Refused, Unresolved, checked_address
 from services.gateway.auth import PrincipalDep, bearer
-from services.gateway.deps import GatewayDep, ReadsDep
-from services.gateway.parts import Gateway
-from services.gateway.publish import publish
+from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
 from services.gateway.reads import Reads
 from services.gateway.refusals import answer
 from services.gateway.schemas import Problem
@@ -159,12 +158,12 @@ def _view(hook: Webhook) -> dict[str, Any]:
 
 
 async def token_expiry(
-    gateway: GatewayDep,
+    settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> datetime | None:
     """The `exp` of the request's bearer token (verified by `authenticate` already), or
     None with authentication off."""
-    if gateway.settings.auth == "off" or credentials is None:
+    if settings.auth == "off" or credentials is None:
         return None
     try:
         claims = jwt.decode(credentials.credentials, options={"verify_signature": False})
@@ -188,12 +187,12 @@ def _invalid(field: str, reason: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("body", field), "msg": reason, "type": "value_error"}])
 
 
-async def _check(body: WebhookBody, gateway: Gateway) -> None:
+async def _check(body: WebhookBody, settings: Settings) -> None:
     problem = url_problem(body.url)
     if problem is not None:
         raise _invalid("url", problem)
     try:
-        await checked_address(body.url, gateway.settings.webhook_allow_private)
+        await checked_address(body.url, settings.webhook_allow_private)
     except Unresolved:
         pass  # its name may be made later; each attempt says so until then
     except Refused as exc:  # the stack's rule, which an operator may change: 403
@@ -220,17 +219,18 @@ async def _check(body: WebhookBody, gateway: Gateway) -> None:
 )
 async def register(
     body: WebhookBody,
-    gateway: GatewayDep,
+    settings: SettingsDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
     expiry: ExpiryDep,
 ) -> Any:
     """Register a webhook (event WebhookRegistered): the events written from now on that
     pass its filter and that you may see are POSTed to `url`, signed with its secret."""
-    await _check(body, gateway)
+    await _check(body, settings)
     await reads.catch_up(principal.name)
     owned = sum(1 for hook in reads.webhooks.hooks().values() if hook.owner == principal.name)
-    most = gateway.settings.webhook_max_per_owner
+    most = settings.webhook_max_per_owner
     if owned >= most:  # the state of your webhooks, not a rate: 409, delete one first
         raise HTTPException(
             status_code=409,
@@ -250,10 +250,10 @@ async def register(
         user=body.user,
         account=body.account,
         node=body.node,
-        secret_sealed=load_sealer(gateway.settings).seal(secret, hook_id),
+        secret_sealed=load_sealer(settings).seal(secret, hook_id),
         description=body.description,
     )
-    answer(await publish(gateway, event, principal=principal))
+    answer(await publisher.publish(event, principal=principal))
     await reads.catch_up(principal.name)
     hook = reads.webhooks.hooks().get(hook_id)
     if hook is None:
@@ -281,12 +281,12 @@ async def get_webhook(hook_id: HookId, reads: ReadsDep, principal: PrincipalDep)
 
 @router.delete("/v1/webhooks/{hook_id}", status_code=204, responses={**ERRORS})
 async def delete_webhook(
-    hook_id: HookId, gateway: GatewayDep, reads: ReadsDep, principal: PrincipalDep
+    hook_id: HookId, publisher: PublisherDep, reads: ReadsDep, principal: PrincipalDep
 ) -> Response:
     """Delete a webhook (event WebhookDeleted): nothing more is delivered."""
     await reads.catch_up(principal.name)
     _mine(reads, hook_id, principal)
-    answer(await publish(gateway, WebhookDeleted(webhook_id=hook_id), principal=principal))
+    answer(await publisher.publish(WebhookDeleted(webhook_id=hook_id), principal=principal))
     await reads.catch_up(principal.name)
     return Response(status_code=204)
 
@@ -301,7 +301,7 @@ async def delete_webhook(
 )
 async def renew(
     hook_id: HookId,
-    gateway: GatewayDep,
+    publisher: PublisherDep,
     reads: ReadsDep,
     principal: PrincipalDep,
     expiry: ExpiryDep,
@@ -320,7 +320,7 @@ async def renew(
             detail="renewing needs an operator token; without one the webhook sees what you see",
         )
     event = WebhookRenewed(webhook_id=hook_id, operator=True, operator_until=expiry)
-    answer(await publish(gateway, event, principal=principal))
+    answer(await publisher.publish(event, principal=principal))
     await reads.catch_up(principal.name)
     return _view(_mine(reads, hook_id, principal))
 

@@ -21,6 +21,7 @@ from gpuloom.store.models import JobRow
 from gpuloom.testing.builders import LogBuilder
 from services.gateway.cancelling import cancel
 from services.gateway.parts import Gateway
+from services.gateway.publish import Publisher
 from services.gateway.readmodel import ReadModel
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refused, answer
@@ -70,6 +71,11 @@ def checked(request: JobRequest, gateway: Gateway, principal: Principal) -> Any:
     return checked_spec(request, principal, Reads(gateway), gateway.settings)
 
 
+def commands(gateway: Gateway) -> tuple[Publisher, Reads, Settings]:
+    """What a submission command takes of `gateway`: its writes, its reads, its settings."""
+    return Publisher(gateway), Reads(gateway), gateway.settings
+
+
 def test_submitting_for_another_user_is_refused_unless_an_operator() -> None:
     gateway = gateway_after(LogBuilder())
     refused = checked(job(user="bob"), gateway, ALICE)
@@ -98,7 +104,7 @@ def test_a_job_no_node_could_run_names_the_field_at_fault() -> None:
 
 async def test_a_submission_the_log_cannot_take_is_refused_503_with_retry_after() -> None:
     gateway = gateway_after(LogBuilder())
-    refused = await submit(gateway, Reads(gateway), job(), ALICE, None)
+    refused = await submit(*commands(gateway), job(), ALICE, None)
     assert isinstance(refused, Refused)
     assert (refused.status, refused.headers) == (503, (("Retry-After", "2"),))
 
@@ -107,14 +113,14 @@ async def test_another_users_idempotency_key_is_refused_409() -> None:
     log = LogBuilder()
     log.submit("j1", gpus=0, idempotency_key="once", user="alice")
     gateway = gateway_after(log)
-    refused = await submit(gateway, Reads(gateway), job(), BOB, "once")
+    refused = await submit(*commands(gateway), job(), BOB, "once")
     assert refused == Refused(409, "this Idempotency-Key was used by another user's job")
 
 
 async def test_a_batch_names_the_job_whose_fields_are_at_fault() -> None:
     batch = JobBatch(jobs=[job(), job(env={"GPULOOM_X": "1"})])
     gateway = gateway_after(LogBuilder())
-    refused = await submit_jobs(gateway, Reads(gateway), batch, ALICE, None)
+    refused = await submit_jobs(*commands(gateway), batch, ALICE, None)
     assert isinstance(refused, Invalid)
     assert [e["loc"] for e in refused.errors] == [("body", "jobs", 1, "env", "GPULOOM_X")]
 
@@ -158,28 +164,42 @@ async def test_a_cancellation_is_refused_with_why(
 ) -> None:
     gateway = gateway_after(LogBuilder())
     gateway.sessions = Rows(row("mine", "alice", "queued"), row("done", "alice", "succeeded"))  # type: ignore[assignment]
-    refused = await cancel(gateway, Reads(gateway), job_id, principal)
+    refused = await cancel(Publisher(gateway), Reads(gateway), job_id, principal)
     assert refused == expected
 
 
+def dropped_writes(source: str) -> list[int]:
+    """The lines of each `await publisher.publish(...)` (or `publish_batch`) whose result
+    is thrown away."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Await)
+        and isinstance(node.value.value, ast.Call)
+        and (
+            getattr(node.value.value.func, "attr", None)
+            or getattr(node.value.value.func, "id", None)
+        )
+        in ("publish", "publish_batch")
+    ]
+
+
 def test_no_write_to_the_log_drops_its_refusal() -> None:
-    """`publish` returns its refusal: a call whose result is thrown away would answer
-    success for a write the log never took."""
-    dropped = []
-    for path in sorted(GATEWAY.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Expr)
-                and isinstance(node.value, ast.Await)
-                and isinstance(node.value.value, ast.Call)
-                and getattr(node.value.value.func, "id", None) in ("publish", "publish_batch")
-            ):
-                dropped.append(f"{path.name}:{node.lineno}")
+    """`Publisher.publish` returns its refusal: a call whose result is thrown away would
+    answer success for a write the log never took."""
+    assert dropped_writes("async def f():\n    await publisher.publish(event, principal=p)") == [2]
+    assert dropped_writes("async def f():\n    answer(await publisher.publish(event))") == []
+    dropped = [
+        f"{path.name}:{line}"
+        for path in sorted(GATEWAY.rglob("*.py"))
+        for line in dropped_writes(path.read_text())
+    ]
     assert not dropped
 
 
 async def test_an_account_change_of_an_unknown_account_is_refused_404() -> None:
     shares = partial(SharesSet, account="ghost", shares=2)
     gateway = gateway_after(LogBuilder())
-    refused = await _change(gateway, Reads(gateway), "ghost", ROOT, "shares", shares)
+    refused = await _change(Publisher(gateway), Reads(gateway), "ghost", ROOT, "shares", shares)
     assert refused == Refused(404, "account ghost not found")
