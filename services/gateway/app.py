@@ -21,28 +21,25 @@ from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.service import connect_bus, snapshotter
 from gpuloom.store.session import make_engine, make_sessionmaker
-from services.gateway import (
-    routes_accounts,
-    routes_batch,
-    routes_cluster,
-    routes_events,
-    routes_jobs,
-    routes_policies,
-    routes_projections,
-    routes_submit,
-    routes_usage,
-)
+from services.gateway.accounts import routes as accounts
 from services.gateway.apidocs import add_api_docs, add_openapi
 from services.gateway.auth import authenticate, make_verifier
+from services.gateway.cluster import policies
+from services.gateway.cluster import routes as cluster
+from services.gateway.events import routes as events
 from services.gateway.freshness import Freshness
+from services.gateway.jobs import batch, submit
+from services.gateway.jobs import routes as jobs
 from services.gateway.limits import BodyLimit
 from services.gateway.metrics import add_metrics, serve_scrapes
 from services.gateway.parts import Gateway
 from services.gateway.problems import add_problem_handlers
+from services.gateway.projections import deadletters
+from services.gateway.projections import routes as projections
 from services.gateway.readmodel import ReadModel
-from services.gateway.routes_deadletters import router as dead_letters_router
 from services.gateway.stream_budget import StreamBudget
 from services.gateway.ui.routes import add_dashboard
+from services.gateway.usage import routes as usage
 from services.gateway.webhooks.routes import router as webhooks_router
 
 log = logging.getLogger(__name__)
@@ -134,21 +131,21 @@ def create_app(settings: Settings) -> FastAPI:
 
     authenticated = [Depends(authenticate)]
     for router in (
-        routes_submit.router,
-        routes_batch.router,
-        routes_jobs.router,
-        routes_cluster.router,
-        routes_usage.router,
-        routes_accounts.router,
-        routes_policies.router,
-        routes_projections.router,
-        routes_events.router,
+        submit.router,
+        batch.router,
+        jobs.router,
+        cluster.router,
+        usage.router,
+        accounts.router,
+        policies.router,
+        projections.router,
+        events.router,
         webhooks_router,
-        dead_letters_router,
+        deadletters.router,
     ):
         app.include_router(router, dependencies=authenticated)
-    app.include_router(routes_cluster.public)
-    app.include_router(routes_projections.public)
+    app.include_router(cluster.public)
+    app.include_router(projections.public)
     add_api_docs(app)
     add_dashboard(app)  # /ui: static pages, outside `authenticate`; their data calls carry a token
     add_openapi(app)

@@ -1,5 +1,5 @@
 """Whether this gateway is ready, from successive lag samples: what /readyz
-(`routes_projections`) observes, kept on the `Gateway` (one per gateway)."""
+(`ProgressReads.ready`) observes, kept on the `Gateway` (one per gateway)."""
 
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ from services.gateway.app import attach_read_model, create_app
 from services.gateway.auth import authenticate
 from services.gateway.freshness import Freshness
 from services.gateway.parts import Gateway
+from services.gateway.projections.routes import public, router
 from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
-from services.gateway.routes_projections import public, router
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""What a submission checks on the gateway's fold before it is written (`submitting`,
-`submit_policy`): its priority class, the limits it would pass, whether some node
+"""What a submission checks on the gateway's fold before it is written (`jobs.submitting`,
+`jobs.submit_policy`): its priority class, the limits it would pass, whether some node
 could ever run it, and the job an earlier request with its idempotency key made.
 
 Before the gateway read the log each judges on an empty state (the built-in class

@@ -9,11 +9,11 @@ from typing import Any
 from gpuloom.auth import Principal
 from gpuloom.config import Settings
 from gpuloom.testing.builders import LogBuilder
+from services.gateway.jobs.submitting import submitted_with
 from services.gateway.parts import Gateway
 from services.gateway.reads import Reads
 from services.gateway.refusals import Refused
 from services.gateway.schemas import Submitted
-from services.gateway.submitting import submitted_with
 
 
 def reads_after(log: LogBuilder) -> Reads:

@@ -13,9 +13,9 @@ from pydantic.fields import FieldInfo
 
 from gpuloom.events import Dependency, JobSpec
 from gpuloom.events.jobs import TopologyRequest
-from services.gateway import requests
-from services.gateway.requests import DECIDED, LEFT_OUT, JobRequest
-from services.gateway.submitting import job_spec
+from services.gateway.jobs import requests
+from services.gateway.jobs.requests import DECIDED, LEFT_OUT, JobRequest
+from services.gateway.jobs.submitting import job_spec
 
 #: A request that sets every field, none to its default.
 EVERY_FIELD: dict[str, Any] = {

@@ -19,16 +19,16 @@ from gpuloom.config import Settings
 from gpuloom.events import SharesSet
 from gpuloom.store.models import JobRow
 from gpuloom.testing.builders import LogBuilder
-from services.gateway.cancelling import cancel
+from services.gateway.accounts.routes import _change
+from services.gateway.jobs.batch import JobBatch, submit_jobs
+from services.gateway.jobs.cancelling import cancel
+from services.gateway.jobs.requests import JobRequest
+from services.gateway.jobs.submitting import checked_spec, submit
 from services.gateway.parts import Gateway
 from services.gateway.publish import Publisher
 from services.gateway.readmodel import ReadModel
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refused, answer
-from services.gateway.requests import JobRequest
-from services.gateway.routes_accounts import _change
-from services.gateway.routes_batch import JobBatch, submit_jobs
-from services.gateway.submitting import checked_spec, submit
 
 ALICE = Principal("alice")
 BOB = Principal("bob")

@@ -18,9 +18,9 @@ from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
 from gpuloom.queueing.order import queue_order
 from gpuloom.testing.builders import LogBuilder
+from services.gateway.cluster.routes import queue
 from services.gateway.parts import Gateway
 from services.gateway.reads import Reads
-from services.gateway.routes_cluster import queue
 from services.queue.__main__ import configured_policy
 
 

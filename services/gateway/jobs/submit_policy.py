@@ -21,9 +21,9 @@ from gpuloom.events import JobSpec
 from gpuloom.queueing.classes import class_use_problem
 from gpuloom.queueing.limits import identities
 from gpuloom.state.tenancy import CLUSTER_TOTAL
+from services.gateway.jobs.requests import JobRequest
 from services.gateway.reads import Reads
 from services.gateway.refusals import Refused, denied
-from services.gateway.requests import JobRequest
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from fastapi import APIRouter, Header
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
 from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
+from services.gateway.jobs.requests import JobRequest
+from services.gateway.jobs.submitting import submit
 from services.gateway.refusals import answer
-from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
 from services.gateway.schemas import Submitted
-from services.gateway.submitting import submit
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

@@ -26,14 +26,19 @@ from gpuloom.events import JobSpec
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
 from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
+from services.gateway.jobs.requests import JobRequest
+from services.gateway.jobs.submit_policy import over_batch_limits
+from services.gateway.jobs.submitting import (
+    accepted,
+    checked_spec,
+    submission_event,
+    submitted_with,
+)
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, answer
-from services.gateway.requests import JobRequest
 from services.gateway.responses import SUBMIT_RESPONSES
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import over_batch_limits
-from services.gateway.submitting import accepted, checked_spec, submission_event, submitted_with
 
 router = APIRouter(prefix="/v1/job-batches", tags=["jobs"])
 

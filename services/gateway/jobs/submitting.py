@@ -17,12 +17,12 @@ from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSub
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.jobs import TopologyRequest
 from gpuloom.events.text import reserved_env_reason
+from services.gateway.jobs.requests import JobRequest
+from services.gateway.jobs.submit_policy import over_submit_limits, submission_class
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
 from services.gateway.refusals import Invalid, Refusal, Refused, denied
-from services.gateway.requests import JobRequest
 from services.gateway.schemas import Submitted
-from services.gateway.submit_policy import over_submit_limits, submission_class
 
 
 async def submit(

@@ -1,4 +1,4 @@
-"""/v1/jobs: list, show, cancel, audit trail, logs (submission: routes_submit).
+"""/v1/jobs: list, show, cancel, audit trail, logs (submission: `submit`, `batch`).
 
 Anyone authenticated lists and shows jobs, but another user's command is hidden;
 cancelling, reading logs and events is for the job's user, the coordinators of its
@@ -19,8 +19,8 @@ from gpuloom.events import JobPlaced, MalformedEvent, decode
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from services.gateway.auth import PrincipalDep, forbidden, job_refusal
-from services.gateway.cancelling import cancel
 from services.gateway.deps import EventLogDep, JobId, PublisherDep, ReadsDep, unavailable
+from services.gateway.jobs.cancelling import cancel
 from services.gateway.reads import Reads
 from services.gateway.reads.arrays import array_view
 from services.gateway.refusals import answer

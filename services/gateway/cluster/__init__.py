@@ -1,0 +1,3 @@
+"""The cluster: its nodes (list, pools, cordons, removal), the queue, the latest audit,
+the events' schemas and /healthz (`routes`), and the operators' policies on who runs
+what, priority classes and limits (`policies`)."""
