@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gpuloom.client import render
 from gpuloom.client.context import JsonFlag, emit, fail, gateway, print_json
+from gpuloom.client.nodes_table import nodes_table
 
 #: The commands of this module, merged into `gpuloom` (`cli.app`).
 commands = typer.Typer()
@@ -92,7 +93,7 @@ def nodes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(answer)
     else:
-        emit(render.nodes_table(answer["nodes"]))
+        emit(nodes_table(answer["nodes"]))
 
 
 @nodes_app.command("remove")

@@ -321,9 +321,8 @@ def _place_with_remote(
 ) -> ReplicaPlacement | None:
     """Remote vGPU: a host with room for the replica, slices from as few nodes as possible.
 
-    Only vGPU slices travel; a host may use its own GPUs (any pool) and borrow the
-    rest from nodes that lend remote vGPU, those with the most serving GPUs first,
-    which needs the fewest of them. Among hosts for which that adds up, the one
+    Only vGPU slices travel; a host may use its own GPUs (any pool) and borrow the rest
+    from lenders (in its domain, if kept within one), most serving GPUs first. Among hosts for which that adds up, the one
     with the most local slices wins, then the policy's score (when it has local
     slices to score), then rank.
     """

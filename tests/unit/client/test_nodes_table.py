@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from gpuloom.client.render import nodes_table, topology_path
+from gpuloom.client.nodes_table import nodes_table, topology_path
 from gpuloom.client.schema import Node
 
 
