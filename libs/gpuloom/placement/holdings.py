@@ -74,6 +74,7 @@ def copy_view(node: NodeView) -> NodeView:
         node.labels,
         node.lends_remote_vgpu,
         node.runtimes,
+        node.topology,
     )
 
 

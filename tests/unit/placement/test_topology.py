@@ -157,3 +157,30 @@ def test_a_request_naming_an_unknown_level_is_refused_naming_the_field() -> None
     spec = make_job_spec(4, replicas=3, topology=TopologyRequest(level="rack"))
     field, why = resources_problem(state, spec) or (None, "")
     assert field == "topology" and "no rack has 12 free GPU(s) for it: r1 has 8, r2 has 4" in why
+
+
+def test_a_blocked_rack_gang_reserves_one_rack_and_backfill_keeps_off_it() -> None:
+    """r1 (a1, a2) and r2 (b1), 4 GPUs each. a1 is busy for 100 s and b1 half busy for
+    50 s: a gang of 2 x 4 GPUs that must be inside one rack can start only on r1, when
+    a1 frees. It reserves a1 and a2; a long job then goes to b1, not onto the idle a2,
+    while a short one, ending before the gang starts, may use a2 meanwhile."""
+    from gpuloom.events import JobReserved, QueuePolicySet
+
+    log = cluster()
+    log.append(QueuePolicySet(backfill_depth=100))
+    log.run_to_queue("a1-busy", gpus=4, time_limit_s=100, node_selector={})
+    log.place("a1-busy", "a1", [0, 1, 2, 3])
+    log.run_to_queue("b1-busy", gpus=2, time_limit_s=50)
+    log.place("b1-busy", "b1", [0, 1])
+    log.run_to_queue("gang", **gang(2, 4), time_limit_s=600)
+    log.run_to_queue("long", gpus=2, time_limit_s=1000)
+    log.run_to_queue("short", gpus=4, time_limit_s=10)
+    decisions = placement_cycle(log.state(), BestFit())
+    [reserved] = [d.event for d in decisions if isinstance(d.event, JobReserved)]
+    assert reserved.job_id == "gang"
+    assert {r.host for r in reserved.replicas} == {"a1", "a2"}, "one rack: r1"
+    log.record_decisions(decisions)
+    state = log.state()
+    assert state.jobs["gang"].phase == "queued"
+    assert hosts_of(state, "long") == {"b1"}, "it would outlast the gang's start on a2"
+    assert hosts_of(state, "short") == {"a2"}, "it ends before the gang starts: it backfills"
