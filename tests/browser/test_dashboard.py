@@ -55,6 +55,9 @@ def test_the_dashboard_follows_jobs_live(ui: Dashboard, ui_cluster: Cluster) -> 
             f'.gpu[data-node="{placed["node"]}"][data-gpu="{gpu}"] li[data-job="{running}"]'
         )
         expect(held).to_contain_text("alice")
+    for block, node in (("b1", "node-a"), ("b2", "node-b")):  # grouped by topology
+        section = page.locator(f'section.domain[data-level="block"][data-domain="{block}"]')
+        expect(section.locator(f'article[data-node="{node}"]')).to_contain_text("rack r")
     ui.shot("map")
 
     page.click('nav a[data-view="queue"]')

@@ -49,7 +49,15 @@ class SimNode:
 #: The operator whose token the cluster's own client carries.
 OPERATOR_NAME = "ops"
 
-DEFAULT_NODES = (SimNode("node-a", "A100-80GB", 4), SimNode("node-b", "H100-80GB", 2))
+#: As `make run`'s (deploy/inventory/): two nodes in two domains of each topology level.
+DEFAULT_NODES = (
+    SimNode(
+        "node-a", "A100-80GB", 4, topology=(("nvlink", "nvl-a"), ("rack", "r1"), ("block", "b1"))
+    ),
+    SimNode(
+        "node-b", "H100-80GB", 2, topology=(("nvlink", "nvl-b"), ("rack", "r2"), ("block", "b2"))
+    ),
+)
 
 
 def write_inventory(path: Path, nodes: Sequence[SimNode]) -> Path:

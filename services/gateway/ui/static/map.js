@@ -53,9 +53,36 @@ function render(root, nodes, owners) {
       tile("GPUs in use", `${busy} / ${gpus}`, "on ready nodes"),
       tile("Allocated", percent(milli, gpus * 1000), bar(gpus ? milli / (gpus * 1000) : 0), "util"),
     ),
-    nodes.length
-      ? h("div", { class: "nodes" }, nodes.map((node) => nodeCard(node, owners)))
-      : h("p", { class: "empty muted" }, "No node has registered yet."),
+    nodes.length ? grouped(nodes, owners) : h("p", { class: "empty muted" }, "No node has registered yet."),
+  );
+}
+
+// Nodes grouped by their place in the topology (docs/topology.md): a section per domain
+// of the loosest level, nodes sorted by their domains from the loosest level down.
+function grouped(nodes, owners) {
+  const places = (node) => Object.entries(node.topology || {});
+  const named = nodes.find((node) => places(node).length);
+  if (!named) return h("div", { class: "nodes" }, nodes.map((node) => nodeCard(node, owners)));
+  const level = places(named)[places(named).length - 1][0];
+  const path = (node) => places(node).map(([, domain]) => domain).reverse().join("/");
+  const sorted = [...nodes].sort((a, b) => path(a).localeCompare(path(b)) || a.name.localeCompare(b.name));
+  const groups = new Map();
+  for (const node of sorted) {
+    const domain = (node.topology || {})[level] || "";
+    if (!groups.has(domain)) groups.set(domain, []);
+    groups.get(domain).push(node);
+  }
+  return h(
+    "div",
+    { class: "domains" },
+    [...groups].map(([domain, members]) =>
+      h(
+        "section",
+        { class: "domain", dataset: { level, domain } },
+        h("h3", { class: "domain-head" }, domain ? `${level} ${domain}` : `no ${level}`, h("span", { class: "muted" }, ` · ${members.length} node(s)`)),
+        h("div", { class: "nodes" }, members.map((node) => nodeCard(node, owners))),
+      ),
+    ),
   );
 }
 
@@ -66,6 +93,7 @@ function tile(title, value, note, cls = "") {
 function nodeCard(node, owners) {
   const models = [...new Set(node.gpus.map((gpu) => gpu.model))].join(", ");
   const labels = Object.entries(node.labels || {}).map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`));
+  const places = Object.entries(node.topology || {}).map(([level, domain]) => h("span", { class: "chip topology" }, `${level} ${domain}`));
   const classes = ["node", "card", `node-${node.state}`, node.cordoned !== null ? "node-cordoned" : ""];
   return h(
     "article",
@@ -83,7 +111,7 @@ function nodeCard(node, owners) {
     ),
     node.cordoned !== null ? h("p", { class: "note" }, "Cordoned: ", node.cordoned || "no reason given") : null,
     node.state === "lost" ? h("p", { class: "note warn" }, "Lost: its agent stopped sending heartbeats; its jobs were requeued.") : null,
-    labels.length ? h("div", { class: "labels" }, labels) : null,
+    labels.length || places.length ? h("div", { class: "labels" }, places, labels) : null,
     h("div", { class: "gpus" }, node.gpus.map((gpu) => gpuTile(node, gpu, owners))),
   );
 }
