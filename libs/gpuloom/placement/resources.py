@@ -206,7 +206,27 @@ class Placement:
 
 def gpu_serves(request: Request, gpu: GpuView) -> bool:
     """Could `gpu` give one slice of `request` now (model, pool, free share and memory)?
-    The fold's rule (`gpuloom.state.feasibility`), on the engine's view."""
+
+    The fold's rule (`gpuloom.state.feasibility`: `gpu_kind_refusal`, `gpu_room_refusal`)
+    written out on the engine's view, as the engine asks it for every GPU it looks at:
+    tests/unit/state/test_feasibility.py holds the two to the same answer."""
+    if request.models and gpu.model not in request.models:
+        return False
+    if request.fractional:
+        if gpu.pool != "vgpu" or request.pool == "physical":
+            return False
+        return gpu.milli_free >= request.gpu_milli and gpu.memory_free_mib >= request.memory_for(
+            gpu
+        )
+    if request.pool != "any" and gpu.pool != request.pool:
+        return False
+    if request.gpu_memory_mib is not None and request.gpu_memory_mib > gpu.memory_mib:
+        return False
+    return gpu.milli_free == MILLI_PER_GPU and gpu.memory_free_mib == gpu.memory_mib
+
+
+def gpu_serves_by_rule(request: Request, gpu: GpuView) -> bool:
+    """`gpu_serves` as the fold's rule says it, for the tests that hold the two equal."""
     share = request.gpu_milli
     return (
         gpu_kind_refusal(
@@ -227,8 +247,27 @@ def in_domain(request: Request, node: NodeView) -> bool:
 
 def host_fits(request: Request, node: NodeView) -> bool:
     """CPU, memory, node selector and a container runtime for an image: what a replica's
-    host must have, GPUs aside. The fold's rule (`gpuloom.state.feasibility`); and the
-    domain the request is kept within, if any."""
+    host must have, GPUs aside; and the domain the request is kept within, if any. The
+    fold's rule (`gpuloom.state.feasibility.host_refusal`) written out, as it runs for
+    every node a decision changed (tests hold the two to the same answer)."""
+    within = request.within
+    if within is not None and node.topology.get(within[0]) != within[1]:
+        return False
+    if request.container and not node.runtimes:
+        return False
+    cpu, memory = node.cpu_free_milli, node.memory_free_mib
+    if cpu is not None and cpu < request.cpu_milli:
+        return False
+    if memory is not None and memory < request.memory_mib:
+        return False
+    if not request.node_selector:
+        return True
+    labels = node.labels
+    return all(labels.get(key) == value for key, value in request.node_selector)
+
+
+def host_fits_by_rule(request: Request, node: NodeView) -> bool:
+    """`host_fits` as the fold's rule says it, for the tests that hold the two equal."""
     return in_domain(request, node) and (
         host_refusal(
             request.cpu_milli,

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from gpuloom.events import GpuSpec, NodeRegistered, NodeSpec, ReplicaAssignment, SliceRef
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.inputs import node_view, request_of
-from gpuloom.placement.resources import gpu_serves, host_fits
+from gpuloom.placement.resources import (
+    gpu_serves,
+    gpu_serves_by_rule,
+    host_fits,
+    host_fits_by_rule,
+)
 from gpuloom.state import ClusterState
 from gpuloom.state.feasibility import HELD, gpu_kind_refusal, gpu_room_refusal, host_refusal
 from gpuloom.state.rules.runs import assignment_problem
@@ -110,6 +115,10 @@ def test_the_fold_and_the_engine_take_the_same_placements(
     problem = assignment_problem(state, spec, [replica])
     engine = host_fits(request, view) and all(gpu_serves(request, by_index[i]) for i in chosen)
     assert (problem is None) == engine, problem
+    # the engine's hot path is the rule written out: the same answer on every GPU and host
+    assert host_fits(request, view) == host_fits_by_rule(request, view)
+    for gpu in view.gpus:
+        assert gpu_serves(request, gpu) == gpu_serves_by_rule(request, gpu), gpu
 
 
 @given(
