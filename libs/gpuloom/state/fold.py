@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuloom.events import Event, Recorded
@@ -41,23 +40,41 @@ def fold(
     return current
 
 
-@dataclass(frozen=True, slots=True)
 class Folded:
     """What `apply` made of one event: applied, or voided (`voided` says why, and whether
     a rule failed: `fault`); `skewed`: its time was bounded (it was applied or voided
     with the bounded time). `jobs` and `nodes`: what the event changed, in the order
     its rule changed them (a job that left the state counts; a voided event changed
     nothing, unless a rule failed half-way), for caches kept outside the state
-    (`gpuloom.state.changes.ChangeFeed`)."""
+    (`gpuloom.state.changes.ChangeFeed`).
 
-    voided: Voided | None = None
-    skewed: Voided | None = None
-    jobs: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()
+    Read-only by use. A plain class with slots rather than a frozen dataclass: one is
+    made for every event every process folds, and a frozen dataclass's `__init__`
+    costs three times as much (issue #37's end-to-end throughput)."""
+
+    __slots__ = ("jobs", "nodes", "skewed", "voided")
+
+    def __init__(
+        self,
+        voided: Voided | None = None,
+        skewed: Voided | None = None,
+        jobs: tuple[str, ...] = (),
+        nodes: tuple[str, ...] = (),
+    ) -> None:
+        self.voided = voided
+        self.skewed = skewed
+        self.jobs = jobs
+        self.nodes = nodes
 
     @property
     def applied(self) -> bool:
         return self.voided is None
+
+    def __repr__(self) -> str:
+        return (
+            f"Folded(voided={self.voided!r}, skewed={self.skewed!r}, "
+            f"jobs={self.jobs!r}, nodes={self.nodes!r})"
+        )
 
 
 def apply(state: ClusterState, recorded: Recorded, *, keep_history: bool = False) -> Folded:
@@ -81,7 +98,7 @@ def apply(state: ClusterState, recorded: Recorded, *, keep_history: bool = False
         if stored is not None and abs(at - stored) > MAX_CLOCK_SKEW:
             recorded, skewed = _clamped(state, recorded, stored)
             at = recorded.envelope.at
-        step = Step.of(recorded, keep_history=keep_history)
+        step = Step(recorded, keep_history=keep_history)
         handler(state, recorded.event, step)
     except Invalid as why:
         return Folded(_void(state, recorded, str(why), fault=False), skewed, *_changed(step))

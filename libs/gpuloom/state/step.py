@@ -5,34 +5,35 @@ The rules say which jobs and nodes an event changed as they change them (`touch`
 state: the state holds only what the log means, and `apply` returns what each event
 changed (`Folded.jobs`, `Folded.nodes`) to whoever keeps caches of it
 (`gpuloom.state.changes.ChangeFeed`).
+
+A plain class with slots, not a dataclass: every process makes one per event of the
+log, and a frozen dataclass's field-by-field `__init__` made the whole fold about 5%
+slower (bench/e2e_throughput.py, issue #37).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from datetime import datetime
 
-from gpuloom.events import Recorded
+from gpuloom.events import Envelope, Event, Recorded
 
 
-@dataclass(frozen=True, slots=True)
-class Step(Recorded):
-    """A recorded event being folded, with the jobs and nodes its rule changed (in the
-    order it changed them: a dict as an ordered set, so every process reads them alike)."""
+class Step:
+    """A recorded event being folded (its `seq`, `envelope`, `event`, `stored_at`), with
+    the jobs and nodes its rule changed (in the order it changed them: a dict as an
+    ordered set, so every process reads them alike)."""
 
-    jobs: dict[str, None] = field(default_factory=dict)
-    nodes: dict[str, None] = field(default_factory=dict)
-    #: The fold keeps every job, final and charged ones too (`apply`'s `keep_history`).
-    keep_history: bool = False
+    __slots__ = ("envelope", "event", "jobs", "keep_history", "nodes", "seq", "stored_at")
 
-    @classmethod
-    def of(cls, recorded: Recorded, *, keep_history: bool = False) -> Step:
-        return cls(
-            recorded.seq,
-            recorded.envelope,
-            recorded.event,
-            recorded.stored_at,
-            keep_history=keep_history,
-        )
+    def __init__(self, recorded: Recorded, *, keep_history: bool = False) -> None:
+        self.seq: int = recorded.seq
+        self.envelope: Envelope = recorded.envelope
+        self.event: Event = recorded.event
+        self.stored_at: datetime | None = recorded.stored_at
+        #: The fold keeps every job, final and charged ones too (`apply`'s `keep_history`).
+        self.keep_history = keep_history
+        self.jobs: dict[str, None] = {}
+        self.nodes: dict[str, None] = {}
 
     def changed_job(self, job_id: str) -> None:
         self.jobs[job_id] = None
