@@ -91,6 +91,9 @@ WRITERS: dict[str, tuple[str, str]] = {
     "PriorityClassSet": ("priorityclass", "gateway"),
     "PriorityClassDeleted": ("priorityclass", "gateway"),
     "LimitsSet": ("limits", "gateway"),
+    "ReservationCreated": ("reservation", "gateway"),
+    "ReservationUpdated": ("reservation", "gateway"),
+    "ReservationDeleted": ("reservation", "gateway"),
     "WebhookRegistered": ("webhook", "gateway"),
     "WebhookDeleted": ("webhook", "gateway"),
     "WebhookRenewed": ("webhook", "gateway"),
@@ -105,6 +108,8 @@ WRITERS: dict[str, tuple[str, str]] = {
     "JobPlaced": ("job", "placement"),
     "JobPreempted": ("job", "placement"),
     "JobReserved": ("job", "placement"),
+    "ReservationStarted": ("reservation", "placement"),
+    "ReservationEnded": ("reservation", "placement"),
     # inventory
     "NodeRegistered": ("node", "inventory"),
     "NodeLost": ("node", "inventory"),

@@ -115,6 +115,26 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
     return None, f"{needs} but no node has them with the CPU, memory and labels the job asks for"
 
 
+def reservation_use_problem(state: ClusterState, spec: JobSpec) -> str | None:
+    """Why `spec` may not run in the advance reservation it names (docs/reservations.md):
+    none of that name, a maintenance window, a user or account it does not let in, or
+    more GPUs than it holds. The gateway answers it as a 4xx naming `reservation`."""
+    name = spec.reservation
+    if name is None:
+        return None
+    booked = state.reservations.get(name)
+    if booked is None:
+        return f"reservation {name} does not exist (or has ended)"
+    if booked.maint:
+        return f"reservation {name} is a maintenance window: no job runs in it"
+    if not booked.lets_in(spec.user, spec.account):
+        return f"reservation {name} does not let user {spec.user} or account {spec.account} in"
+    wanted = spec.gpus * spec.replicas
+    if wanted > len(booked.gpus):
+        return f"the job asks {wanted} GPUs; reservation {name} holds {len(booked.gpus)}"
+    return None
+
+
 def time_limit_problem(spec: JobSpec, max_time_limit_s: int | None) -> str | None:
     """Why the job's time limit is over the cluster's maximum (Slurm's MaxTime), if it is."""
     if max_time_limit_s is None or spec.time_limit_s is None:
@@ -183,6 +203,7 @@ def _judge(
         or env_problem(spec)
         or membership_problem(spec.user, spec.account, state.accounts)
         or class_problem(state, spec)
+        or reservation_use_problem(state, spec)
     )
     if reason is not None:
         return reason

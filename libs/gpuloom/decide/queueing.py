@@ -39,6 +39,20 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
                     job.last_event_id,
                 )
             )
+    for name, waiters in sorted(state.reservation_waiters.items()):
+        if name in state.reservations:
+            continue
+        for job_id in sorted(waiters, key=lambda j: state.jobs[j].order):
+            job = state.jobs[job_id]
+            if not job.cancel_requested:
+                why = f"ReservationGone: reservation {name} ended or was deleted"
+                decisions.append(
+                    Decision(
+                        JobCancelled(job_id=job_id, reason=why),
+                        intents.cancelled(job_id),
+                        job.last_event_id,
+                    )
+                )
     room = max(0, ROUND - len(decisions))
     waiting = (state.jobs[j] for j in state.admitted)
     for unit in in_turns((j for j in waiting if not j.cancel_requested), room):

@@ -47,6 +47,15 @@ from gpuloom.events.placement import (
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.registry import ALL_EVENT_CLASSES, EVENT_TYPES, json_schemas
+from gpuloom.events.reservations import (
+    ReservationCreated,
+    ReservationDeleted,
+    ReservationEnded,
+    ReservationSpec,
+    ReservationStarted,
+    ReservationUpdated,
+    ReservedGpu,
+)
 from gpuloom.events.subjects import subject_for
 from gpuloom.events.webhooks import (
     WebhookDeleted,
@@ -100,6 +109,13 @@ __all__ = [
     "QuotaSet",
     "Recorded",
     "ReplicaAssignment",
+    "ReservationCreated",
+    "ReservationDeleted",
+    "ReservationEnded",
+    "ReservationSpec",
+    "ReservationStarted",
+    "ReservationUpdated",
+    "ReservedGpu",
     "SharesSet",
     "SliceRef",
     "TopologyPlace",

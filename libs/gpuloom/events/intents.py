@@ -100,3 +100,12 @@ def webhook_disabled(webhook_id: str) -> str:
 def dead_letter(service: str, seq: int) -> str:
     """A service's dead letter of log position `seq`: written once per service."""
     return f"{service}:{seq}"
+
+
+def reservation_started(name: str, start: str) -> str:
+    """Reservation `name` reached its start `start` (ISO): once per start it is given."""
+    return f"{name}:reservation-started:{start}"
+
+
+def reservation_ended(name: str, end: str) -> str:
+    return f"{name}:reservation-ended:{end}"

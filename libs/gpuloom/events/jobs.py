@@ -110,6 +110,9 @@ class JobSpec(BaseModel):
     #: Keep the replicas close together (docs/topology.md): inside one domain of a
     #: level, or in as few domains as placement can. None: anywhere.
     topology: TopologyRequest | None = None
+    #: Run only inside this advance reservation (docs/reservations.md), once it starts,
+    #: on its GPUs; the job's user or account must be one it lets in.
+    reservation: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
 
     @field_validator("command")
     @classmethod

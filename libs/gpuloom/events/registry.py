@@ -27,6 +27,13 @@ from gpuloom.events.inventory import (
 from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
+from gpuloom.events.reservations import (
+    ReservationCreated,
+    ReservationDeleted,
+    ReservationEnded,
+    ReservationStarted,
+    ReservationUpdated,
+)
 from gpuloom.events.webhooks import (
     WebhookDeleted,
     WebhookDisabled,
@@ -63,6 +70,11 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     JobArraySubmitted,
     AccountCoordinatorsSet,
     PriorityClassSet,
+    ReservationCreated,
+    ReservationUpdated,
+    ReservationDeleted,
+    ReservationStarted,
+    ReservationEnded,
     PriorityClassDeleted,
     LimitsSet,
     WebhookRegistered,

@@ -34,6 +34,8 @@ class Candidate:
     #: Its priority class lets it preempt (`PriorityClassSet.may_preempt`); a job
     #: whose class may not never stops another, for priority or to reclaim quota.
     may_preempt: bool = True
+    #: The advance reservation it runs in (`placement.fences`); None: none.
+    reservation: str | None = None
 
     @property
     def demand_milli(self) -> int:

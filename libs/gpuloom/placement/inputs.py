@@ -17,6 +17,7 @@ from gpuloom.events import JobSpec, QueuePolicySet
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.fences import fences_of
 from gpuloom.placement.fragmentation import Shape, Workload
 from gpuloom.placement.holdings import Holding
 from gpuloom.placement.reservation import Reservation
@@ -255,6 +256,7 @@ def candidate_of(
         awaiting_victims=job.job_id in awaiting,
         user=spec.user,
         may_preempt=may_preempt,
+        reservation=spec.reservation,
     )
 
 
@@ -327,6 +329,7 @@ def pass_inputs(state: ClusterState, policy: Policy) -> PassInputs | None:
         holdings=lambda: holdings_of(state),  # built only if a job is blocked
         quotas=quota_book(state),
         current=current_reservation(state),
+        fences=fences_of(state),
     )
 
 

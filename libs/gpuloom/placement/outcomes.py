@@ -14,7 +14,10 @@ Reason codes (Slurm's where one exists):
 - `Resources`: no node has room for it now (the blocked job, or one behind it that
   does not fit either);
 - `Reservation`: a node has room now, but it would run past the start of the job that
-  holds the reservation, on what that job reserved;
+  holds the reservation, on what that job reserved; or the room is an advance
+  reservation's (it would run past its start, or it has started), or the job is of an
+  advance reservation that has not started (docs/reservations.md);
+- `ReqNodeNotAvail`: the room it would have is held by a maintenance reservation;
 - `Topology`: it must be inside one domain of a topology level, and no domain has room
   for all of it now (the detail says what each domain has);
 - `Priority`: jobs ahead come first: the pass stopped before it (backfill off, or its
@@ -33,7 +36,13 @@ from gpuloom.placement.resources import Placement
 
 PreemptReason = Literal["priority", "reclaim"]
 WaitCode = Literal[
-    "QuotaExceeded", "AssocGrpGRES", "Resources", "Topology", "Reservation", "Priority"
+    "QuotaExceeded",
+    "AssocGrpGRES",
+    "Resources",
+    "Topology",
+    "Reservation",
+    "ReqNodeNotAvail",
+    "Priority",
 ]
 
 

@@ -10,7 +10,7 @@ share then. `explain` asks the same search for its estimate (`cycle.earliest_sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuloom.placement.candidate import Candidate
@@ -121,6 +121,8 @@ def find_reservation(
     context: Context,
     unbounded: HeldSum | None = None,
     released: NodeIndex | None = None,
+    *,
+    hide: Callable[[NodeIndex, Iterable[str]], None] | None = None,
 ) -> tuple[Reservation, Protection] | None:
     """The earliest start of `candidate` as running jobs end, and the slack it leaves.
 
@@ -129,7 +131,8 @@ def find_reservation(
     `unbounded`: more running jobs, without a time limit, summed (`HeldSum`); they
     end last, with those of `holdings` that have no limit. `released`: the views with
     all of them given back (`gpuloom.placement.incremental.released`), for the last step; it is
-    left as it was found.
+    left as it was found. `hide`: hides again what a job outside the advance reservations
+    may not use on the nodes that jobs gave back (`Fences.hide_on`).
     """
     views, request = index, candidate.request
     simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
@@ -148,6 +151,8 @@ def find_reservation(
         if copy is None:
             copy = scratch(views)
         touched = release_all(copy, group, summed)
+        if hide is not None:
+            hide(copy, touched)
         if simple and not any(fits_locally(request, copy.nodes[n]) for n in sorted(touched)):
             continue
         placement = place(request, copy, policy, context)

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Literal
 
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.fences import Fence, Fences
 from gpuloom.placement.holdings import HeldSum, Holding
 from gpuloom.placement.outcomes import (
     Outcome,
@@ -109,6 +111,8 @@ class PassInputs:
     current: Reservation | None = None
     by_end: Callable[[], tuple[list[Holding], HeldSum]] | None = None
     released: Callable[[list[Holding]], NodeIndex | None] | None = None
+    #: The advance reservations (`gpuloom.placement.fences`), by name.
+    fences: Sequence[Fence] = ()
 
 
 class SchedulingPass:
@@ -168,16 +172,22 @@ class SchedulingPass:
         #: feasibility does not depend on scores, so skipping it changes no decision.
         #: The value is why it waits (`Resources`, or `Reservation` where it would fit
         #: but for the reservation's slack).
-        self._failed: dict[tuple[Request, bool], Waiting] = {}
+        self._failed: dict[tuple[Request, bool, tuple[str, ...]], Waiting] = {}
+        #: The advance reservations' GPUs, hidden but from the jobs that may use them.
+        self.fences = Fences(inputs.fences, self.index) if inputs.fences else None
 
     def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
-        for candidate in candidates:
-            self.stopped = self._stops()
-            if self.stopped is not None:
-                break
-            self._decide(candidate)
-            if self._decided(candidate.job_id):
-                break
+        try:
+            for candidate in candidates:
+                self.stopped = self._stops()
+                if self.stopped is not None:
+                    break
+                self._decide(candidate)
+                if self._decided(candidate.job_id):
+                    break
+        finally:
+            if self.fences is not None:
+                self.fences.lift()
         return self.outcomes
 
     def _decide(self, candidate: Candidate) -> None:
@@ -185,6 +195,11 @@ class SchedulingPass:
         admitted = self._within_quotas(candidate)
         if admitted is None:
             return  # held by a quota, a GPU maximum, or every model or pool it may use
+        if admitted.reservation is not None:  # only its reservation's GPUs: never blocks
+            waiting = self._place_inside(admitted, admitted.reservation, turn)
+            if waiting is not None:
+                self.outcomes.append(waiting)
+            return
         waiting = self._place(admitted, turn)
         if waiting is None:
             return  # placed
@@ -194,7 +209,7 @@ class SchedulingPass:
         self.blocked = True
         decision = self._decision(turn)
         self._preempt_for(admitted, decision)
-        self.outcomes.append(self._reserve_for(admitted, decision))
+        self.outcomes.append(self._reserve_for(admitted, decision, waiting))
 
     # --- the steps, in the order a candidate meets them ---------------------------------
 
@@ -250,17 +265,55 @@ class SchedulingPass:
 
     def _place(self, candidate: Candidate, turn: int) -> Waiting | None:
         """Place it now if it fits (within the reservation's slack if it may outlast
-        its start); charge its quotas. None when placed, else why it waits."""
+        its start, through the fences it may pass); charge its quotas. None when placed,
+        else why it waits."""
         masked = must_leave_slack(candidate, self.reservation, self.protection, self.now)
-        failed = self._failed.get((candidate.request, masked))
+        fences = self.fences
+        opened = fences.open_keys(self.now, candidate.time_limit_s) if fences else ()
+        failed = self._failed.get((candidate.request, masked, opened))
         if failed is not None:  # the same request found no room earlier in this pass
             return Waiting(candidate.job_id, failed.code, failed.detail)
         protection = self.protection if masked else None
-        placement = try_place(candidate, self.index, self.policy, self._decision(turn), protection)
+        decision = self._decision(turn)
+        if fences is not None and opened:
+            with fences.seen_through(opened):
+                placement = try_place(candidate, self.index, self.policy, decision, protection)
+        else:
+            placement = try_place(candidate, self.index, self.policy, decision, protection)
         if placement is None:
             waiting = self._why_not_placed(candidate, masked, turn)
-            self._failed[(candidate.request, masked)] = waiting
+            self._failed[(candidate.request, masked, opened)] = waiting
             return waiting
+        self._took(candidate, placement)
+        return None
+
+    def _place_inside(self, candidate: Candidate, name: str, turn: int) -> Waiting | None:
+        """A job of advance reservation `name`: on its GPUs, once it started, if it lets
+        the job in. None when placed, else why it waits."""
+        fence = self.fences.fences.get(name) if self.fences is not None else None
+        job_id = candidate.job_id
+        if fence is None:
+            return Waiting(job_id, "Reservation", f"reservation {name} is gone")
+        if not fence.lets_in(candidate.user, candidate.account):
+            return Waiting(job_id, "Reservation", f"reservation {name} does not let it in")
+        if not fence.started:
+            return Waiting(
+                job_id,
+                "Reservation",
+                f"waiting for reservation {name} to start at {_iso(fence.start)}",
+            )
+        assert self.fences is not None
+        placement = self.fences.place_inside(
+            name, candidate.request, self.policy, self._decision(turn)
+        )
+        if placement is None:
+            code, detail = self._no_room(candidate)
+            return Waiting(job_id, code, f"{detail} in reservation {name}")
+        self._took(candidate, placement)
+        return None
+
+    def _took(self, candidate: Candidate, placement: Placement) -> None:
+        """`candidate` is placed: charge its quotas, say so, and count what it holds."""
         if self.quotas is not None:
             self.quotas.take(
                 candidate.account,
@@ -272,7 +325,6 @@ class SchedulingPass:
         self.placed += 1
         order = len(self._placed_now)
         self._placed_now.append(_holding_of(candidate, placement, self.now, order))
-        return None
 
     def _why_not_placed(self, candidate: Candidate, masked: bool, turn: int) -> Waiting:
         """`Reservation` when a node could host it now but for the reserved job's slack
@@ -287,6 +339,10 @@ class SchedulingPass:
                     f"it would delay {self.reservation.job_id}, which holds the reservation;"
                     " a time limit that ends before its start lets it backfill",
                 )
+        if self.fences is not None:
+            blocking = self.fences.blocking(candidate.request, self.policy, self._decision(turn))
+            if blocking:
+                return Waiting(job_id, *_fenced(blocking))
         return Waiting(job_id, *self._no_room(candidate))
 
     def _no_room(self, candidate: Candidate) -> tuple[WaitCode, str]:
@@ -306,6 +362,9 @@ class SchedulingPass:
         if not candidate.may_preempt:
             return
         running = [h for h in self._held() if h.order < NEW_ORDER]
+        if self.fences is not None:  # stopping a job on a fenced GPU frees nothing usable
+            hidden = self.fences.hidden
+            running = [h for h in running if not _on_any(h, hidden)]
         chosen = victims_for(candidate, self.index, running, self.quotas, self.policy, decision)
         if chosen is None:
             return
@@ -320,11 +379,14 @@ class SchedulingPass:
             if h.order < NEW_ORDER
         ]
 
-    def _reserve_for(self, candidate: Candidate, decision: Context) -> Waiting:
+    def _reserve_for(self, candidate: Candidate, decision: Context, waiting: Waiting) -> Waiting:
         """Give the blocked job the reservation, at the earliest start it can foresee;
-        why it waits."""
-        if self._by_end is None:
-            found = find_reservation(candidate, self.index, self._held(), self.policy, decision)
+        why it waits (`waiting`: why it could not be placed, with what follows)."""
+        hide = self.fences.hide_on if self.fences is not None else None
+        if self._by_end is None or hide is not None:
+            found = find_reservation(
+                candidate, self.index, self._held(), self.policy, decision, hide=hide
+            )
         else:
             timed, unbounded = self._by_end()
             released = self._released(self._placed_now) if self._released is not None else None
@@ -332,7 +394,7 @@ class SchedulingPass:
                 candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
                 unbounded, released,
             )  # fmt: skip
-        code, detail = self._no_room(candidate)
+        code, detail = waiting.code, waiting.detail
         stopping = self.outcomes[-1] if self.outcomes else None
         if isinstance(stopping, Preempted) and stopping.candidate.job_id == candidate.job_id:
             detail += f"; {len(stopping.victims)} job(s) are being stopped for it"
@@ -376,3 +438,32 @@ def _holding_of(candidate: Candidate, placement: Placement, now: int, order: int
         account=candidate.account,
         order=NEW_ORDER + order,
     )
+
+
+def _on_any(holding: Holding, gpus: frozenset[tuple[str, int]]) -> bool:
+    return any((p.node, p.index) in gpus for r in holding.replicas for p in r.slices)
+
+
+def _fenced(blocking: Sequence[Fence]) -> tuple[WaitCode, str]:
+    """Why a job that would fit but for advance reservations waits: `ReqNodeNotAvail`
+    where a maintenance window holds the room, `Reservation` otherwise."""
+    maint = [f for f in blocking if f.maint]
+    shown = maint or list(blocking)
+    named = "; ".join(
+        f"{f.name} ({'maintenance, ' if f.maint else ''}{_iso(f.start)} to {_iso(f.end)})"
+        for f in shown
+    )
+    if maint:
+        return (
+            "ReqNodeNotAvail",
+            f"the room it would take is held by a maintenance reservation: {named}",
+        )
+    return (
+        "Reservation",
+        f"the room it would take is held by reservation(s) {named}; a time limit that ends"
+        " before a reservation's start lets it run there until then",
+    )
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")

@@ -21,7 +21,16 @@ from gpuloom.events import Event, Recorded
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import VOIDED_KEPT, ClusterState, Voided
 from gpuloom.state.retention import expire
-from gpuloom.state.rules import accounts, cluster, jobs, nodes, policies, runs, webhooks
+from gpuloom.state.rules import (
+    accounts,
+    cluster,
+    jobs,
+    nodes,
+    policies,
+    reservations,
+    runs,
+    webhooks,
+)
 from gpuloom.state.rules.common import Handler, Rule
 from gpuloom.state.step import Step
 
@@ -172,5 +181,6 @@ _HANDLERS: dict[type[Event], Handler] = rule_table(
     accounts.RULES,
     cluster.RULES,
     policies.RULES,
+    reservations.RULES,
     webhooks.RULES,
 )

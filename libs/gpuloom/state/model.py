@@ -18,7 +18,13 @@ from gpuloom.events.jobs import JobSpec
 from gpuloom.events.placement import JobReserved, ReplicaAssignment
 from gpuloom.events.queue import QueuePolicySet
 from gpuloom.events.units import MILLI_PER_GPU
-from gpuloom.state.tenancy import AccountState, IdentityLimits, PriorityClass, Webhook
+from gpuloom.state.tenancy import (
+    AccountState,
+    AdvanceReservation,
+    IdentityLimits,
+    PriorityClass,
+    Webhook,
+)
 from gpuloom.state.usage import DecayedUsage
 
 JobPhase = Literal[
@@ -307,6 +313,11 @@ class ClusterState:
     #: CLUSTER_TOTAL, kept as jobs are submitted and end (`max_submit_jobs` reads them;
     #: an identity leaves when its count is 0).
     live_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Advance reservations by name, until they end (ReservationCreated ... ReservationEnded).
+    reservations: dict[str, AdvanceReservation] = field(default_factory=dict)
+    #: Reservation name -> the jobs that name it and wait (submitted to queued): the queue
+    #: cancels them when it is gone (ended or deleted).
+    reservation_waiters: dict[str, set[str]] = field(default_factory=dict)
     #: Webhooks by id (WebhookRegistered, WebhookDisabled; WebhookDeleted removes one).
     webhooks: dict[str, Webhook] = field(default_factory=dict)
     #: Jobs that ended and were forgotten (retention.py), for RETENTION after they left.

@@ -1,5 +1,5 @@
 """What operators and coordinators set for the tenants, as folded: accounts, priority
-classes, limits and webhooks. `ClusterState` holds them by name; the queue, the
+classes, limits, webhooks and advance reservations. `ClusterState` holds them by name; the queue, the
 gateway's checks and the webhooks read them.
 """
 
@@ -97,3 +97,33 @@ def membership_problem(user: str, account: str, accounts: Mapping[str, AccountSt
     if is_member(user, account, accounts):
         return None
     return f"user {user} may not submit under account {account}"
+
+
+@dataclass(frozen=True)
+class AdvanceReservation:
+    """An operator's advance reservation (ReservationCreated, ReservationUpdated), as
+    folded (docs/reservations.md). Not the EASY backfill reservation of one blocked job
+    (`ClusterState.reservation`): this one is made by an operator, for a window."""
+
+    name: str
+    start: datetime
+    end: datetime
+    #: (node, GPU index), sorted.
+    gpus: tuple[tuple[str, int], ...]
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    #: A maintenance window: no job may use it.
+    maint: bool = False
+    #: Made although running jobs may still hold its GPUs at its start.
+    ignore_jobs: bool = False
+    description: str = ""
+    #: Its start was reached (ReservationStarted, written by placement at that time):
+    #: its jobs may run, and no other job may use its GPUs until it ends.
+    started: bool = False
+
+    def lets_in(self, user: str, account: str) -> bool:
+        """Whether a job of `user` under `account` may run in it (never in a `maint` one)."""
+        return not self.maint and (user in self.users or account in self.accounts)
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return self.start < end and start < self.end

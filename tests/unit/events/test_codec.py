@@ -42,6 +42,13 @@ from gpuloom.events import (
     PolicyRef,
     PriorityClassDeleted,
     PriorityClassSet,
+    ReservationCreated,
+    ReservationDeleted,
+    ReservationEnded,
+    ReservationSpec,
+    ReservationStarted,
+    ReservationUpdated,
+    ReservedGpu,
     QueuePolicySet,
     QuotaSet,
     ReplicaAssignment,
@@ -61,6 +68,16 @@ from gpuloom.events import (
 from gpuloom.events import upcasters as upcasters_module
 from gpuloom.events.upcasters import UPCASTERS, UnknownVersionError, upcast
 from gpuloom.testing.builders import T0, make_job_spec, make_node_spec
+
+RESERVATION_SPEC = ReservationSpec(
+    start=datetime(2026, 1, 1, 8, tzinfo=UTC),
+    end=datetime(2026, 1, 1, 20, tzinfo=UTC),
+    gpus=[ReservedGpu(node="n1", index=1), ReservedGpu(node="n1", index=0)],
+    users=["bob", "alice"],
+    accounts=["research"],
+    flags=["ignore_jobs"],
+    description="the big run",
+)
 
 EXAMPLES: dict[type[Event], Event] = {
     JobSubmitted: JobSubmitted(
@@ -141,6 +158,11 @@ EXAMPLES: dict[type[Event], Event] = {
         name="urgent", priority=1000, may_preempt=False, users=["bob", "alice"], default=True
     ),
     PriorityClassDeleted: PriorityClassDeleted(name="urgent"),
+    ReservationCreated: ReservationCreated(name="big", spec=RESERVATION_SPEC),
+    ReservationUpdated: ReservationUpdated(name="big", spec=RESERVATION_SPEC),
+    ReservationDeleted: ReservationDeleted(name="big"),
+    ReservationStarted: ReservationStarted(name="big"),
+    ReservationEnded: ReservationEnded(name="big"),
     LimitsSet: LimitsSet(scope="user", name="alice@example.org", max_submit_jobs=10, max_gpus=4),
     WebhookRegistered: WebhookRegistered(
         webhook_id="wh1",

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 from gpuloom.events import JobSpec
 from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.fences import fences_of
 from gpuloom.placement.fragmentation import Workload
 from gpuloom.placement.holdings import Holding
 from gpuloom.placement.incremental.candidates import KeptCandidates
@@ -107,6 +108,7 @@ class IndexCache:
             holdings=lambda: holdings.of(state),  # built only if a job is blocked
             quotas=quota_book(state),
             current=current_reservation(state),
+            fences=fences_of(state),
             by_end=lambda: holdings.by_end(state),
             released=lambda placed: self.released(state, placed),
         )

@@ -66,6 +66,25 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
         count_live(state, job, -1)
     if job.is_final or phase in ("placed", "running"):
         state.cancel_pending.discard(job.job_id)
+    if job.spec.reservation is not None:
+        waiting_for(state, job.job_id, job.spec.reservation, phase in PENDING_PHASES)
+
+
+#: A job waits in these phases (for a reservation, among others).
+PENDING_PHASES = ("submitted", "admitted", "queued")
+
+
+def waiting_for(state: ClusterState, job_id: str, reservation: str, waits: bool) -> None:
+    """Keep `state.reservation_waiters` in step: whether `job_id` waits in `reservation`."""
+    waiters = state.reservation_waiters
+    if waits:
+        waiters.setdefault(reservation, set()).add(job_id)
+        return
+    held = waiters.get(reservation)
+    if held is not None:
+        held.discard(job_id)
+        if not held:
+            del waiters[reservation]
 
 
 def count_live(state: ClusterState, job: JobState, change: int) -> None:

@@ -26,6 +26,7 @@ from gpuloom.state.rules.common import (
     rule,
     set_phase,
     touch,
+    waiting_for,
 )
 from gpuloom.state.step import Step
 
@@ -88,6 +89,8 @@ def _add_job(
     count_live(state, job, +1)
     for dependency in spec.depends_on:
         state.dependents.setdefault(dependency.job, set()).add(job_id)
+    if spec.reservation is not None:
+        waiting_for(state, job_id, spec.reservation, True)
     if key is not None:
         state.idempotency_keys[key] = job_id
     spec_submitted(state, job)

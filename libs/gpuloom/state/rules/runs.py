@@ -26,6 +26,7 @@ from gpuloom.state.feasibility import (
 )
 from gpuloom.state.lifecycle import require_step
 from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
+from gpuloom.state.reservations import placement_refusal
 from gpuloom.state.retention import known
 from gpuloom.state.rules.common import (
     Rule,
@@ -48,6 +49,8 @@ def _placed(state: ClusterState, event: JobPlaced, step: Step) -> None:
         raise Invalid(f"attempt {event.attempt} but job {job.job_id} is at {job.attempt}")
     replicas = event.assignments()
     problem = assignment_problem(state, job.spec, replicas)
+    if problem is None and (state.reservations or job.spec.reservation is not None):
+        problem = placement_refusal(state, job, replicas, step.envelope.at)
     if problem is not None:
         raise Invalid(problem)
     first = replicas[0]
