@@ -44,7 +44,9 @@ def decide_queue(state: ClusterState, policy: QueuePolicySet | None = None) -> l
             continue
         for job_id in sorted(waiters, key=lambda j: state.jobs[j].order):
             job = state.jobs[job_id]
-            if not job.cancel_requested:
+            # only its own: admission rejects a submitted one, and an admitted one is
+            # queued first (an array's tasks together), then cancelled
+            if job.phase == "queued" and not job.cancel_requested:
                 why = f"ReservationGone: reservation {name} ended or was deleted"
                 decisions.append(
                     Decision(
