@@ -170,7 +170,7 @@ def explain(
         if reserved.job_id == job_id:
             estimate = from_ms(start) if start is not None else None
             detail += f" to start {when}" if when else " until jobs without a time limit end"
-        elif reason == "Reservation":
+        elif reason == "Reservation" and detail.startswith("it would delay"):
             hosts = ", ".join(sorted({r.host for r in reserved.replicas}))
             detail += f" (it starts {when or 'when jobs without a time limit end'} on {hosts})"
     if reason == "Priority" and waiting is not None:

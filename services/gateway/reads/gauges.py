@@ -92,7 +92,37 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         "Jobs whose last placement was made in the last 60 s, ended ones included",
         value=placed_since(state, now - RECENT),
     )
-    return [jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent]
+    return [
+        jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent,
+        *reservation_metrics(state),
+    ]  # fmt: skip
+
+
+def reservation_metrics(state: ClusterState) -> list[Metric]:
+    """GPUs advance reservations hold, by reservation and whether it started, and of
+    those that started, the GPUs nothing runs on (reserved and idle: what a reservation
+    costs the cluster while its users do not use it)."""
+    reserved = GaugeMetricFamily(
+        "gpuloom_gpus_reserved",
+        "GPUs held by advance reservations (state: pending before the start, active after)",
+        labels=["reservation", "state", "maint"],
+    )
+    idle = GaugeMetricFamily(
+        "gpuloom_gpus_reserved_idle",
+        "GPUs of active advance reservations that nothing holds",
+        labels=["reservation"],
+    )
+    for name, booked in sorted(state.reservations.items()):
+        phase = "active" if booked.started else "pending"
+        reserved.add_metric([name, phase, str(booked.maint).lower()], len(booked.gpus))
+        if booked.started:
+            unused = 0
+            for node_name, index in booked.gpus:
+                node = state.nodes.get(node_name)
+                gpu = node.gpus.get(index) if node is not None else None
+                unused += gpu is not None and gpu.idle
+            idle.add_metric([name], unused)
+    return [reserved, idle]
 
 
 def placed_since(state: ClusterState, since: datetime) -> int:

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from prometheus_client.core import Metric
 
 from gpuloom.config import Settings
+from gpuloom.events import ReservationCreated, ReservationSpec, ReservationStarted, ReservedGpu
 from gpuloom.testing.builders import LogBuilder
 from services.gateway import metrics as metrics_module
 from services.gateway.app import create_app
@@ -73,6 +74,29 @@ def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
     assert got[("gpuloom_placements_last_minute", ())] == 2  # train and short
     later = samples(cluster_metrics(log.state(), log.now + timedelta(minutes=5)))
     assert later[("gpuloom_placements_last_minute", ())] == 0
+
+
+def test_reserved_gpus_and_the_idle_ones_of_active_reservations_are_gauges() -> None:
+    log = LogBuilder()
+    log.register("a", 4)
+    start = log.now + timedelta(seconds=30)
+    spec = ReservationSpec(
+        start=start,
+        end=start + timedelta(hours=1),
+        gpus=[ReservedGpu(node="a", index=i) for i in (0, 1, 2)],
+        users=["alice"],
+    )
+    log.append(ReservationCreated(name="big", spec=spec))
+    got = samples(cluster_metrics(log.state(), log.now))
+    pending = (("maint", "false"), ("reservation", "big"), ("state", "pending"))
+    assert got[("gpuloom_gpus_reserved", pending)] == 3
+    log.append(ReservationStarted(name="big"), at=start)
+    log.run_to_queue("mine", gpus=1, reservation="big")
+    log.place("mine", "a", [1])
+    got = samples(cluster_metrics(log.state(), log.now))
+    active = (("maint", "false"), ("reservation", "big"), ("state", "active"))
+    assert got[("gpuloom_gpus_reserved", active)] == 3
+    assert got[("gpuloom_gpus_reserved_idle", (("reservation", "big"),))] == 2
 
 
 async def get(app: FastAPI, path: str) -> httpx.Response:
