@@ -4,7 +4,7 @@ implementation for both (the gateway's streams, the webhooks process's outbox).
 An operator sees every event; a user the events of the jobs they may read the events
 of (their own, and those of accounts they coordinate), of the accounts they belong to
 or coordinate, and of the cluster (nodes, pools, queue policy, priority classes,
-limits); audits and webhooks are for operators. Pure: the owners of jobs come from a
+limits, advance reservations); audits and webhooks are for operators. Pure: the owners of jobs come from a
 fold and, for a job the fold forgot, from a lookup the caller gives.
 
 One implementation for every reader: the event stream (`visible`, `needs_owner`), the
