@@ -25,9 +25,16 @@ from gpuloom.state.step import Step
 from gpuloom.state.tenancy import AdvanceReservation
 
 
+#: The most reservations not ended at once: each pass fences their GPUs, so they are a
+#: budget like any other shared resource (the gateway refuses the next one with 409).
+RESERVATIONS_MAX = 1_000
+
+
 def _created(state: ClusterState, event: ReservationCreated, step: Step) -> None:
     if event.name in state.reservations:
         raise Invalid(f"reservation {event.name} exists")
+    if len(state.reservations) >= RESERVATIONS_MAX:
+        raise Invalid(f"at most {RESERVATIONS_MAX} reservations may be pending or active")
     _keep(state, folded(event.name, event.spec), step)
 
 
