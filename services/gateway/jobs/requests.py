@@ -124,6 +124,9 @@ class JobRequest(BaseModel):
     #: Keep the replicas inside one domain of a topology level (`required`), or in as
     #: few as placement can (`preferred`): docs/topology.md.
     topology: TopologyRequest | None = None
+    #: Run only inside this advance reservation (docs/reservations.md), once it starts,
+    #: on its GPUs; the job's user or account must be one it lets in.
+    reservation: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
 
     @field_validator("command")
     @classmethod

@@ -1,6 +1,6 @@
 """Submitting a job: what POST /v1/jobs and POST /v1/job-batches both check before they
-write (the caller may submit it, a node could ever run it, its time limit and its
-environment), the event that submits it, what a retry with the same
+write (the caller may submit it, a node could ever run it, its time limit, its
+environment and the advance reservation it names), the event that submits it, what a retry with the same
 Idempotency-Key finds, and the command of POST /v1/jobs as a whole (`submit`).
 
 Each check returns its refusal (`refusals.Refused`, `Invalid`) rather than raising
@@ -69,6 +69,7 @@ def checked_spec(
         _time_limit_problem(spec, settings.max_time_limit_s)
         or _env_problem(spec)
         or _infeasible(reads, spec)
+        or _reservation_problem(reads, spec)
     )
     return invalid if invalid is not None else spec
 
@@ -105,6 +106,7 @@ def job_spec(request: JobRequest, user: str, priority: int, priority_class: str)
             if request.topology is not None
             else None
         ),
+        reservation=request.reservation,
     )
 
 
@@ -136,6 +138,13 @@ def _infeasible(reads: Reads, spec: JobSpec) -> Invalid | None:
     field, why = found
     loc = ("body", field) if field is not None else ("body",)
     return Invalid.at(loc, f"no node could ever run this job: {why}")
+
+
+def _reservation_problem(reads: Reads, spec: JobSpec) -> Invalid | None:
+    """422 naming `reservation` for a job that may not run in the advance reservation it
+    names (admission rejects such a job that got by, with the same reason)."""
+    reason = reads.submissions.reservation_problem(spec)
+    return Invalid.at(("body", "reservation"), reason) if reason is not None else None
 
 
 def _env_problem(spec: JobSpec) -> Invalid | None:

@@ -1,6 +1,7 @@
 """What a submission checks on the gateway's fold before it is written (`jobs.submitting`,
 `jobs.submit_policy`): its priority class, the limits it would pass, whether some node
-could ever run it, and the job an earlier request with its idempotency key made.
+could ever run it, the advance reservation it names, and the job an earlier request
+with its idempotency key made.
 
 Before the gateway read the log each judges on an empty state (the built-in class
 only, no limits set, no node), or not at all; admission checks the same on the log."""
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuloom.decide.admission import resources_problem
+from gpuloom.decide.admission import reservation_use_problem, resources_problem
 from gpuloom.events import JobSpec
 from gpuloom.queueing.classes import class_named, classes, default_class
 from gpuloom.queueing.limits import active_counts, identities, submit_limit_problem
@@ -79,6 +80,18 @@ class SubmissionReads:
         if state is None or state.seq < gateway.start_seq or not state.nodes:
             return None
         return gateway.feasibility.answer(state, spec, resources_problem)
+
+    def reservation_problem(self, spec: JobSpec) -> str | None:
+        """Why `spec` may not run in the advance reservation it names
+        (`reservation_use_problem`: none of that name, a maintenance window, one that does
+        not let its user or account in, fewer GPUs than it asks). None when it names none,
+        or while the gateway still reads the log at its start: admission judges then."""
+        if spec.reservation is None:
+            return None
+        state = self._source.folded()
+        if state is None or state.seq < self._source.gateway.start_seq:
+            return None
+        return reservation_use_problem(state, spec)
 
     def keyed(self, key: str) -> Keyed | None:
         """The job an idempotency key made, as the fold remembers it (None: no such

@@ -42,6 +42,7 @@ EVERY_FIELD: dict[str, Any] = {
     "env": {"SEED": "1"},
     "image": "ghcr.io/acme/train:1",
     "topology": {"level": "rack", "mode": "preferred"},
+    "reservation": "window",
 }
 
 

@@ -5,7 +5,7 @@ become HTTP errors, with the status, detail and headers the command gave."""
 from __future__ import annotations
 
 import ast
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 
 from gpuloom.auth import OPERATOR, Principal
 from gpuloom.config import Settings
-from gpuloom.events import SharesSet
+from gpuloom.events import ReservationCreated, ReservationSpec, ReservedGpu, SharesSet
 from gpuloom.store.models import JobRow
 from gpuloom.testing.builders import LogBuilder
 from services.gateway.accounts.routes import _change
@@ -100,6 +100,31 @@ def test_a_job_no_node_could_run_names_the_field_at_fault() -> None:
     assert isinstance(infeasible, Invalid)
     assert infeasible.errors[0]["loc"] == ("body", "gpus")
     assert infeasible.errors[0]["msg"].startswith("no node could ever run this job: ")
+
+
+def test_a_job_naming_a_reservation_that_does_not_let_it_in_names_the_field() -> None:
+    log = LogBuilder()
+    log.register("n1", 2)
+    start = log.now + timedelta(hours=1)
+    spec = ReservationSpec(
+        start=start,
+        end=start + timedelta(hours=1),
+        gpus=[ReservedGpu(node="n1", index=0)],
+        accounts=["research"],
+    )
+    log.append(ReservationCreated(name="window", spec=spec))
+    gateway = gateway_after(log)
+    for request, why in (
+        (job(account="other", reservation="window"), "does not let user alice or account other"),
+        (job(reservation="nowhere"), "reservation nowhere does not exist"),
+        (job(gpus=2, reservation="window"), "the job asks 2 GPUs; reservation window holds 1"),
+    ):
+        refused = checked(request, gateway, ALICE)
+        assert isinstance(refused, Invalid), request
+        [error] = refused.errors
+        assert error["loc"] == ("body", "reservation") and why in error["msg"], error
+    let_in = checked(job(gpus=1, reservation="window"), gateway, ALICE)
+    assert not isinstance(let_in, Refused | Invalid) and let_in.reservation == "window"
 
 
 async def test_a_submission_the_log_cannot_take_is_refused_503_with_retry_after() -> None:
