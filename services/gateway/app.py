@@ -24,7 +24,7 @@ from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway.accounts import routes as accounts
 from services.gateway.apidocs import add_api_docs, add_openapi
 from services.gateway.auth import authenticate, make_verifier
-from services.gateway.cluster import policies
+from services.gateway.cluster import policies, reservations
 from services.gateway.cluster import routes as cluster
 from services.gateway.events import routes as events
 from services.gateway.freshness import Freshness
@@ -138,6 +138,7 @@ def create_app(settings: Settings) -> FastAPI:
         usage.router,
         accounts.router,
         policies.router,
+        reservations.router,
         projections.router,
         events.router,
         webhooks_router,

@@ -89,6 +89,15 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("PUT", "/v1/priority-classes/{name}"): (OPERATOR_ONLY, {"priority": 5}),
     ("DELETE", "/v1/priority-classes/{name}"): (OPERATOR_ONLY, None),
     ("GET", "/v1/limits"): (ANYONE, None),
+    ("GET", "/v1/reservations"): (ANYONE, None),
+    ("GET", "/v1/reservations/{name}"): (ANYONE, None),
+    # on a node that does not exist: the operator's call is a 422, no reservation is made
+    ("POST", "/v1/reservations"): (
+        OPERATOR_ONLY,
+        {"name": "matrix", "duration_s": 60, "nodes": ["no-such-node"], "users": ["alice"]},
+    ),
+    ("PATCH", "/v1/reservations/{name}"): (OPERATOR_ONLY, {"description": "matrix"}),
+    ("DELETE", "/v1/reservations/{name}"): (OPERATOR_ONLY, None),
     ("PUT", "/v1/limits/{scope}/{name}"): (OPERATOR_ONLY, {"max_gpus": None}),
     ("GET", "/v1/projections"): (OPERATOR_ONLY, None),
     ("GET", "/v1/deadletters"): (OPERATOR_ONLY, None),

@@ -3,9 +3,9 @@ and to the gateway's own fold of the log (`services.gateway.readmodel`).
 
 Routes and commands read through `Reads` (the dependency `deps.ReadsDep`), one typed
 method per question, by resource: `jobs`, `cluster`, `usage`, `policies`,
-`submissions`, `webhooks`, `events`, `progress`, `gauges`. No module of the gateway
-outside this package imports SQLAlchemy or `gpuloom.store`, nor reads the read model
-(the `reads-behind-the-facade` contract in pyproject.toml, and
+`reservations`, `submissions`, `webhooks`, `events`, `progress`, `gauges`. No module of
+the gateway outside this package imports SQLAlchemy or `gpuloom.store`, nor reads the
+read model (the `reads-behind-the-facade` contract in pyproject.toml, and
 tests/unit/gateway/test_read_facade.py)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from services.gateway.reads.gauges import GaugeReads
 from services.gateway.reads.jobs import JobReads
 from services.gateway.reads.policies import PolicyReads
 from services.gateway.reads.progress import ProgressReads
+from services.gateway.reads.reservations import ReservationReads
 from services.gateway.reads.source import Source
 from services.gateway.reads.submissions import SubmissionReads
 from services.gateway.reads.usage import UsageReads
@@ -37,6 +38,7 @@ class Reads:
         "jobs",
         "policies",
         "progress",
+        "reservations",
         "submissions",
         "usage",
         "webhooks",
@@ -48,6 +50,7 @@ class Reads:
         self.cluster = ClusterReads(source)
         self.usage = UsageReads(source)
         self.policies = PolicyReads(source)
+        self.reservations = ReservationReads(source)
         self.submissions = SubmissionReads(source)
         self.webhooks = WebhookReads(source)
         self.events = EventReads(source)
