@@ -42,6 +42,8 @@ from gpuloom.client.schema import (
     NodeList,
     PriorityClassList,
     Queue,
+    Reservation,
+    ReservationList,
     SubmitAnswer,
     Usage,
     UsageRecords,
@@ -130,6 +132,8 @@ class GpuloomClient:
             self.stale = f"{response.headers['gpuloom-stale']}{behind}"
         if response.is_error:
             raise error_from_response(response)
+        if response.status_code == 204:  # No Content: a deletion
+            return None
         try:
             return response.json()
         except ValueError as exc:
@@ -183,8 +187,8 @@ class GpuloomClient:
         `user` None: the token's user (only an operator may name another);
         `priority_class` None: the default class; `priority` None: the class's.
         `resources` carries the optional request fields (gpu_milli, gpu_memory_mib,
-        cpu_milli, memory_mib, pool, locality, node_selector, replicas, image, preemptible); None values
-        are left out so the gateway's defaults apply.
+        cpu_milli, memory_mib, pool, locality, node_selector, replicas, image, preemptible,
+        reservation...); None values are left out so the gateway's defaults apply.
         """
         body: dict[str, Any] = {
             "name": name,
@@ -299,6 +303,30 @@ class GpuloomClient:
         """PUT /v1/limits/{scope}/{name} (operators): every limit after the change."""
         path = f"/v1/limits/{_segment(scope)}/{_segment(name)}"
         return cast(LimitsList, self._request("PUT", path, json=body))
+
+    # -- advance reservations ------------------------------------------------
+
+    def reservations(self) -> ReservationList:
+        """GET /v1/reservations: every reservation that has not ended."""
+        return cast(ReservationList, self._request("GET", "/v1/reservations"))
+
+    def reservation(self, name: str) -> Reservation:
+        """GET /v1/reservations/{name}."""
+        path = f"/v1/reservations/{_segment(name)}"
+        return cast(Reservation, self._request("GET", path))
+
+    def create_reservation(self, body: dict[str, Any]) -> Reservation:
+        """POST /v1/reservations (operators): the reservation as the log has it."""
+        return cast(Reservation, self._request("POST", "/v1/reservations", json=body))
+
+    def update_reservation(self, name: str, body: dict[str, Any]) -> Reservation:
+        """PATCH /v1/reservations/{name} (operators): each field given replaces its own."""
+        path = f"/v1/reservations/{_segment(name)}"
+        return cast(Reservation, self._request("PATCH", path, json=body))
+
+    def delete_reservation(self, name: str) -> None:
+        """DELETE /v1/reservations/{name} (operators): its waiting jobs are cancelled."""
+        self._request("DELETE", f"/v1/reservations/{_segment(name)}")
 
     def explain(self, job_id: str) -> JobExplanation:
         """`GET /v1/jobs/{id}/explain`: why the job is pending."""

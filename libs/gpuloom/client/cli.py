@@ -30,6 +30,7 @@ from gpuloom.client.errors import ApiError
 from gpuloom.client.logcmds import audit_command, replay_command
 from gpuloom.client.outputcmds import commands as output_commands
 from gpuloom.client.policycmds import limits_app, priority_class_app
+from gpuloom.client.reservationcmds import reservation_app
 from gpuloom.client.serve import SERVICES, ServiceLoadError, UnknownServiceError, load_entrypoint
 from gpuloom.client.tokencmds import token_app
 from gpuloom.client.waiting import wait_for_final
@@ -167,6 +168,13 @@ def submit(
         int | None,
         typer.Option(min=1, help="A job array of N tasks, each with GPULOOM_ARRAY_INDEX 0..N-1."),
     ] = None,
+    reservation: Annotated[
+        str | None,
+        typer.Option(
+            help="Run inside this advance reservation, on its GPUs, once it starts "
+            "(gpuloom reservation list).",
+        ),
+    ] = None,
     dependency: Annotated[
         str | None,
         typer.Option(
@@ -222,6 +230,7 @@ def submit(
                 "array": array,
                 "depends_on": parse_dependency(dependency) if dependency else None,
                 "topology": wanted,
+                "reservation": reservation,
             },
         )
         typer.echo(answer["id"])
@@ -375,6 +384,7 @@ app.registered_groups += cluster_commands.registered_groups
 app.add_typer(token_app, name="token")
 app.add_typer(priority_class_app, name="priority-class")
 app.add_typer(limits_app, name="limits")
+app.add_typer(reservation_app, name="reservation")
 app.add_typer(bus_app, name="bus")
 app.add_typer(archive_app, name="archive")
 app.command("watch")(watch_command)

@@ -261,6 +261,31 @@ class LimitsList(TypedDict):
     defaults: dict[str, LimitBody]
 
 
+class ReservedGpuRef(TypedDict):
+    node: str
+    index: int
+
+
+class Reservation(TypedDict):
+    name: str
+    start: str
+    end: str
+    gpus: list[ReservedGpuRef]
+    nodes: list[str]
+    users: list[str]
+    accounts: list[str]
+    #: `maint`, `ignore_jobs`.
+    flags: list[str]
+    description: str
+    started: bool
+    #: `pending` until placement wrote its start, then `active`.
+    state: str
+
+
+class ReservationList(TypedDict):
+    reservations: list[Reservation]
+
+
 class DeadLetter(TypedDict):
     service: str | None
     seq: int | None
