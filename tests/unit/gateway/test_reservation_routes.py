@@ -1,7 +1,8 @@
 """/v1/reservations without an application (docs/reservations.md): a body resolved to
 what the operator wants, or 422 naming the field; the GPUs chosen on the fold, or 422
 naming what the cluster lacks, or 409 naming the running jobs that hold them; the
-commands' refusals (409 for a name that exists, 404 for one that does not)."""
+commands' refusals (409 for a name that exists, 404 for one that does not, 409 with the
+fold's reason for a write the log voided all the same)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from test_refusals import gateway_after
 
 from gpuloom.auth import OPERATOR, Principal
 from gpuloom.events import (
+    Event,
     NodeRegistered,
+    Recorded,
     ReservationCreated,
     ReservationSpec,
     ReservationStarted,
     ReservedGpu,
 )
+from gpuloom.events.codec import make_envelope
 from gpuloom.events.inventory import TopologyPlace
 from gpuloom.testing.builders import LogBuilder, make_node_spec
 from services.gateway.cluster.reservation_bodies import (
@@ -246,3 +250,30 @@ async def test_the_commands_refuse_a_name_that_exists_or_does_not() -> None:
     gone = await update(publisher, reads, "nowhere", change, ROOT, log.now)
     assert gone == Refused(404, "reservation nowhere not found")
     assert await delete(publisher, reads, "nowhere", ROOT) == gone
+
+
+class Written(Publisher):
+    """A publisher whose log takes every write, at sequence 1000."""
+
+    async def publish(
+        self, event: Event, msg_id: str | None = None, *, principal: Principal
+    ) -> Recorded | Refused:
+        envelope = make_envelope(event, at=datetime.now().astimezone(), by="gateway")
+        return Recorded(1000, envelope, event)
+
+
+class Raced(Reads):
+    """Reads whose fold voided the write at 1000 (another gateway's got there first)."""
+
+    async def voided_reason(self, seq: int) -> str | None:
+        return "reservation s: GPU(s) n2/0 are in reservation t" if seq == 1000 else None
+
+
+async def test_a_write_the_log_voided_all_the_same_is_a_conflict_with_the_folds_reason() -> None:
+    log = cluster()
+    gateway = gateway_after(log)
+    body = new(log.now, name="s", nodes=["n2"])
+    refused = await create(Written(gateway), Raced(gateway), body, ROOT, log.now)
+    assert refused == Refused(409, "reservation s: GPU(s) n2/0 are in reservation t")
+    applied = await create(Written(gateway), Reads(gateway), body, ROOT, log.now)
+    assert applied is None
