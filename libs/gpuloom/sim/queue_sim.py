@@ -11,7 +11,14 @@ queue order and the backfill mode are what the comparison varies:
 * `priority`: priority class first, then arrival, strict;
 * `priority+backfill`: the same order with EASY backfill.
 
-Preemption is off: the comparison is about ordering and backfill.
+and, as a control no queue policy of gpuloom offers, `greedy`: arrival order, every
+job that fits starts, and no job holds a reservation (each job is a pass of its own,
+so nothing keeps a later job off what a blocked one waits for).
+
+Preemption is off: the comparison is about ordering and backfill. A node may have a
+place in a topology (`places`: node name -> level -> domain) and a task may ask for
+something other than its trace row's request (`TimedTask.asks`: a gang with a
+topology request, `gpuloom.sim.domains`).
 """
 
 from __future__ import annotations
@@ -20,16 +27,18 @@ import csv
 import heapq
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, NodeIndex, Policy, place, release
+from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.holdings import Holding
-from gpuloom.placement.outcomes import Placed
+from gpuloom.placement.outcomes import Outcome, Placed
+from gpuloom.placement.resources import NodeView, Placement, Request
 from gpuloom.placement.scheduling import Backfill, PassInputs, Rules, schedule
+from gpuloom.placement.topology import place
 from gpuloom.sim.trace import TraceNode, TraceTask, load_tasks
 
 #: Priority classes of the trace's QoS labels (Kubernetes' and Alibaba's names).
@@ -39,6 +48,8 @@ MODES: dict[str, tuple[bool, Backfill]] = {
     "priority": (True, "off"),
     "priority+backfill": (True, "easy"),
 }
+#: The control: arrival order, every job that fits starts, no reservation (module doc).
+GREEDY = "greedy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,11 @@ class TimedTask:
     arrival_s: int
     runtime_s: int
     priority_class: int
+    #: What it asks placement for (None: its trace row's request, `TraceTask.request`).
+    asks: Request | None = None
+
+    def request(self) -> Request:
+        return self.asks if self.asks is not None else self.task.request()
 
     @property
     def time_limit_s(self) -> int:
@@ -99,6 +115,10 @@ class QueueRun:
     makespan_s: int = 0
     passes: int = 0
     seconds: float = 0.0
+    #: Task number -> the nodes it was placed on (hosts and lenders, sorted).
+    nodes_of: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    #: Task number -> its wait, seconds.
+    wait_of: dict[int, int] = field(default_factory=dict)
 
     def mean_wait(self, waits: Sequence[int] | None = None) -> float:
         waits = self.waits_s if waits is None else waits
@@ -125,8 +145,8 @@ class QueueRun:
         return total / (self.capacity_milli * (end - start)) if end > start else 0.0
 
 
-def _fits_idle(task: TraceTask, idle: NodeIndex, policy: Policy) -> bool:
-    placement = place(task.request(), idle, policy, Context())
+def _fits_idle(request: Request, idle: NodeIndex, policy: Policy) -> bool:
+    placement = place(request, idle, policy, Context())
     if placement is None:
         return False
     for replica in placement.replicas:
@@ -140,16 +160,25 @@ def simulate(
     policy: Policy,
     mode: str,
     backfill_depth: int | None = 500,
+    places: Mapping[str, Mapping[str, str]] | None = None,
+    observe: Callable[[int, list[Outcome]], None] | None = None,
 ) -> QueueRun:
-    """Run the trace through `schedule` in `mode` (see the module doc)."""
+    """Run the trace through `schedule` in `mode` (see the module doc). `places`: each
+    node's place in the topology, by name; `observe(now, outcomes)` sees every pass."""
     started = time.perf_counter()
-    by_priority, backfill = MODES[mode]
-    views = [node.view(rank) for rank, node in enumerate(sorted(nodes, key=lambda n: n.name))]
+    greedy = mode == GREEDY
+    by_priority, backfill = MODES["fifo"] if greedy else MODES[mode]
+    where = places or {}
+
+    def view(node: TraceNode, rank: int) -> NodeView:
+        return replace(node.view(rank), topology=dict(where.get(node.name, {})))
+
+    views = [view(node, rank) for rank, node in enumerate(sorted(nodes, key=lambda n: n.name))]
     index = NodeIndex(views)
     run = QueueRun(mode, capacity_milli=sum(n.gpus for n in nodes) * MILLI_PER_GPU)
-    idle = NodeIndex([node.view(rank) for rank, node in enumerate(nodes)])
+    idle = NodeIndex([view(node, rank) for rank, node in enumerate(nodes)])
     order = sorted(range(len(tasks)), key=lambda i: (tasks[i].arrival_s, tasks[i].task.name))
-    feasible = [i for i in order if _fits_idle(tasks[i].task, idle, policy)]
+    feasible = [i for i in order if _fits_idle(tasks[i].request(), idle, policy)]
     run.never_fit = len(order) - len(feasible)
     run.jobs = len(feasible)
     arrivals = [(tasks[i].arrival_s, i) for i in feasible]
@@ -178,22 +207,19 @@ def simulate(
                 key=lambda i: (-tasks[i].priority_class, tasks[i].arrival_s, tasks[i].task.name)
             )
         candidates = [
-            Candidate(
-                str(i),
-                tasks[i].task.request(),
-                tasks[i].time_limit_s,
-                tasks[i].priority_class,
-            )
+            Candidate(str(i), tasks[i].request(), tasks[i].time_limit_s, tasks[i].priority_class)
             for i in pending
         ]
-        outcomes = schedule(
-            PassInputs(
-                candidates, index, Context(seed=run.passes), now * 1000, list(running.values())
-            ),
-            policy,
-            Rules(backfill=backfill, preemption=False, depth=backfill_depth),
-        )
+        context = Context(seed=run.passes)
+        if greedy:
+            outcomes = _greedy_pass(candidates, index, context, now, policy)
+        else:
+            inputs = PassInputs(candidates, index, context, now * 1000, list(running.values()))
+            rules = Rules(backfill=backfill, preemption=False, depth=backfill_depth)
+            outcomes = schedule(inputs, policy, rules)
         run.passes += 1
+        if observe is not None:
+            observe(now, outcomes)
         started_now = set()
         for outcome in outcomes:
             if not isinstance(outcome, Placed):
@@ -213,6 +239,8 @@ def simulate(
             wait = now - task.arrival_s
             run.waits_s.append(wait)
             run.waits_by_class.setdefault(task.priority_class, []).append(wait)
+            run.wait_of[number] = wait
+            run.nodes_of[number] = nodes_of(outcome.placement)
             run.backfilled += outcome.backfilled
             started_now.add(number)
         if started_now:
@@ -221,3 +249,28 @@ def simulate(
     run.makespan_s = now
     run.seconds = time.perf_counter() - started
     return run
+
+
+def _greedy_pass(
+    candidates: list[Candidate], index: NodeIndex, context: Context, now: int, policy: Policy
+) -> list[Outcome]:
+    """The control (`GREEDY`): each job in queue order is a pass of its own, so no
+    reservation outlives it; one placed after a job that waits counts as backfilled."""
+    outcomes: list[Outcome] = []
+    waiting = False
+    for candidate in candidates:
+        inputs = PassInputs([candidate], index, context, now * 1000, [])
+        for outcome in schedule(inputs, policy, Rules(backfill="off", preemption=False)):
+            if isinstance(outcome, Placed):
+                outcome = replace(outcome, backfilled=waiting)
+            else:
+                waiting = True
+            outcomes.append(outcome)
+    return outcomes
+
+
+def nodes_of(placement: Placement) -> tuple[str, ...]:
+    """The nodes a placement uses: its hosts and the nodes that lend it GPUs, sorted."""
+    found = {r.host for r in placement.replicas}
+    found.update(piece.node for r in placement.replicas for piece in r.slices)
+    return tuple(sorted(found))
