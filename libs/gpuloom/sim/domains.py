@@ -12,7 +12,8 @@ node), which any topology holds trivially. So, deterministically:
   same gangs without topology). Tasks of one GPU or less are left as they are.
 
 `figures` reads a run: the share of gangs inside one domain of each level, the wait of
-the large gangs (at least `large_gpus` GPUs in all) and GPU utilisation over a window.
+the large jobs (at least `large_gpus` GPUs in all: the large gangs, or the large pods of
+a run without gangs) and GPU utilisation over a window.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ class Figures:
     #: Level -> how many of the started gangs lie inside one domain of it.
     inside: dict[str, int]
     started_gangs: int
+    #: Jobs of at least `large_gpus` GPUs in all (gangs or not).
     large: int
-    #: Waits (s) of the large gangs that started, in task order.
+    #: Waits (s) of the large jobs that started, in task order.
     large_waits: list[int]
     utilisation: float
 
@@ -113,14 +115,14 @@ def figures(
     window: tuple[int, int],
 ) -> Figures:
     """The share of started gangs inside one domain of each level, the waits of the large
-    gangs (at least `large_gpus` GPUs) and utilisation over `window` (s)."""
+    jobs (at least `large_gpus` GPUs in all) and utilisation over `window` (s)."""
     gangs = [number for number, timed in enumerate(tasks) if is_gang(timed)]
     started = [number for number in gangs if number in run.nodes_of]
     inside = {
         level: sum(1 for n in started if in_one_domain(run.nodes_of[n], places, level))
         for level in LEVELS
     }
-    large = [number for number in gangs if total_gpus(tasks[number]) >= large_gpus]
+    large = [number for number, timed in enumerate(tasks) if total_gpus(timed) >= large_gpus]
     return Figures(
         gangs=len(gangs),
         inside=inside,

@@ -109,3 +109,15 @@ def test_the_stream_is_the_seed_s() -> None:
     assert gangs and all(t.asks is not None and t.asks.replicas == 4 for t in gangs)
     arrivals = [t.arrival_s for t in stream(shape, 3)]
     assert arrivals == sorted(arrivals)
+
+
+def test_without_gangs_the_large_jobs_are_the_large_pods() -> None:
+    """The trace's tasks as they are (no `as_gang`): no gang to count, and the large
+    jobs are the pods of at least `large_gpus` GPUs, each on one node."""
+    tasks = [task("x", 2, 0, 50), task("pod", 2, 1, 100), task("one", 1, 2, 10)]
+    run = simulate(NODES, tasks, BestFit(), "priority+backfill", places=PLACES)
+    found = figures(run, tasks, PLACES, large_gpus=2, window=(0, 100))
+    assert (found.gangs, found.started_gangs, found.large) == (0, 0, 2)
+    assert found.share_inside("rack") == 0.0
+    assert found.large_waits == [0, 0]
+    assert all(len(run.nodes_of[n]) == 1 for n in (0, 1)), "a pod is on one node"
