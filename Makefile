@@ -55,6 +55,7 @@ bench: $(STAMP) ## the benchmarks of docs/benchmarks.md
 	$(PY) bench/explain_cost.py
 	$(PY) bench/topology_domains.py --jobs 1500 --gap 1
 	$(PY) bench/maintenance_window.py
+	$(PY) bench/topology_replay.py
 
 migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) to the latest schema
 	$(PY) -m gpuloom.store.migrate
