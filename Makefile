@@ -56,6 +56,7 @@ bench: $(STAMP) ## the benchmarks of docs/benchmarks.md
 	$(PY) bench/topology_domains.py --jobs 1500 --gap 1
 	$(PY) bench/maintenance_window.py
 	$(PY) bench/topology_replay.py
+	$(PY) bench/topology_trace.py
 
 migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) to the latest schema
 	$(PY) -m gpuloom.store.migrate
