@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.engine import Context, NodeIndex, Policy
+from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.fences import Fence, Fences
 from gpuloom.placement.holdings import HeldSum, Holding
 from gpuloom.placement.outcomes import (
@@ -55,7 +55,7 @@ from gpuloom.placement.reservation import (
     try_place,
 )
 from gpuloom.placement.resources import Placement, Request
-from gpuloom.placement.topology import topology_shortfall
+from gpuloom.placement.topology import place, topology_shortfall
 from gpuloom.queueing.quota import QuotaBook
 
 Backfill = Literal["easy", "off"]
@@ -330,20 +330,32 @@ class SchedulingPass:
         """`Reservation` when a node could host it now but for the reserved job's slack
         (it may run past that job's start); `Resources` otherwise."""
         job_id = candidate.job_id
-        if masked and self.reservation is not None:
-            host = self.index.best_local(candidate.request, self.policy, self._decision(turn))
-            if host is not None:
-                return Waiting(
-                    job_id,
-                    "Reservation",
-                    f"it would delay {self.reservation.job_id}, which holds the reservation;"
-                    " a time limit that ends before its start lets it backfill",
-                )
+        if masked and self.reservation is not None and self._fits_unmasked(candidate.request, turn):
+            return Waiting(
+                job_id,
+                "Reservation",
+                f"it would delay {self.reservation.job_id}, which holds the reservation;"
+                " a time limit that ends before its start lets it backfill",
+            )
         if self.fences is not None:
             blocking = self.fences.blocking(candidate.request, self.policy, self._decision(turn))
             if blocking:
                 return Waiting(job_id, *_fenced(blocking))
         return Waiting(job_id, *self._no_room(candidate))
+
+    def _fits_unmasked(self, request: Request, turn: int) -> bool:
+        """Whether the request fits now without the reservation's slack: one replica on
+        one node asks the index's best host; a gang (or a topology request) is placed and
+        given back, since one replica fitting says nothing of the others."""
+        decision = self._decision(turn)
+        if request.replicas == 1 and request.topology is None:
+            return self.index.best_local(request, self.policy, decision) is not None
+        placement = place(request, self.index, self.policy, decision)
+        if placement is None:
+            return False
+        for replica in reversed(placement.replicas):
+            release(self.index, replica)
+        return True
 
     def _no_room(self, candidate: Candidate) -> tuple[WaitCode, str]:
         """Why a job that fits nowhere now waits: `Topology`, naming what each domain has,

@@ -9,8 +9,6 @@ not fixed here: the test fails until it is)."""
 
 from __future__ import annotations
 
-import pytest
-
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, place
 from gpuloom.placement.holdings import Holding
@@ -40,7 +38,6 @@ def running(index: NodeIndex, job_id: str, on: str, ends_at: int) -> Holding:
     return Holding(job_id, placement.replicas, ends_at)
 
 
-@pytest.mark.xfail(strict=True, reason="a gang's wait reason looks at one replica (#38)")
 def test_a_rack_gang_that_fits_no_rack_even_unmasked_waits_for_topology() -> None:
     """One GPU busy in each rack: no rack has 4 free GPUs. The head gang reserves r0 for
     when `x` ends; the second gang fits no rack either, mask or not, so its reason is
@@ -55,7 +52,6 @@ def test_a_rack_gang_that_fits_no_rack_even_unmasked_waits_for_topology() -> Non
     assert second.code == "Topology", second.detail
 
 
-@pytest.mark.xfail(strict=True, reason="a gang's wait reason looks at one replica (#38)")
 def test_a_gang_that_fits_nowhere_even_unmasked_waits_for_resources() -> None:
     """The same without topology: x holds a GPU of a0 and y one of b0 until later. The
     head (3 x 2 GPUs) reserves what frees when x ends; the second gang (3 x 2 GPUs) has
