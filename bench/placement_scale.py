@@ -23,6 +23,14 @@ the preemption check) on top of placing the few jobs that fit.
   python bench/placement_scale.py [--nodes 5000] [--jobs 50000] [--policies bestfit,fgd]
                                   [--steady 30] [--churn 20] [--backfill-depth 500]
 
+`--reservations N` makes N advance reservations of 64 GPUs (8 nodes each) starting an
+hour after the jobs arrive (docs/reservations.md): every pass fences their GPUs.
+`--topology F` puts the nodes in racks of 32 (and each in its own NVLink domain) and
+turns a share F of the jobs of 2 or more whole GPUs into gangs of one-GPU replicas that
+ask `"topology": {"level": "rack", "mode": "required"}`: the pass tries the racks for
+each of them, tightest first (docs/topology.md). Compare a run
+with them against one without, in the same hour.
+
 `--backfill-depth N` records `QueuePolicySet(backfill_depth=N)` in the log, as the
 queue service does with GPULOOM_BACKFILL_DEPTH: each pass then tries at most N jobs
 behind the first that cannot start. Without it (0) every job is tried.
@@ -33,8 +41,9 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from gpuloom.audit import audit
 from gpuloom.events import (
@@ -49,8 +58,13 @@ from gpuloom.events import (
     NodeSpec,
     QueuePolicySet,
     Recorded,
+    ReservationCreated,
+    ReservationSpec,
+    ReservedGpu,
+    TopologyPlace,
     make_envelope,
 )
+from gpuloom.events.jobs import TopologyRequest
 from gpuloom.placement import IndexCache, default_registry, placement_cycle
 from gpuloom.placement.engine import Policy
 from gpuloom.runtime.collector import tune_collector
@@ -75,7 +89,14 @@ class Log:
         return record
 
 
-def build(nodes: int, jobs: int, seed: int, backfill_depth: int = 0) -> Log:
+def build(
+    nodes: int,
+    jobs: int,
+    seed: int,
+    backfill_depth: int = 0,
+    reservations: int = 0,
+    topology: float = 0.0,
+) -> Log:
     rng = random.Random(seed)
     trace_nodes = load_nodes(TRACE / "openb_node_list_gpu_node.csv")
     tasks = load_tasks(TRACE / "openb_pod_list_default.csv")
@@ -89,22 +110,50 @@ def build(nodes: int, jobs: int, seed: int, backfill_depth: int = 0) -> Log:
             GpuSpec(index=i, uuid=f"{name}-{i}", model=like.model, memory_mib=32_768, pool="vgpu")
             for i in range(8)
         ]
+        places = (
+            [TopologyPlace(level="nvlink", domain=name), TopologyPlace(level="rack", domain=f"r{n // 32:03d}")]
+            if topology
+            else []
+        )  # fmt: skip
         spec = NodeSpec(
-            gpus=gpus, cpu_milli=max(like.cpu_milli, 96_000), memory_mib=like.memory_mib
+            gpus=gpus,
+            cpu_milli=max(like.cpu_milli, 96_000),
+            memory_mib=like.memory_mib,
+            topology=places,
         )
         log.append(NodeRegistered(node=name, spec=spec))
+    for r in range(min(reservations, nodes // 8)):
+        held = [
+            ReservedGpu(node=f"node-{n:05d}", index=i)
+            for n in range(8 * r, 8 * r + 8)
+            for i in range(8)
+        ]
+        window = ReservationSpec(
+            start=AT + timedelta(hours=1), end=AT + timedelta(hours=3), gpus=held, users=["alice"]
+        )
+        log.append(ReservationCreated(name=f"res-{r:03d}", spec=window))
     for j in range(jobs):
-        for event in submission(j, tasks[rng.randrange(len(tasks))]):
+        task = tasks[rng.randrange(len(tasks))]
+        for event in submission(
+            j, task, rack=bool(topology) and task.gpus > 0 and rng.random() < topology
+        ):
             log.append(event)
     return log
 
 
-def submission(number: int, task: TraceTask) -> list[object]:
-    """The events of submitting job `number` with `task`'s shape, admitted and queued."""
-    extra: dict[str, object] = {"cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib}
+def submission(number: int, task: TraceTask, *, rack: bool = False) -> list[object]:
+    """The events of submitting job `number` with `task`'s shape, admitted and queued
+    (`rack`: asking to be inside one rack)."""
+    extra: dict[str, Any] = {"cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib}
+    gpus = task.gpus
+    if rack:  # a gang of one-GPU replicas, all inside one rack
+        extra["topology"] = TopologyRequest(level="rack", mode="required")
+        extra["replicas"], gpus = task.gpus, 1
+        extra["cpu_milli"] = -(-task.cpu_milli // task.gpus)
+        extra["memory_mib"] = -(-task.memory_mib // task.gpus)
     if task.gpus and task.gpu_milli < 1000:
         extra["gpu_milli"] = task.gpu_milli
-    spec = make_job_spec(task.gpus, gpu_model=list(task.models), priority=number % 5, **extra)
+    spec = make_job_spec(gpus, gpu_model=list(task.models), priority=number % 5, **extra)
     job_id = f"job-{number:06d}"
     return [
         JobSubmitted(job_id=job_id, spec=spec),
@@ -174,6 +223,15 @@ def main() -> None:
         help="QueuePolicySet.backfill_depth in the log (0: none, every job tried)",
     )
     parser.add_argument(
+        "--reservations", type=int, default=0, help="advance reservations of 64 GPUs"
+    )
+    parser.add_argument(
+        "--topology",
+        type=float,
+        default=0.0,
+        help="share of multi-GPU jobs made gangs that must be inside one rack",
+    )
+    parser.add_argument(
         "--audit-workers",
         default="1,2",
         help="the audit's processes, one timing per count (gpuloom audit --workers)",
@@ -181,12 +239,15 @@ def main() -> None:
     args = parser.parse_args()
     tune_collector()  # as the placement service and `gpuloom audit` do
     started = time.perf_counter()
-    log = build(args.nodes, args.jobs, args.seed, args.backfill_depth)
+    log = build(
+        args.nodes, args.jobs, args.seed, args.backfill_depth, args.reservations, args.topology
+    )
     state = ClusterState()
     for record in log.records:
         apply(state, record)
     print(
-        f"{args.nodes} nodes x 8 GPUs, {args.jobs} pending jobs from the openb mix: "
+        f"{args.nodes} nodes x 8 GPUs, {args.jobs} pending jobs from the openb mix"
+        f" ({args.reservations} reservations, {args.topology:.0%} of multi-GPU jobs rack gangs): "
         f"log of {len(log.records)} events built and folded in {time.perf_counter() - started:.1f} s"
     )
     registry = default_registry()

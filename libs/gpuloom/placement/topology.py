@@ -12,7 +12,11 @@ outside it neither hosts a replica nor lends it a slice).
 - **preferred**: the same at `level`, then at each looser level; then anywhere, each
   replica in the domain of `level` with the most room first, so it spans few domains.
 
-Which domain, among those that fit: the one with the **fewest GPUs that could serve the
+A job of one replica whose GPUs are all on its host is inside one domain of every level
+wherever it lands: the policy places it as any other job (trying the domains one by one
+would cost every node once per domain, for nothing).
+
+Which domain, among those that fit, for a gang: the one with the **fewest GPUs that could serve the
 request** (free now, of its model and pool), ties to the name. A gang goes where it fits
 most tightly and leaves the emptiest domains whole for the larger gangs that need them,
 as best-fit does for nodes (Kueue's default for required topology is the same idea,
@@ -33,6 +37,10 @@ def place(request: Request, index: NodeIndex, policy: Policy, context: Context) 
     ask = request.topology
     if ask is None or request.within is not None:
         return place_anywhere(request, index, policy, context)
+    if request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0):
+        # one replica on its own node is inside one domain of every level: the policy
+        # alone chooses (trying each domain would cost every node once per domain)
+        return place_anywhere(replace(request, topology=None), index, policy, context)
     level, mode = ask
     for tried in (level, *looser_levels(index, level)) if mode == "preferred" else (level,):
         placement = _in_one_domain(request, index, policy, context, tried)

@@ -80,12 +80,23 @@ def test_a_required_gang_waits_while_only_split_room_exists_then_starts_in_one_r
 
 def test_among_the_domains_that_fit_the_tightest_is_taken_and_the_emptiest_kept_whole() -> None:
     log = cluster()
-    log.run_to_queue("g", **gang(1, 4))  # fits in r1 (8 free) and in r2 (4 free)
+    log.run_to_queue("g", **gang(2, 2))  # fits in r1 (8 free) and in r2 (4 free)
     state = cycle(log)
     assert hosts_of(state, "g") == {"b1"}, "r1 stays whole for a gang of 8"
     log.run_to_queue("big", **gang(2, 4))
     state = cycle(log)
     assert hosts_of(state, "big") == {"a1", "a2"}
+
+
+def test_one_replica_on_its_own_node_is_placed_by_the_policy_alone() -> None:
+    """A job of one replica whose GPUs are on its host is inside one domain of every level
+    wherever it lands: no domain is tried (that would cost every node once per domain,
+    for each such job a user submits)."""
+    log = cluster()
+    log.run_to_queue("one", **gang(1, 4))
+    log.run_to_queue("plain", gpus=4)
+    state = cycle(log)
+    assert hosts_of(state, "one") == {"a1"} and hosts_of(state, "plain") == {"a2"}
 
 
 def test_a_preferred_gang_stays_inside_a_domain_while_one_fits() -> None:
