@@ -79,6 +79,10 @@ class Policy(Protocol):
         ...
 
 
+#: Heaps of shapes kept within one domain, per heap of a shape (`NodeIndex._domain_heaps`).
+DOMAIN_HEAPS_PER_SHAPE = 16
+
+
 class NodeIndex:
     """The nodes of one cycle or simulation, indexed for fast decisions.
 
@@ -116,6 +120,12 @@ class NodeIndex:
         self._group_ids: dict[tuple[object, ...], int] = {}
         for node in nodes:
             self.nodes[node.name] = node
+        #: (level, domain) -> the names of its nodes, per level asked (`members`).
+        self._members: dict[str, dict[str, list[str]]] = {}
+        #: Heaps of shapes kept within one domain (`Request.within`): each holds only that
+        #: domain's nodes, and a topology request asks one per domain it tries, so they
+        #: have a budget of their own, far larger than the shapes'.
+        self._domain_heaps: dict[tuple[object, ...], _ShapeHeap] = {}
         #: Node states remembered at most (then forgotten, with the heaps' group scores):
         #: a kept index sees a new state at nearly every change, for months.
         self._groups_limit = groups_limit or max(10_000, 4 * len(self.nodes))
@@ -135,8 +145,22 @@ class NodeIndex:
 
     def replace(self, node: NodeView) -> None:
         """Put `node` (a fresh view of a node the index has) in place of the old view."""
+        if node.topology != self.nodes[node.name].topology:
+            self._members.clear()  # it moved (registered again elsewhere)
+            self._domain_heaps.clear()
         self.nodes[node.name] = node
         self.update(node)
+
+    def members(self, level: str, domain: str) -> list[str]:
+        """The names of the nodes in `domain` of `level` (built once per level)."""
+        found = self._members.get(level)
+        if found is None:
+            found = self._members[level] = {}
+            for name, node in self.nodes.items():
+                place = node.topology.get(level)
+                if place is not None:
+                    found.setdefault(place, []).append(name)
+        return found.get(domain, [])
 
     @property
     def backlog(self) -> int:
@@ -151,15 +175,16 @@ class NodeIndex:
         catches up now and keeps only its current entries. Decisions are unchanged: each
         heap still holds exactly the feasible nodes at their current score.
         """
-        for key, heap in list(self._heaps.items()):
-            if 2 * len(set(self._changed[heap.mark :])) > len(self.nodes):
-                del self._heaps[key]
-                continue
-            self._catch_up(heap)
-            current = heap.current
-            heap.entries = [entry for entry in heap.entries if current.get(entry[2]) is entry]
-            heapq.heapify(heap.entries)
-            heap.mark = 0
+        for heaps in (self._heaps, self._domain_heaps):
+            for key, heap in list(heaps.items()):
+                if 2 * len(set(self._changed[heap.mark :])) > len(self.nodes):
+                    del heaps[key]
+                    continue
+                self._catch_up(heap)
+                current = heap.current
+                heap.entries = [e for e in heap.entries if current.get(e[2]) is e]
+                heapq.heapify(heap.entries)
+                heap.mark = 0
         self._changed = []
         self._grown = {}
 
@@ -173,7 +198,7 @@ class NodeIndex:
                 if len(self._group_ids) >= self._groups_limit:
                     self._group_ids.clear()
                     self._group.clear()
-                    for heap in self._heaps.values():
+                    for heap in [*self._heaps.values(), *self._domain_heaps.values()]:
                         heap.scores.clear()
                 group = len(self._group_ids)
                 self._group_ids[key] = group
@@ -186,15 +211,20 @@ class NodeIndex:
             hosts = [n for n in self.nodes.values() if fits_locally(request, n)]
             return best_host(request, hosts, policy, context)
         key = (id(policy), request.shape())
-        heap = self._heaps.get(key)
+        within = request.within
+        heaps, limit = self._heaps, self._heap_shapes_limit
+        if within is not None:
+            heaps, limit = self._domain_heaps, DOMAIN_HEAPS_PER_SHAPE * limit
+        heap = heaps.get(key)
         if heap is not None and heap.context.workload is not context.workload:
             heap.rescore(self, context)
         if heap is None:
-            if len(self._heaps) >= self._heap_shapes_limit:
-                self._heaps.clear()
+            if len(heaps) >= limit:
+                heaps.clear()
             heap = _ShapeHeap(request, policy, context)
-            self._heaps[key] = heap  # filed first: forgetting the node states clears its scores
-            heap.offer_each(self, self.nodes)
+            heaps[key] = heap  # filed first: forgetting the node states clears its scores
+            # a node outside the domain never fits the shape: only its members are offered
+            heap.offer_each(self, self.nodes if within is None else self.members(*within))
             heap.mark = len(self._changed)
         elif heap.mark < len(self._changed):
             self._catch_up(heap)

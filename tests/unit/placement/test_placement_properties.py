@@ -97,6 +97,7 @@ def clusters(
                 dict(spec["labels"]),
                 spec["lends"],
                 tuple(spec.get("runtimes", ())),
+                {"rack": f"r{number % 2}"},  # two racks: heaps of a shape kept within one
             )
         )
     return nodes
@@ -120,6 +121,7 @@ def requests(draw: st.DrawFn) -> Request:
         node_selector=draw(st.sampled_from([(), (), (), (("zone", "a"),)])),
         replicas=draw(st.sampled_from([1, 1, 1, 2, 3])),
         container=draw(st.sampled_from([False, False, True])),
+        within=draw(st.sampled_from([None, None, None, ("rack", "r0"), ("rack", "r1")])),
     )
 
 
