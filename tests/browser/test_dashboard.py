@@ -7,6 +7,7 @@ form with the reason; the pages are static, strict, and never parse data as HTML
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from dashboard_helpers import CuttableProxy, Dashboard
 from playwright.sync_api import Request, expect
 
+from gpuloom.auth import OPERATOR
 from gpuloom.testing.cluster import Cluster
 from services.gateway.ui.routes import STATIC
 
@@ -107,6 +109,42 @@ def test_the_dashboard_follows_jobs_live(ui: Dashboard, ui_cluster: Cluster) -> 
     page.on("request", api_call)
     page.wait_for_timeout(2500)
     assert asked == []
+    assert ui.errors == []
+
+
+def test_reservations_show_on_the_map_and_in_the_queue_live(
+    ui: Dashboard, ui_cluster: Cluster
+) -> None:
+    """An operator's advance reservation (docs/reservations.md) marks its GPUs on the map
+    and is listed in the queue, as the event stream tells, without a reload; its
+    description is text, never markup."""
+    cluster, page = ui_cluster, ui.page
+    ui.login(cluster.token_for("alice"))
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.sameDocument = true")
+    expect(page.locator(".gpu").first).to_be_visible()
+    ops = cluster.client_for("ops", [OPERATOR])
+    start = datetime.now(UTC) + timedelta(hours=2)
+    body = {
+        "name": "big-run", "start": start.isoformat(), "duration_s": 3600,
+        "nodes": ["node-b"], "users": ["alice"], "description": HOSTILE,
+    }  # fmt: skip
+    made = ops.post("/v1/reservations", json=body)
+    assert made.status_code == 201, made.text
+    for gpu in (0, 1):
+        booked = page.locator(f'.gpu[data-node="node-b"][data-gpu="{gpu}"] .reserved-by')
+        expect(booked).to_have_attribute("data-reservation", "big-run")
+        expect(booked).to_contain_text("reserved big-run from")
+    expect(page.locator('.gpu[data-node="node-a"] .reserved-by')).to_have_count(0)
+    ui.shot("map-reserved")
+    page.click('nav a[data-view="queue"]')
+    row = page.locator('tr[data-reservation="big-run"]')
+    expect(row).to_contain_text("pending")
+    expect(row).to_contain_text(HOSTILE)  # text, not markup
+    assert ops.delete("/v1/reservations/big-run").status_code == 204
+    expect(row).to_have_count(0)
+    assert page.evaluate("window.sameDocument") is True
+    assert page.evaluate("window.pwned") is None
     assert ui.errors == []
 
 

@@ -81,6 +81,26 @@ def test_a_required_rack_gang_waits_on_split_room_then_starts_inside_one_rack(
     assert code != 0 and "topology.level" in err and "nvlink, rack" in err, err
 
 
+def test_a_preferred_gang_spreads_only_when_it_must(habits: Cluster) -> None:
+    """A gang that prefers one rack stays inside r1 while r1 has room for it (two
+    replicas on node-a, though node-b is free too), and spreads over both racks only
+    when no rack has room for all of it (three replicas, three GPUs in two racks)."""
+
+    def run(replicas: int) -> set[str]:
+        code, out, err = gpuloom(
+            habits, "submit", "--account", "research", "--gpus", "1", "--replicas",
+            str(replicas), "--topology-preferred", "rack", "--", "sleep", "1",
+        )  # fmt: skip
+        assert code == 0, err
+        gang = out.strip()
+        done = habits.wait_final([gang], timeout=90)
+        assert done[gang]["state"] == "succeeded", done[gang]
+        return {r["host"] for r in habits.job(gang)["placement"]}
+
+    assert run(2) == {"node-a"}, "r1 has room for both: the gang stays inside it"
+    assert run(3) == {"node-a", "node-b"}, "no rack has 3: it spreads, over few"
+
+
 def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:
     code, out, err = gpuloom(
         habits, "submit", "--account", "research", "--array", "3", "--wait", "--",

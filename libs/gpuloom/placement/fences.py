@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuloom.placement.engine import Context, NodeIndex, Policy, release
+from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.holdings import copy_view, hold
 from gpuloom.placement.resources import GpuView, NodeView, Placement, Request
 from gpuloom.placement.topology import place
@@ -106,18 +106,22 @@ class Fences:
         return _Revealed(self, keys)
 
     def blocking(self, request: Request, policy: Policy, context: Context) -> list[Fence]:
-        """The reservations that keep a job from a place it would have without any: those
-        whose GPUs the place it would take then uses (none: it fits nowhere anyway)."""
-        keys = sorted(self.hidden)
-        with _Revealed(self, keys):
-            placement = place(request, self.index, policy, context)
-            if placement is None:
-                return []
-            try:
-                used = {(p.node, p.index) for r in placement.replicas for p in r.slices}
-            finally:
-                for replica in reversed(placement.replicas):
-                    release(self.index, replica)
+        """The reservations that keep a job from a place it would have without them: those
+        whose GPUs it would take on their nodes as they really are (none: it fits on no
+        reservation's nodes either). Asked of a job that fits nowhere, once per request
+        in a pass; it looks at the reservations' nodes only, on copies."""
+        views: list[NodeView] = []
+        for node_name in sorted({node for node, _ in self.hidden}):
+            view = copy_view(self.index.nodes[node_name])
+            for gpu in view.gpus:
+                free = self._true.get((node_name, gpu.index))
+                if free is not None:
+                    gpu.milli_free, gpu.memory_free_mib = free
+            views.append(view)
+        placement = place(request, NodeIndex(views), policy, context)
+        if placement is None:
+            return []
+        used = {(p.node, p.index) for r in placement.replicas for p in r.slices}
         return [f for _, f in sorted(self.fences.items()) if used.intersection(f.gpus)]
 
     # --- a job of one reservation -------------------------------------------------------
@@ -207,4 +211,8 @@ def _gpu(index: NodeIndex, key: GpuKey) -> GpuView | None:
     node = index.nodes.get(key[0])
     if node is None:
         return None
-    return next((g for g in node.gpus if g.index == key[1]), None)
+    gpus = node.gpus
+    number = key[1]
+    if number < len(gpus) and gpus[number].index == number:  # GPUs by index, as registered
+        return gpus[number]
+    return next((g for g in gpus if g.index == number), None)

@@ -71,9 +71,21 @@ def looser_levels(index: NodeIndex, level: str) -> list[str]:
     return []
 
 
-def serving_count(request: Request, nodes: list[NodeView]) -> int:
-    """GPUs of `nodes` that could give one slice of `request` now."""
-    return sum(len(serving_gpus(request, node)) for node in nodes)
+def serving_count(request: Request, nodes: list[NodeView], index: NodeIndex | None = None) -> int:
+    """GPUs of `nodes` that could give one slice of `request` now. With the `index` of the
+    nodes, each group of nodes in the same state is counted once (`NodeIndex.group_of`):
+    a gang asks it of every node of the cluster, for each shape it tries."""
+    if index is None:
+        return sum(len(serving_gpus(request, node)) for node in nodes)
+    counted: dict[int, int] = {}
+    total = 0
+    for node in nodes:
+        group = index.group_of(node)
+        count = counted.get(group)
+        if count is None:
+            count = counted[group] = len(serving_gpus(request, node))
+        total += count
+    return total
 
 
 def topology_shortfall(request: Request, index: NodeIndex, level: str) -> str:
@@ -83,8 +95,19 @@ def topology_shortfall(request: Request, index: NodeIndex, level: str) -> str:
     found = domains(index, level)
     if not found:
         return f"no node names a {level} (docs/topology.md)"
-    have = ", ".join(f"{d} has {serving_count(request, n)}" for d, n in found.items())
-    return f"no {level} has {need} free GPU(s) for it: {have}"
+    counts = sorted(
+        ((serving_count(request, nodes, index), domain) for domain, nodes in found.items()),
+        key=lambda pair: (-pair[0], pair[1]),
+    )
+    have = ", ".join(f"{d} has {count}" for count, d in counts[:SHORTFALL_NAMED])
+    more = len(counts) - SHORTFALL_NAMED
+    return f"no {level} has {need} free GPU(s) for it: {have}" + (
+        f" (and {more} more with fewer)" if more > 0 else ""
+    )
+
+
+#: The domains a `Topology` reason names, the roomiest first.
+SHORTFALL_NAMED = 8
 
 
 def _in_one_domain(
@@ -94,7 +117,7 @@ def _in_one_domain(
     fitting = [
         (count, domain)
         for domain, nodes in domains(index, level).items()
-        if (count := serving_count(request, nodes)) >= need
+        if (count := serving_count(request, nodes, index)) >= need
     ]
     for _, domain in sorted(fitting):
         placement = place_anywhere(replace(request, within=(level, domain)), index, policy, context)

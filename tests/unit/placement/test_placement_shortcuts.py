@@ -139,7 +139,7 @@ def test_fits_locally_is_host_fits_and_enough_serving_gpus(
         for i, (model, pool, size, free, part) in enumerate(gpu_list)
     ]
     node = NodeView("n0", 0, views, cpu, memory, labels, runtimes=runtimes)
-    request = replace_request(request, node_selector=selector, container=container)
+    request = replace_request(request, node_selector=selector, container=container, within=None)
     serving = sum(1 for gpu in views if gpu_serves(request, gpu))
     assert fits_locally(request, node) == (host_fits(request, node) and serving >= request.gpus)
     # and on a host that has all the request asks of it, the GPUs alone decide

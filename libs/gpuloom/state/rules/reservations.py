@@ -24,7 +24,6 @@ from gpuloom.state.rules.common import Rule, rule
 from gpuloom.state.step import Step
 from gpuloom.state.tenancy import AdvanceReservation
 
-
 #: The most reservations not ended at once: each pass fences their GPUs, so they are a
 #: budget like any other shared resource (the gateway refuses the next one with 409).
 RESERVATIONS_MAX = 1_000

@@ -39,8 +39,8 @@ export function touch(changes, cloud) {
     if (QUEUE_TYPES.has(type)) changes.queue = true;
     if (NODE_TYPES.has(type)) changes.nodes = true;
     if (type === "UsageCharged") changes.usage = true;
-  } else if (aggregate === "node") {
-    changes.nodes = true;
+  } else if (aggregate === "node" || aggregate === "reservation") {
+    changes.nodes = true; // a reservation holds GPUs of the map, and its jobs wait in the queue
     changes.queue = true;
   } else if (aggregate !== "audit") {
     changes.queue = true; // accounts, queue policy, priority classes, limits

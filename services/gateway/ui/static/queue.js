@@ -20,10 +20,11 @@ export async function touched(changes, context) {
 }
 
 async function load(context) {
-  const [queue, accounts, usage] = await Promise.all([
+  const [queue, accounts, usage, booked] = await Promise.all([
     api("/v1/queue"),
     api("/v1/accounts").catch(() => ({ accounts: [] })),
     api("/v1/usage").catch(() => ({ accounts: [] })),
+    api("/v1/reservations").catch(() => ({ reservations: [] })),
   ]);
   const head = queue.jobs.slice(0, EXPLAINED);
   const [explains, owners] = await Promise.all([
@@ -36,6 +37,7 @@ async function load(context) {
     context.root,
     h("div", { class: "view-head" }, h("h1", {}, "Queue"), h("span", { class: "muted" }, `${queue.jobs.length} pending, in the order placement takes them`)),
     queueTable(queue, explained, owners),
+    reservationTable(booked.reservations),
     fairShare(queue, accounts.accounts, usage.accounts),
   );
 }
@@ -99,4 +101,25 @@ function fairShare(queue, accounts, usage) {
     "usage is what your token may see; the factor (0–1) is the queue's, for accounts with pending jobs",
     table(["account", "shares", "of top-level shares", "GPU time used", "of usage", "fair-share factor", "pending"], rows),
   );
+}
+
+// Advance reservations (docs/reservations.md): what holds GPUs for whom and when, the
+// reason jobs wait with `Reservation` or `ReqNodeNotAvail`.
+function reservationTable(reservations) {
+  const note = "GPUs held for a window; jobs that end before a start still use them";
+  if (!reservations.length) return section("Reservations", note, empty("No advance reservation."));
+  const rows = reservations.map((r) =>
+    h(
+      "tr",
+      { dataset: { reservation: r.name } },
+      h("td", {}, h("strong", {}, r.name), r.description ? h("div", { class: "muted small" }, r.description) : null),
+      h("td", {}, r.flags.includes("maint") ? "maintenance" : r.state),
+      h("td", {}, when(r.start)),
+      h("td", {}, when(r.end)),
+      h("td", { class: "num" }, String(r.gpus.length)),
+      h("td", {}, r.nodes.join(", ")),
+      h("td", {}, [...r.users, ...r.accounts.map((a) => `account ${a}`)].join(", ") || "nobody"),
+    ),
+  );
+  return section("Reservations", note, table(["Name", "State", "Start", "End", "GPUs", "Nodes", "For"], rows));
 }
