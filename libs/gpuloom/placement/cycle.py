@@ -108,7 +108,8 @@ def placement_cycle(
     inputs = pass_inputs(state, policy) if kept is None else kept.pass_inputs(state, policy)
     if inputs is None:
         return []
-    outcomes = schedule(inputs, policy, rules_of(state, limit))
+    # decisions only: why each job waits is explain's to say (the same pass, with reasons)
+    outcomes = schedule(inputs, policy, rules_of(state, limit), reasons=False)
     ref = PolicyRef(name=policy.name, version=policy.version, params=dict(policy.params))
     common = {"basis_seq": state.seq, "policy": ref}
     decisions: list[Decision] = []

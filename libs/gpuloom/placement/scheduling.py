@@ -134,8 +134,14 @@ class SchedulingPass:
         rules: Rules = Rules(),
         *,
         until: frozenset[str] | None = None,
+        reasons: bool = True,
     ) -> None:
         self.index = inputs.index
+        #: Say why each job waits in full (explain, the pending reasons). The placement
+        #: service writes decisions only: without, a job that fits nowhere waits with
+        #: `Resources` and no detail, and what finding the reason costs (the room each
+        #: domain has, the reservations in the way) is not spent.
+        self.reasons = reasons
         self.now = inputs.now
         self.policy = policy
         self.context = inputs.context
@@ -330,6 +336,8 @@ class SchedulingPass:
         """`Reservation` when a node could host it now but for the reserved job's slack
         (it may run past that job's start); `Resources` otherwise."""
         job_id = candidate.job_id
+        if not self.reasons:
+            return Waiting(job_id, "Resources", "")
         if masked and self.reservation is not None and self._fits_unmasked(candidate.request, turn):
             return Waiting(
                 job_id,
@@ -434,10 +442,12 @@ def schedule(
     rules: Rules = Rules(),
     *,
     until: frozenset[str] | None = None,
+    reasons: bool = True,
 ) -> list[Outcome]:
     """Walk `inputs.candidates` (queue order) once; see the module doc and
     `SchedulingPass`. Mutates `inputs.index` and `inputs.quotas` with what is placed."""
-    return SchedulingPass(inputs, policy, rules, until=until).run(inputs.candidates)
+    walk = SchedulingPass(inputs, policy, rules, until=until, reasons=reasons)
+    return walk.run(inputs.candidates)
 
 
 def _holding_of(candidate: Candidate, placement: Placement, now: int, order: int) -> Holding:
