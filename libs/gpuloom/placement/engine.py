@@ -122,6 +122,11 @@ class NodeIndex:
             self.nodes[node.name] = node
         #: (level, domain) -> the names of its nodes, per level asked (`members`).
         self._members: dict[str, dict[str, list[str]]] = {}
+        #: Counts every change of a view (`update`): what was computed of the views at one
+        #: version holds while it stands (`gpuloom.placement.topology.domain_room`).
+        self.version = 0
+        #: Such results, by what was asked; each with the version it was computed at.
+        self.memo: dict[tuple[object, ...], tuple[int, object]] = {}
         #: Heaps of shapes kept within one domain (`Request.within`): each holds only that
         #: domain's nodes, and a topology request asks one per domain it tries, so they
         #: have a budget of their own, far larger than the shapes'.
@@ -138,6 +143,7 @@ class NodeIndex:
         not host before fits it now.
         """
         self.touched.add(node.name)
+        self.version += 1
         if not only_took:
             self._grown[node.name] = len(self._changed)
         self._changed.append(node.name)
@@ -153,14 +159,19 @@ class NodeIndex:
 
     def members(self, level: str, domain: str) -> list[str]:
         """The names of the nodes in `domain` of `level` (built once per level)."""
+        return self.domains_of(level).get(domain, [])
+
+    def domains_of(self, level: str) -> dict[str, list[str]]:
+        """Every domain of `level` and the names of its nodes, by domain name."""
         found = self._members.get(level)
         if found is None:
-            found = self._members[level] = {}
+            found = {}
             for name, node in self.nodes.items():
                 place = node.topology.get(level)
                 if place is not None:
                     found.setdefault(place, []).append(name)
-        return found.get(domain, [])
+            found = self._members[level] = dict(sorted(found.items()))
+        return found
 
     @property
     def backlog(self) -> int:

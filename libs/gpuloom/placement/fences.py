@@ -19,7 +19,8 @@ with what the pass placed taken, as a kept index must.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -168,6 +169,34 @@ class Fences:
             if node is not None:
                 node.forget()
                 index.update(node)
+
+    @contextmanager
+    def hidden_in(self, index: NodeIndex) -> Iterator[None]:
+        """Hide the fenced GPUs on another index (the views with every running job given
+        back, kept from cycle to cycle) while the `with` lasts, and restore them after."""
+        saved: dict[GpuKey, tuple[int, int]] = {}
+        for key in sorted(self.hidden):
+            gpu = _gpu(index, key)
+            if gpu is not None:
+                saved[key] = (gpu.milli_free, gpu.memory_free_mib)
+                gpu.milli_free = gpu.memory_free_mib = 0
+        names = sorted({node for node, _ in saved})
+        self._refile_on(index, names)
+        try:
+            yield
+        finally:
+            for key, (milli, memory) in saved.items():
+                gpu = _gpu(index, key)
+                assert gpu is not None
+                gpu.milli_free, gpu.memory_free_mib = milli, memory
+            self._refile_on(index, names)
+
+    @staticmethod
+    def _refile_on(index: NodeIndex, names: Sequence[str]) -> None:
+        for name in names:
+            node = index.nodes[name]
+            node.forget()
+            index.update(node)
 
     def _hide(self, keys: Sequence[GpuKey]) -> None:
         for key in keys:

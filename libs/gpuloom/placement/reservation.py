@@ -10,11 +10,12 @@ share then. `explain` asks the same search for its estimate (`cycle.earliest_sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuloom.placement.candidate import Candidate
 from gpuloom.placement.engine import Context, NodeIndex, Policy, release
+from gpuloom.placement.fences import Fences
 from gpuloom.placement.holdings import HeldSum, Holding, release_all, scratch
 from gpuloom.placement.resources import Placement, ReplicaPlacement, fits_locally
 from gpuloom.placement.topology import place
@@ -122,7 +123,7 @@ def find_reservation(
     unbounded: HeldSum | None = None,
     released: NodeIndex | None = None,
     *,
-    hide: Callable[[NodeIndex, Iterable[str]], None] | None = None,
+    fences: Fences | None = None,
 ) -> tuple[Reservation, Protection] | None:
     """The earliest start of `candidate` as running jobs end, and the slack it leaves.
 
@@ -131,8 +132,9 @@ def find_reservation(
     `unbounded`: more running jobs, without a time limit, summed (`HeldSum`); they
     end last, with those of `holdings` that have no limit. `released`: the views with
     all of them given back (`gpuloom.placement.incremental.released`), for the last step; it is
-    left as it was found. `hide`: hides again what a job outside the advance reservations
-    may not use on the nodes that jobs gave back (`Fences.hide_on`).
+    left as it was found. `fences`: the advance reservations' GPUs, hidden again wherever
+    jobs give them back (`Fences.hide_on`, `Fences.hidden_in`): the blocked job is outside
+    them.
     """
     views, request = index, candidate.request
     simple = request.replicas == 1 and (request.locality == "local-only" or request.gpus == 0)
@@ -147,12 +149,15 @@ def find_reservation(
     copy: NodeIndex | None = None  # made at the first step it takes
     for step, (group, summed) in enumerate(groups):
         if released is not None and step == len(groups) - 1:
-            return _last_step(candidate, released, group, summed, policy, context)
+            if fences is None:
+                return _last_step(candidate, released, group, summed, policy, context)
+            with fences.hidden_in(released):
+                return _last_step(candidate, released, group, summed, policy, context)
         if copy is None:
             copy = scratch(views)
         touched = release_all(copy, group, summed)
-        if hide is not None:
-            hide(copy, touched)
+        if fences is not None:
+            fences.hide_on(copy, touched)
         if simple and not any(fits_locally(request, copy.nodes[n]) for n in sorted(touched)):
             continue
         placement = place(request, copy, policy, context)

@@ -402,17 +402,17 @@ class SchedulingPass:
     def _reserve_for(self, candidate: Candidate, decision: Context, waiting: Waiting) -> Waiting:
         """Give the blocked job the reservation, at the earliest start it can foresee;
         why it waits (`waiting`: why it could not be placed, with what follows)."""
-        hide = self.fences.hide_on if self.fences is not None else None
-        if self._by_end is None or hide is not None:
+        fences = self.fences
+        if self._by_end is None:
             found = find_reservation(
-                candidate, self.index, self._held(), self.policy, decision, hide=hide
+                candidate, self.index, self._held(), self.policy, decision, fences=fences
             )
         else:
             timed, unbounded = self._by_end()
             released = self._released(self._placed_now) if self._released is not None else None
             found = find_reservation(
                 candidate, self.index, [*timed, *self._placed_now], self.policy, decision,
-                unbounded, released,
+                unbounded, released, fences=fences,
             )  # fmt: skip
         code, detail = waiting.code, waiting.detail
         stopping = self.outcomes[-1] if self.outcomes else None

@@ -53,12 +53,29 @@ def place(request: Request, index: NodeIndex, policy: Policy, context: Context) 
 
 def domains(index: NodeIndex, level: str) -> dict[str, list[NodeView]]:
     """The nodes of each domain of `level`, by domain name (nodes without it left out)."""
-    found: dict[str, list[NodeView]] = {}
-    for node in index.nodes.values():
-        domain = node.topology.get(level)
-        if domain is not None:
-            found.setdefault(domain, []).append(node)
-    return dict(sorted(found.items()))
+    nodes = index.nodes
+    return {d: [nodes[n] for n in names] for d, names in index.domains_of(level).items()}
+
+
+def domain_room(request: Request, index: NodeIndex, level: str) -> dict[str, int]:
+    """GPUs that could give one slice of `request` now, per domain of `level`. Kept on the
+    index until a view changes (`NodeIndex.version`): it depends only on what the request
+    asks of a GPU, so the gangs of a queue that differ in CPU or memory, and the same gang
+    asked again, share it (every gang waiting for room counts every node otherwise)."""
+    key = ("domain_room", level, request.models, request.pool, request.gpu_milli,
+           request.gpu_memory_mib, request.fractional)  # fmt: skip
+    kept = index.memo.get(key)
+    if kept is not None and kept[0] == index.version:
+        return kept[1]  # type: ignore[return-value]
+    room = {d: serving_count(request, nodes, index) for d, nodes in domains(index, level).items()}
+    if len(index.memo) >= MEMO_MAX:
+        index.memo.clear()
+    index.memo[key] = (index.version, room)
+    return room
+
+
+#: Results kept on an index at most (`domain_room`).
+MEMO_MAX = 256
 
 
 def looser_levels(index: NodeIndex, level: str) -> list[str]:
@@ -96,7 +113,7 @@ def topology_shortfall(request: Request, index: NodeIndex, level: str) -> str:
     if not found:
         return f"no node names a {level} (docs/topology.md)"
     counts = sorted(
-        ((serving_count(request, nodes, index), domain) for domain, nodes in found.items()),
+        ((count, domain) for domain, count in domain_room(request, index, level).items()),
         key=lambda pair: (-pair[0], pair[1]),
     )
     have = ", ".join(f"{d} has {count}" for count, d in counts[:SHORTFALL_NAMED])
@@ -116,8 +133,8 @@ def _in_one_domain(
     need = request.gpus * request.replicas
     fitting = [
         (count, domain)
-        for domain, nodes in domains(index, level).items()
-        if (count := serving_count(request, nodes, index)) >= need
+        for domain, count in domain_room(request, index, level).items()
+        if count >= need
     ]
     for _, domain in sorted(fitting):
         placement = place_anywhere(replace(request, within=(level, domain)), index, policy, context)
