@@ -26,6 +26,20 @@ BUILTIN_CLASS = "normal"
 MEMBERS_MAX = 10_000
 
 
+def sorted_members(value: list[str]) -> list[str]:
+    """Sorted and without repeats: the same list of users or accounts reads the same,
+    whatever the order it was given in (priority classes, reservations)."""
+    return sorted(set(value))
+
+
+def account_names(value: list[str]) -> list[str]:
+    """`value`, each an account name, or ValueError naming the one that is not."""
+    for account in value:
+        if not SUBJECT_TOKEN.match(account):
+            raise ValueError(f"{account!r} is not an account name")
+    return value
+
+
 class PriorityClassSet(Event):
     """An operator defined (or redefined) priority class `name`.
 
@@ -49,16 +63,12 @@ class PriorityClassSet(Event):
     @field_validator("users", "accounts")
     @classmethod
     def _sorted(cls, value: list[str]) -> list[str]:
-        """Sorted and without repeats: the same class reads the same, whatever the order."""
-        return sorted(set(value))
+        return sorted_members(value)
 
     @field_validator("accounts")
     @classmethod
     def _account_names(cls, value: list[str]) -> list[str]:
-        for account in value:
-            if not SUBJECT_TOKEN.match(account):
-                raise ValueError(f"{account!r} is not an account name")
-        return value
+        return account_names(value)
 
     def aggregate_id(self) -> str:
         return self.name

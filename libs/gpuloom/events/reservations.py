@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN, Event
-from gpuloom.events.policies import MEMBERS_MAX
+from gpuloom.events.policies import MEMBERS_MAX, account_names, sorted_members
 from gpuloom.events.text import Remark, UserName
 
 #: The most GPUs one reservation holds.
@@ -54,16 +54,12 @@ class ReservationSpec(BaseModel):
     @field_validator("users", "accounts", "flags")
     @classmethod
     def _sorted(cls, value: list[str]) -> list[str]:
-        """Sorted and without repeats: the same reservation reads the same."""
-        return sorted(set(value))
+        return sorted_members(value)
 
     @field_validator("accounts")
     @classmethod
     def _account_names(cls, value: list[str]) -> list[str]:
-        for account in value:
-            if not SUBJECT_TOKEN.match(account):
-                raise ValueError(f"{account!r} is not an account name")
-        return value
+        return account_names(value)
 
     @field_validator("gpus")
     @classmethod
