@@ -242,6 +242,7 @@ def test_a_job_of_the_reservation_waits_for_its_start_then_runs_on_its_gpus(
     shared_cluster.wait_state([mine], "running", timeout=30)
     job = shared_cluster.job(mine)
     assert (job["node"], job["gpus"]) == (gpu["node"], [gpu["index"]])
+    assert job["request"]["reservation"] == "soon", job["request"]
     assert datetime.fromisoformat(job["started_at"]) >= start
     assert ops.get("/v1/reservations/soon").json()["state"] == "active"
     cancel_all(shared_cluster, [mine])

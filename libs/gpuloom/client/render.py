@@ -101,6 +101,17 @@ def jobs_table(answer: JobList) -> Table:
     return table
 
 
+def _placement_asks(request: dict[str, object]) -> list[tuple[str, str]]:
+    """The topology and the reservation a job asked for, where it asked."""
+    rows = []
+    topology = request.get("topology")
+    if isinstance(topology, dict):
+        rows.append(("topology", f"{topology.get('mode')} {topology.get('level')}"))
+    if request.get("reservation"):
+        rows.append(("reservation", str(request["reservation"])))
+    return rows
+
+
 def job_details(job: Job) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
@@ -113,6 +124,7 @@ def job_details(job: Job) -> Table:
         ("reason", dash(job.get("reason"))),
         ("command", _command_text(job.get("command"))),
         ("image", (job.get("request") or {}).get("image") or "none (a process on the node)"),
+        *_placement_asks(job.get("request") or {}),
         ("gpus", gpus_text(job)),
         ("gpu model", ", ".join(job.get("gpu_model") or []) or "any"),
         ("priority", str(job["priority"])),

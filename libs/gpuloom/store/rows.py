@@ -49,6 +49,8 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
             "node_selector": dict(sorted(spec.node_selector.items())),
             "replicas": spec.replicas,
             "image": spec.image,
+            "topology": spec.topology.model_dump() if spec.topology is not None else None,
+            "reservation": spec.reservation,
         },
         "placement": [replica_view(job, number) for number in range(len(job.replicas))],
     }

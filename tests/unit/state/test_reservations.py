@@ -6,8 +6,12 @@ reservation on a GPU, or running jobs will still hold its GPUs at its start (unl
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
+from rich.console import Console
+
+from gpuloom.client.render import job_details
 from gpuloom.decide.queueing import decide_queue
 from gpuloom.decide.reservations import GpuAsk, choose_gpus, decide_reservation_times
 from gpuloom.events import (
@@ -20,6 +24,8 @@ from gpuloom.events import (
     ReservationUpdated,
     ReservedGpu,
 )
+from gpuloom.events.jobs import TopologyRequest
+from gpuloom.store.rows import job_row
 from gpuloom.testing.builders import LogBuilder
 
 HOUR = timedelta(hours=1)
@@ -132,3 +138,18 @@ def test_choose_gpus_takes_the_tightest_domain_and_avoids_busy_and_reserved_gpus
     assert choose_gpus(state, GpuAsk(count=5), start, start + HOUR) != [], "a has 3 free, b 2"
     assert isinstance(choose_gpus(state, GpuAsk(count=6), start, start + HOUR), str)
     assert len(choose_gpus(state, GpuAsk(count=6), start, start + HOUR, ignore_jobs=True)) == 6
+
+
+def test_a_jobs_row_and_its_details_say_which_reservation_and_topology_it_asked() -> None:
+    log = cluster()
+    log.append(ReservationCreated(name="r", spec=spec(log, [("n1", 0)])))
+    topology = TopologyRequest(level="rack", mode="preferred")
+    log.run_to_queue("mine", gpus=1, reservation="r", topology=topology)
+    row = job_row(log.state().jobs["mine"], log.state())
+    assert row["request"]["reservation"] == "r"
+    assert row["request"]["topology"] == {"level": "rack", "mode": "preferred"}
+    shown = Console(width=200, record=True)
+    as_sent = json.loads(json.dumps({**row, "id": "mine"}, default=datetime.isoformat))
+    shown.print(job_details(as_sent))
+    lines = [" ".join(line.split()) for line in shown.export_text().splitlines()]
+    assert "reservation r" in lines and "topology preferred rack" in lines, lines
