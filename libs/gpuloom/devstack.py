@@ -375,8 +375,9 @@ gpuloom is running.
   data      {data}   (logs in {data}/logs)
   fsync     {sync}   (GPULOOM_NATS_SYNC: `always` for every event; see docs/operations.md)
 
-An operator token for the gateway (8 hours; more: gpuloom token issue --user NAME
-[--role operator] [--ttl 8h]):
+In another shell, where the gateway is and an operator token for it (8 hours; more:
+gpuloom token issue --user NAME [--role operator] [--ttl 8h]); the CLI reads both:
+  export GPULOOM_GATEWAY_URL={url}
   export GPULOOM_TOKEN={token}
 
 Submit a job:
@@ -389,7 +390,8 @@ or with the CLI (it sends $GPULOOM_TOKEN):
   .venv/bin/gpuloom jobs
   .venv/bin/gpuloom watch        (the event stream, live)
 
-Ctrl-C stops everything; the next `make run` resumes from the same log.
+Ctrl-C stops the services; jobs still running keep running, and the next `make run`
+resumes from the same log and adopts them (cancel them first to stop them too).
 """
 
 

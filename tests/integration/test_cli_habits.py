@@ -5,6 +5,7 @@ kills node-b's agent)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -99,6 +100,25 @@ def test_a_preferred_gang_spreads_only_when_it_must(habits: Cluster) -> None:
 
     assert run(2) == {"node-a"}, "r1 has room for both: the gang stays inside it"
     assert run(3) == {"node-a", "node-b"}, "no rack has 3: it spreads, over few"
+
+
+def test_jobs_lists_the_newest_first_a_page_at_a_time_or_all(habits: Cluster) -> None:
+    """The job just submitted is on the first page however many came before (squeue's
+    and kubectl's users look for it there); `--oldest` is submission order; `--all`
+    lists every one."""
+    mine = [habits.submit(gpus=0, command=["true"], name=f"page-{n}") for n in range(3)]
+    habits.wait_final(mine)
+    code, out, err = gpuloom(habits, "jobs", "--limit", "2", "--json")
+    assert code == 0, err
+    page = json.loads(out)
+    assert [job["id"] for job in page["jobs"]] == [mine[2], mine[1]]
+    code, out, _ = gpuloom(habits, "jobs", "--limit", "2")
+    assert "newest first (--offset 2 for the next, --all for every one)" in " ".join(out.split())
+    code, out, _ = gpuloom(habits, "jobs", "--oldest", "--limit", "1", "--json")
+    assert json.loads(out)["jobs"][0]["id"] not in mine[1:], "the first job ever, not these"
+    code, out, _ = gpuloom(habits, "jobs", "--all", "--json")
+    listed = json.loads(out)
+    assert len(listed["jobs"]) == listed["total"] and set(mine) <= {j["id"] for j in listed["jobs"]}
 
 
 def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:

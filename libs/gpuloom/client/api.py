@@ -220,9 +220,13 @@ class GpuloomClient:
         account: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        order: str | None = None,
     ) -> JobList:
         """`GET /v1/jobs`, filtered by the arguments that are not None."""
-        given = {"state": state, "user": user, "account": account, "limit": limit, "offset": offset}
+        given = {
+            "state": state, "user": user, "account": account, "limit": limit,
+            "offset": offset, "order": order,
+        }  # fmt: skip
         params = {key: value for key, value in given.items() if value is not None}
         return cast(JobList, self._request("GET", "/v1/jobs", params=params))
 

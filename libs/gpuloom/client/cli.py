@@ -280,17 +280,36 @@ def jobs(
     account: Annotated[str | None, typer.Option(help="Only this account's jobs.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs.")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many jobs.")] = 0,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every job that matches, page after page.")
+    ] = False,
+    oldest: Annotated[bool, typer.Option("--oldest", help="The oldest first.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List jobs."""
+    """List jobs, the newest first (`--oldest` for submission order): the latest 50
+    (`--limit`), the next ones with `--offset`, or every one with `--all`."""
+    order = "oldest" if oldest else "newest"
     with gateway(ctx) as client:
         answer = client.list_jobs(
-            state=state, user=user, account=account, limit=limit, offset=offset or None
-        )
+            state=state, user=user, account=account, limit=ALL_PAGE if every else limit,
+            offset=offset or None, order=order,
+        )  # fmt: skip
+        while every and len(answer["jobs"]) < answer["total"] - offset:
+            more = client.list_jobs(
+                state=state, user=user, account=account, limit=ALL_PAGE,
+                offset=offset + len(answer["jobs"]), order=order,
+            )  # fmt: skip
+            if not more["jobs"]:
+                break  # jobs that left the list meanwhile
+            answer["jobs"].extend(more["jobs"])
     if as_json:
         print_json(answer)
     else:
-        emit(render.jobs_table(answer))
+        emit(render.jobs_table(answer, order=order, offset=offset))
+
+
+#: Jobs asked per request by `gpuloom jobs --all` (the gateway's most per page).
+ALL_PAGE = 5000
 
 
 @app.command()

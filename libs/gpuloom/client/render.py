@@ -72,9 +72,12 @@ def gpus_text(job: Job) -> str:
     return text
 
 
-def jobs_table(answer: JobList) -> Table:
-    shown = len(answer["jobs"])
-    table = new_table(caption=f"{shown} of {answer['total']} jobs")
+def jobs_table(answer: JobList, *, order: str = "newest", offset: int = 0) -> Table:
+    shown, total = len(answer["jobs"]), answer["total"]
+    caption = f"{shown} of {total} jobs, {order} first"
+    if offset + shown < total:
+        caption += f" (--offset {offset + shown} for the next, --all for every one)"
+    table = new_table(caption=caption)
     table.add_column("ID", no_wrap=True)
     table.add_column("NAME")
     table.add_column("USER")

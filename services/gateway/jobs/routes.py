@@ -6,7 +6,7 @@ account and operators (`gpuloom.auth.policy.job_problem`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query
@@ -59,9 +59,17 @@ async def list_jobs(
     account: str | None = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="rows to skip")] = 0,
+    order: Annotated[
+        Literal["oldest", "newest"],
+        Query(description="submission order: oldest first, or the latest first"),
+    ] = "oldest",
 ) -> JobList:
+    """Jobs that match the filters, a page at a time (`limit`, `offset`) in submission
+    order, `order=newest` the latest first; `total` counts every match."""
     await reads.catch_up(principal.name)
-    return await reads.jobs.page(principal, state, user, account, limit, offset)
+    return await reads.jobs.page(
+        principal, state, user, account, limit, offset, newest=order == "newest"
+    )
 
 
 @router.get("/{job_id}", response_model=Job, responses={**NOT_FOUND})

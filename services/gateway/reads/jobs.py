@@ -66,9 +66,11 @@ class JobReads:
         account: str | None,
         limit: int,
         offset: int,
+        newest: bool = False,
     ) -> JobList:
-        """One page of jobs in submission order, as `principal` may see them, each
-        pending one with its reason; `total`: every job the filters match."""
+        """One page of jobs in submission order (`newest`: the latest first, as squeue and
+        kubectl users look for the job they just submitted), as `principal` may see them,
+        each pending one with its reason; `total`: every job the filters match."""
         query = select(JobRow)
         if state:
             query = query.where(JobRow.state == state)
@@ -78,9 +80,12 @@ class JobReads:
             query = query.where(JobRow.account == account)
         async with self._source.session() as session:
             total = await session.scalar(select(func.count()).select_from(query.subquery())) or 0
-            rows = await session.scalars(
-                query.order_by(JobRow.submit_seq, JobRow.id).limit(limit).offset(offset)
+            order = (
+                (JobRow.submit_seq.desc(), JobRow.id.desc())
+                if newest
+                else (JobRow.submit_seq, JobRow.id)
             )
+            rows = await session.scalars(query.order_by(*order).limit(limit).offset(offset))
             accounts = self._source.accounts()
             listed = [self.shown_to(_job(row), principal, accounts) for row in rows]
         pending = [job.id for job in listed if job.state in PENDING_PHASES]

@@ -89,10 +89,27 @@ def test_jobs_prints_a_table_and_sends_the_filters(cli: Invoke, fake: FakeGatewa
     result = cli(["jobs", "--state", "running", "--user", "alice", "--limit", "5"])
 
     assert result.exit_code == 0, result.output
-    assert dict(fake.requests[-1].url.params) == {"state": "running", "user": "alice", "limit": "5"}
+    params = dict(fake.requests[-1].url.params)
+    assert params == {"state": "running", "user": "alice", "limit": "5", "order": "newest"}
     for text in (JOB_A, JOB_B, "running", "succeeded", "2 [0,1]", "2026-01-02 03:04:05"):
         assert text in result.stdout
-    assert "2 of 42 jobs" in result.stdout
+    caption = " ".join(result.stdout.split())
+    assert "2 of 42 jobs, newest first (--offset 2 for the next, --all for every one)" in caption
+
+
+def test_jobs_lists_the_oldest_first_or_every_one_page_after_page(
+    cli: Invoke, fake: FakeGateway
+) -> None:
+    """`--oldest` asks submission order; `--all` asks pages until the list has every job
+    (the fake answers two of 42 each time, then none)."""
+    assert cli(["jobs", "--oldest"]).exit_code == 0
+    assert fake.requests[-1].url.params["order"] == "oldest"
+    fake.requests.clear()
+    result = cli(["jobs", "--all", "--json"])
+    assert result.exit_code == 0, result.output
+    offsets = [r.url.params.get("offset") for r in fake.requests]
+    assert offsets[0] is None and offsets[1] == "2", offsets
+    assert all(r.url.params["limit"] == "5000" for r in fake.requests)
 
 
 def test_a_stale_answer_is_shown_with_a_note_on_stderr(cli: Invoke, fake: FakeGateway) -> None:

@@ -62,5 +62,6 @@ def test_the_banner_carries_an_operator_token(tmp_path: Path) -> None:
     assert claims["exp"] - claims["iat"] == 8 * 3600
     text = BANNER.format(url="http://x", nats="nats://y", data="/d", sync="1s", token=token)
     assert f"export GPULOOM_TOKEN={token}" in text
+    assert "export GPULOOM_GATEWAY_URL=http://x" in text  # another port needs it in every shell
     assert "Authorization: Bearer $GPULOOM_TOKEN" in text
     assert "gpuloom token issue --user NAME" in text
