@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuloom.events.codec import Recorded
+from gpuloom.events.registry import EVENT_TYPES
 
 SPEC_VERSION = "1.0"
 TYPE_PREFIX = "io.gpuloom"
@@ -30,6 +31,21 @@ TYPE_PREFIX = "io.gpuloom"
 
 def cloud_type(event_type: str, aggregate: str, version: int) -> str:
     return f"{TYPE_PREFIX}.{aggregate}.{event_type}.v{version}"
+
+
+def event_type_named(name: str) -> str:
+    """The event type `name` names: itself (`JobFinished`), or read from the CloudEvents
+    `type` the stream's events carry (`io.gpuloom.job.JobFinished.v1`, any version of it),
+    so that a filter may be copied from an event; `name` unchanged when it is neither (the
+    caller says it is unknown)."""
+    parts = name.split(".")
+    if len(parts) != 5 or ".".join(parts[:2]) != TYPE_PREFIX or not parts[4][1:].isdigit():
+        return name
+    aggregate, event_type, version = parts[2], parts[3], parts[4]
+    known = EVENT_TYPES.get(event_type)
+    if known is None or aggregate != known.AGGREGATE or version[0] != "v":
+        return name
+    return event_type
 
 
 def to_cloudevent(recorded: Recorded) -> dict[str, Any]:

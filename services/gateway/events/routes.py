@@ -24,6 +24,7 @@ from gpuloom.auth.visibility import Owners, StreamFilter
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
 from gpuloom.events.base import SUBJECT_TOKEN
+from gpuloom.events.cloud import event_type_named
 from gpuloom.events.registry import EVENT_TYPES
 from services.gateway.auth import PrincipalDep
 from services.gateway.deps import (
@@ -77,7 +78,11 @@ async def stream_request(
     principal: PrincipalDep,
     types: Annotated[
         list[str] | None,
-        Query(alias="type", description="event types to keep (repeat it), e.g. JobFinished"),
+        Query(
+            alias="type",
+            description="event types to keep (repeat it), e.g. JobFinished, or the CloudEvents"
+            " type the events carry, io.gpuloom.job.JobFinished.v1",
+        ),
     ] = None,
     job: Token = None,
     user: Token = None,
@@ -88,7 +93,8 @@ async def stream_request(
     ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamRequest:
-    unknown = sorted(set(types or ()) - set(EVENT_TYPES))
+    types = [event_type_named(name) for name in types or ()]
+    unknown = sorted(set(types) - set(EVENT_TYPES))
     if unknown:
         raise HTTPException(
             status_code=422,

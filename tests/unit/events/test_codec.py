@@ -66,6 +66,8 @@ from gpuloom.events import (
     subject_for,
 )
 from gpuloom.events import upcasters as upcasters_module
+from gpuloom.events.cloud import event_type_named, to_cloudevent
+from gpuloom.events.codec import Recorded
 from gpuloom.events.upcasters import UPCASTERS, UnknownVersionError, upcast
 from gpuloom.testing.builders import T0, make_job_spec, make_node_spec
 
@@ -389,3 +391,17 @@ def test_events_are_frozen_and_refuse_unknown_fields() -> None:
         event.priority = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="Extra inputs"):
         JobQueued(job_id="j1", priority=1, colour="red")  # type: ignore[call-arg]
+
+
+def test_a_type_filter_may_name_the_cloudevents_type_the_events_carry() -> None:
+    """`GET /v1/events?type=` takes `JobFinished`, or `io.gpuloom.job.JobFinished.v1` as
+    copied from an event of the stream; anything else stays as it is, to be refused."""
+    finished = EXAMPLES[JobFinished]
+    envelope = make_envelope(finished, at=datetime(2026, 1, 1, tzinfo=UTC), by="agent")
+    carried = to_cloudevent(Recorded(1, envelope, finished))
+    assert event_type_named(carried["type"]) == "JobFinished"
+    assert event_type_named("JobFinished") == "JobFinished"
+    assert event_type_named("io.gpuloom.job.JobFinished.v7") == "JobFinished"
+    for wrong in ("io.gpuloom.node.JobFinished.v1", "io.gpuloom.job.Nope.v1", "io.x.job.JobFinished.v1",
+                  "io.gpuloom.job.JobFinished.x1", "io.gpuloom.job.JobFinished"):  # fmt: skip
+        assert event_type_named(wrong) == wrong
