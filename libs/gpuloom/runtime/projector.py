@@ -156,6 +156,8 @@ class Projector(Progress):
             self._touched_jobs.append(event.job_id)
             self._touched_jobs.extend(sorted(state.dependents.get(event.job_id, ())))
             before = state.jobs.get(event.job_id)
+            if before is not None and before.array_id is not None:  # waiting on the array
+                self._touched_jobs.extend(sorted(state.dependents.get(before.array_id, ())))
             if before is not None:
                 self._touched_nodes.extend(sorted(before.nodes_held()))
         elif isinstance(event, NodeEvent):

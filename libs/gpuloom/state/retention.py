@@ -107,9 +107,14 @@ def _awaited(state: ClusterState, job_id: str, window_end: datetime) -> bool:
     """A live job that was submitted within the window depends on `job_id`. (One
     submitted after it finds the job unknown, as documented: the answer does not depend
     on whether the tombstone happened to expire before or after that submission.)"""
+    tombstone = state.tombstones.get(job_id)
+    array_id = tombstone.array_id if tombstone is not None else None
+    dependents = [*state.dependents.get(job_id, ())]
+    if array_id is not None:  # a job that depends on the whole array awaits this task
+        dependents += state.dependents.get(array_id, ())
     return any(
         (job := state.jobs.get(dependent)) is not None and job.submitted_at <= window_end
-        for dependent in state.dependents.get(job_id, ())
+        for dependent in dependents
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.queueing import decide_queue
-from gpuloom.events import Dependency, JobAdmitted, JobCancelled, JobRejected
+from gpuloom.events import Dependency, JobAdmitted, JobArraySubmitted, JobCancelled, JobRejected
 from gpuloom.queueing.order import queue_order
 from gpuloom.state.dependencies import dependency_status
 from gpuloom.state.retention import final_phase
@@ -75,3 +75,34 @@ def test_admission_rejects_a_dependency_that_cannot_be_met() -> None:
     assert isinstance(answers["late"], JobRejected)
     assert "ended failed, not succeeded" in answers["late"].reason
     assert isinstance(answers["fine"], JobAdmitted)
+
+
+def test_a_dependency_on_an_array_waits_for_every_task() -> None:
+    """`--dependency afterok:<array id>` as sbatch users type it: the job waits while any
+    task runs, starts once all succeeded; `afterany` once all ended; a failed task makes
+    `afterok` never met. The read model's reason follows each task."""
+    log = LogBuilder()
+    log.register("n1", 4)
+    log.append(JobArraySubmitted(job_id="arr", spec=make_job_spec(1, array=2)))
+    log.append(JobAdmitted(job_id="arr"))
+    log.record_decisions(decide_queue(log.state()))
+    log.run_to_queue("ok", gpus=1, depends_on=after("arr"))
+    log.run_to_queue("any", gpus=1, depends_on=after("arr", "finished"))
+    state = log.state()
+    assert dependency_status(state, state.jobs["ok"].spec.depends_on) == (
+        "waiting",
+        "Dependency: waiting for array arr to succeed (2 task(s) left)",
+    )
+    for index, outcome in ((0, "succeeded"), (1, "failed")):
+        task = f"arr-{index}"
+        log.place(task, "n1", [index])
+        log.start(task, "n1")
+        log.finish(task, "n1", outcome=outcome)
+        state = log.state()
+        if index == 0:
+            assert "(1 task(s) left)" in str(job_row(state.jobs["ok"], state)["reason"])
+    assert dependency_status(state, state.jobs["any"].spec.depends_on) == ("met", None)
+    status, why = dependency_status(state, state.jobs["ok"].spec.depends_on)
+    assert status == "never" and "task arr-1 ended failed" in str(why)
+    cancelled = [d.event for d in decide_queue(state) if isinstance(d.event, JobCancelled)]
+    assert [c.job_id for c in cancelled] == ["ok"]
