@@ -130,6 +130,10 @@ def test_an_array_waited_for_task_by_task(habits: Cluster) -> None:
     assert code == 1, (out, err)  # task 1 fails: --wait says so and exits 1
     assert f"{array_id}-1 ended failed" in err
     assert f"{array_id}-0 ended" not in err and f"{array_id}-2 ended" not in err
+    code, out, err = gpuloom(habits, "logs", array_id, "--stderr")  # each task's, by index
+    assert code == 0, err
+    headers = [line for line in out.splitlines() if line.startswith("==> task")]
+    assert [h.split(",")[0] for h in headers] == [f"==> task {array_id}-{i}" for i in range(3)]
 
 
 def test_a_dependency_in_sbatch_syntax_orders_jobs(habits: Cluster) -> None:

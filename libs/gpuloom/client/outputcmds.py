@@ -33,25 +33,59 @@ def logs(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Print a job's output, as kept by the agent of the node it ran on."""
+    """Print a job's output, as kept by the agent of the node it ran on; an array's id
+    prints each task's, under a header."""
     with gateway(ctx) as client:
-        if not every:
+        tasks = array_tasks(client, job_id)
+        if tasks is not None:
+            found = task_logs(client, tasks, tail, replica, attempt)
+        elif not every:
             answer = client.job_logs(job_id, tail_bytes=tail, replica=replica, attempt=attempt)
             if as_json:
                 print_json(answer)
             else:
                 typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
             return
-        found = every_log(client, job_id, tail)
+        else:
+            found = every_log(client, job_id, tail)
     if as_json:
         print_json(found)
         return
     for answer in found:
+        task = f"task {answer['job_id']}, " if tasks is not None else ""
         typer.echo(
-            f"==> attempt {answer['attempt']}, replica {answer['replica']} "
+            f"==> {task}attempt {answer['attempt']}, replica {answer['replica']} "
             f"(node {answer['node']}) <=="
         )
         typer.echo(answer["stderr"] if stderr else answer["stdout"], nl=False)
+
+
+def array_tasks(client: GpuloomClient, job_id: str) -> list[str] | None:
+    """The tasks of `job_id` when it is an array's id (as `gpuloom show` reads it), else
+    None. Only an id the gateway answers as an array costs the extra read: a task's id
+    is `<array>-<index>` and a job's id is neither."""
+    try:
+        job = client.get_job(job_id)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    summary = job.get("array")
+    return list(summary["tasks"]) if summary else None
+
+
+def task_logs(
+    client: GpuloomClient, tasks: list[str], tail: int | None, replica: int, attempt: int | None
+) -> list[JobLogs]:
+    """Each task's logs the nodes still hold (a task that never ran has none)."""
+    found: list[JobLogs] = []
+    for task in tasks:
+        try:
+            found.append(client.job_logs(task, tail, replica=replica, attempt=attempt))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return found
 
 
 def every_log(client: GpuloomClient, job_id: str, tail: int | None) -> list[JobLogs]:
