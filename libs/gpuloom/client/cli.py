@@ -322,15 +322,21 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
         except ApiError as exc:
             if exc.status != 403:
                 raise
-            trail = []  # another user's job: its details and trail are not ours to see
+            trail = None  # another user's job: its details and trail are not ours to see
     if as_json:
-        print_json({"job": job, "events": trail})
+        print_json({"job": job, "events": trail or []})
         return
+    events = (
+        render.events_table(trail)
+        if trail is not None
+        else "events: not shown (only its owner, its account's coordinators and operators"
+        " may read a job's events)"
+    )
     replicas = render.replicas_table(job)
     if replicas is None:
-        emit(render.job_details(job), "", render.events_table(trail))
+        emit(render.job_details(job), "", events)
     else:
-        emit(render.job_details(job), "", replicas, "", render.events_table(trail))
+        emit(render.job_details(job), "", replicas, "", events)
 
 
 @app.command("queue")

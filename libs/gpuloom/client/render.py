@@ -65,7 +65,11 @@ def dash(value: object) -> str:
 
 
 def gpus_text(job: Job) -> str:
-    """Requested count, plus the assigned indexes once placed: `2 [0,3]`."""
+    """Requested count, plus the assigned indexes once placed: `2 [0,3]`; a gang's, per
+    replica (its replicas' GPUs are in the replicas table, `gpuloom show`)."""
+    replicas = int((job.get("request") or {}).get("replicas") or 1)
+    if replicas > 1:
+        return f"{job['gpus_requested']} x {replicas} replicas"
     text = str(job["gpus_requested"])
     if job.get("gpus"):
         text += " [" + ",".join(str(i) for i in job["gpus"]) + "]"

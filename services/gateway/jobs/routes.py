@@ -172,7 +172,12 @@ async def job_logs(
     job = await load_job(reads, job_id, principal)
     answer(job_refusal(reads.accounts(), principal, "logs", job.user, job.account))
     if job.node is None and attempt is None:
-        raise HTTPException(status_code=404, detail=f"job {job_id} has not run on a node")
+        why = f": {job.reason}" if job.reason else ""
+        raise HTTPException(
+            status_code=404,
+            detail=f"job {job_id} has not run on a node: it is {job.state}{why}"
+            f" (`gpuloom explain {job_id}` says more)",
+        )
     bus = event_log.live()
     node = job.node
     if replica or attempt is not None:

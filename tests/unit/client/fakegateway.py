@@ -116,6 +116,8 @@ class FakeGateway:
     requests: list[httpx.Request] = field(default_factory=list)
     #: Answer reads as a gateway still catching up with the log (`Gpuloom-Stale`).
     stale: str | None = None
+    #: Jobs whose events the caller may not read (403), as another user's.
+    private: set[str] = field(default_factory=set)
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -142,6 +144,8 @@ class FakeGateway:
                 return self._get_job(job_id)
             case ("DELETE", "v1", "jobs", job_id):
                 return self._cancel(job_id)
+            case ("GET", "v1", "jobs", job_id, "events") if job_id in self.private:
+                return httpx.Response(403, json={"detail": "not yours"})
             case ("GET", "v1", "jobs", job_id, "events") if job_id in self.jobs:
                 return httpx.Response(200, json=self.events(job_id))
             case ("GET", "v1", "jobs", job_id, "logs") if job_id in self.jobs:

@@ -285,3 +285,12 @@ def test_usage_passes_the_window_and_prints_csv(cli: Invoke, fake: FakeGateway) 
     request = fake.requests[-1]
     assert request.url.path == "/v1/usage"
     assert request.url.params["since"] == "2026-01-01T00:00:00"
+
+
+def test_show_says_why_it_shows_no_events_of_a_job_one_may_not_read(
+    cli: Invoke, fake: FakeGateway
+) -> None:
+    fake.private.add(JOB_B)
+    result = cli(["show", JOB_B])
+    assert result.exit_code == 0, result.output
+    assert "events: not shown (only its owner" in " ".join(result.stdout.split())
