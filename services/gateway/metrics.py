@@ -76,6 +76,26 @@ class StreamCollector(Collector):
         yield GaugeMetricFamily(
             "gpuloom_stream_last_seq", "The stream's last sequence", value=figures.last_seq
         )
+        if figures.max_bytes:  # only a capped stream has a limit to come near
+            yield GaugeMetricFamily(
+                "gpuloom_stream_max_bytes",
+                "The stream's byte limit: past it the server drops the oldest events",
+                value=figures.max_bytes,
+            )
+        if figures.max_messages:
+            yield GaugeMetricFamily(
+                "gpuloom_stream_max_messages",
+                "The stream's event limit: past it the server drops the oldest events",
+                value=figures.max_messages,
+            )
+        replicas = GaugeMetricFamily(
+            "gpuloom_stream_replicas",
+            "Copies of the event log: those configured (wanted) and those current now",
+            labels=["state"],
+        )
+        replicas.add_metric(["wanted"], figures.replicas_wanted)
+        replicas.add_metric(["current"], figures.replicas_current)
+        yield replicas
 
 
 async def refresh_stream_seq(

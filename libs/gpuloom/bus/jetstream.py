@@ -15,6 +15,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import StreamInfo
 from nats.js.errors import NotFoundError
 
 from gpuloom.bus.deadletters import DeadLetters, read_dead_letters
@@ -196,6 +197,10 @@ class EventBus:
             first_seq=int(state.first_seq),
             last_seq=int(state.last_seq),
             created=info.created.isoformat() if info.created else "",
+            max_bytes=max(0, int(info.config.max_bytes or 0)),
+            max_messages=max(0, int(info.config.max_msgs or 0)),
+            replicas_wanted=int(info.config.num_replicas or 1),
+            replicas_current=_replicas_now(info),
         )
 
     async def publish(self, message: Outgoing, timeout: float = 5.0) -> tuple[int, bool]:
@@ -305,3 +310,12 @@ class EventBus:
             return bool(await self.js.delete_consumer(self.stream, durable))
         except NotFoundError:
             return False
+
+
+def _replicas_now(info: StreamInfo) -> int:
+    """The copies of the stream the server reports: its leader and each replica it lists
+    as current (one on a server without a cluster, which reports none)."""
+    cluster = info.cluster
+    if cluster is None or not cluster.leader:
+        return 1
+    return 1 + sum(1 for peer in cluster.replicas or () if peer.current and not peer.offline)

@@ -30,6 +30,13 @@ class StreamFigures:
     #: When the stream was created (ISO 8601; "" where the server does not say): which
     #: log this is, since a stream made anew under the same name restarts at seq 1.
     created: str = ""
+    #: Its limits (0: none): past them the server drops the oldest events or refuses.
+    max_bytes: int = 0
+    max_messages: int = 0
+    #: The copies it is configured to keep, and those the server reports now (the
+    #: leader and each replica it lists; 1 on a single server).
+    replicas_wanted: int = 1
+    replicas_current: int = 1
 
 
 @dataclass(frozen=True, slots=True)

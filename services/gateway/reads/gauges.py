@@ -92,10 +92,29 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         "Jobs whose last placement was made in the last 60 s, ended ones included",
         value=placed_since(state, now - RECENT),
     )
+    head_wait = GaugeMetricFamily(
+        "gpuloom_queue_head_wait_seconds",
+        "How long the job that has waited longest in the queue has waited (log time)",
+        value=queue_head_wait(state),
+    )
+    audit = GaugeMetricFamily(
+        "gpuloom_audit_mismatches",
+        "Decisions the last `gpuloom audit` could not re-make (0 before any audit)",
+        value=state.last_audit.mismatch_count if state.last_audit is not None else 0,
+    )
     return [
         jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent,
-        *reservation_metrics(state),
+        head_wait, audit, *reservation_metrics(state),
     ]  # fmt: skip
+
+
+def queue_head_wait(state: ClusterState) -> float:
+    """Seconds, on the log's clock, since the earliest-submitted queued job was submitted
+    (0 when nothing is queued): a queue whose head stops moving shows as this growing."""
+    if not state.queued or state.clock is None:
+        return 0.0
+    oldest = min(state.jobs[job_id].submitted_at for job_id in state.queued)
+    return max(0.0, (state.clock - oldest).total_seconds())
 
 
 def reservation_metrics(state: ClusterState) -> list[Metric]:
