@@ -15,7 +15,13 @@ from fastapi import FastAPI
 from prometheus_client.core import Metric
 
 from gpuloom.config import Settings
-from gpuloom.events import ReservationCreated, ReservationSpec, ReservationStarted, ReservedGpu
+from gpuloom.events import (
+    AuditCompleted,
+    ReservationCreated,
+    ReservationSpec,
+    ReservationStarted,
+    ReservedGpu,
+)
 from gpuloom.testing.builders import LogBuilder
 from services.gateway import metrics as metrics_module
 from services.gateway.app import create_app
@@ -97,6 +103,25 @@ def test_reserved_gpus_and_the_idle_ones_of_active_reservations_are_gauges() -> 
     active = (("maint", "false"), ("reservation", "big"), ("state", "active"))
     assert got[("gpuloom_gpus_reserved", active)] == 3
     assert got[("gpuloom_gpus_reserved_idle", (("reservation", "big"),))] == 2
+
+
+def test_the_queue_heads_wait_and_the_last_audits_mismatches_are_gauges() -> None:
+    log = LogBuilder()
+    log.register("a", 1)
+    log.run_to_queue("first", gpus=1)
+    log.run_to_queue("second", gpus=1, after=60)
+    log.append(
+        AuditCompleted(audit_id="a1", from_seq=1, to_seq=5, verified=4, mismatch_count=2,
+                       mismatches=["x", "y"], seconds=0.1),
+        after=600,
+    )  # fmt: skip
+    got = samples(cluster_metrics(log.state(), log.now))
+    submitted = log.state().jobs["first"].submitted_at
+    assert got[("gpuloom_queue_head_wait_seconds", ())] == (log.now - submitted).total_seconds()
+    assert got[("gpuloom_audit_mismatches", ())] == 2
+    empty = samples(cluster_metrics(LogBuilder().state(), log.now))
+    assert empty[("gpuloom_queue_head_wait_seconds", ())] == 0
+    assert empty[("gpuloom_audit_mismatches", ())] == 0
 
 
 async def get(app: FastAPI, path: str) -> httpx.Response:
