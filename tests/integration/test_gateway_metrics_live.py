@@ -57,6 +57,11 @@ def test_metrics_follow_a_running_job(shared_cluster: Cluster) -> None:
     held, size = got[("gpuloom_stream_messages", ())], got[("gpuloom_stream_bytes", ())]
     first, last = got[("gpuloom_stream_first_seq", ())], got[("gpuloom_stream_last_seq", ())]
     assert 0 < held <= last and first == 1 and size > 100 * held, got
+    # one server, one copy, as configured; the log is kept whole: no limit to come near
+    replicas = (got[("gpuloom_stream_replicas", (("state", "wanted"),))],
+                got[("gpuloom_stream_replicas", (("state", "current"),))])  # fmt: skip
+    assert replicas == (1, 1), got
+    assert ("gpuloom_stream_max_bytes", ()) not in got
 
     assert cluster.http.delete(f"/v1/jobs/{job}").status_code in (200, 202)
     cluster.wait_final([job], timeout=30)

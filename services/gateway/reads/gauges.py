@@ -65,22 +65,42 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
     milli_held = GaugeMetricFamily(
         "gpuloom_gpu_milli_allocated", "Milli-GPU held by jobs", labels=pools
     )
+    partly = GaugeMetricFamily(
+        "gpuloom_gpus_partly_allocated",
+        "GPUs that slices hold only in part (fragmentation: room no whole-GPU job can use)",
+        labels=pools,
+    )
+    by_account = GaugeMetricFamily(
+        "gpuloom_account_gpu_milli_allocated",
+        "Milli-GPU held by each account's placed and running jobs",
+        labels=["account"],
+    )
     count: Counter[tuple[str, str]] = Counter()
     held: Counter[tuple[str, str]] = Counter()
     milli_used: Counter[tuple[str, str]] = Counter()
+    part: Counter[tuple[str, str]] = Counter()
+    accounts: Counter[str] = Counter()
     for node in state.nodes.values():
         if node.phase == "lost":
             continue
         for gpu in node.gpus.values():
             key = (gpu.pool, gpu.model)
+            used = gpu.milli_used
             count[key] += 1
             held[key] += not gpu.idle
-            milli_used[key] += gpu.milli_used
+            milli_used[key] += used
+            part[key] += 0 < used < MILLI_PER_GPU
+            for job_id, (share, _) in gpu.holders.items():
+                job = state.jobs.get(job_id)
+                accounts[job.spec.account if job is not None else ""] += share
     for key in sorted(count):
         gpus.add_metric(list(key), count[key])
         gpus_held.add_metric(list(key), held[key])
         milli.add_metric(list(key), MILLI_PER_GPU * count[key])
         milli_held.add_metric(list(key), milli_used[key])
+        partly.add_metric(list(key), part[key])
+    for account in sorted(accounts):
+        by_account.add_metric([account], accounts[account])
 
     placements = CounterMetricFamily(
         "gpuloom_placements",
@@ -103,8 +123,8 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         value=state.last_audit.mismatch_count if state.last_audit is not None else 0,
     )
     return [
-        jobs, queue, nodes, gpus, gpus_held, milli, milli_held, placements, recent,
-        head_wait, audit, *reservation_metrics(state),
+        jobs, queue, nodes, gpus, gpus_held, milli, milli_held, partly, by_account,
+        placements, recent, head_wait, audit, *reservation_metrics(state),
     ]  # fmt: skip
 
 

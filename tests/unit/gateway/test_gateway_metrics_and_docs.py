@@ -72,6 +72,8 @@ def test_cluster_gauges_count_jobs_gpus_and_recent_placements() -> None:
     assert got[("gpuloom_gpus_allocated", a100)] == 2
     assert got[("gpuloom_gpu_milli", a100)] == 4000
     assert got[("gpuloom_gpu_milli_allocated", a100)] == 2000
+    assert got[("gpuloom_gpus_partly_allocated", a100)] == 0
+    assert got[("gpuloom_account_gpu_milli_allocated", (("account", "research"),))] == 2000
     assert got[("gpuloom_gpus", h100)] == 2
     assert got[("gpuloom_gpus_allocated", h100)] == 0
     assert got[("gpuloom_nodes", (("state", "lost"),))] == 1

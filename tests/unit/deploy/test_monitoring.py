@@ -1,11 +1,12 @@
-"""The alert rules that ship with gpuloom (deploy/monitoring/): `promtool` finds them
-valid and their tests pass (each alert fires on the series that should raise it, and
-not before); the PrometheusRule for the Prometheus operator holds the same groups; and
-every metric a rule names is one gpuloom exports, so no alert waits on a series that
-never comes."""
+"""The monitoring that ships with gpuloom (deploy/monitoring/): `promtool` finds the alert
+rules valid and their tests pass (each alert fires on the series that should raise it,
+and not before); the PrometheusRule for the Prometheus operator holds the same groups;
+and every metric a rule or a panel of the Grafana dashboard names is one gpuloom
+exports, so no alert waits on, and no panel shows, a series that never comes."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from services.gateway.reads.gauges import cluster_metrics
 
 MONITORING = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
 RULES = MONITORING / "gpuloom-rules.yaml"
+DASHBOARD = MONITORING / "grafana-dashboard.json"
 #: The modules whose metrics register on import (`REGISTRY`): every service's, and the
 #: gateway's own.
 REGISTERING = (service_metrics, services.gateway.connections, services.gateway.stream_budget)
@@ -63,10 +65,28 @@ def test_the_prometheusrule_holds_the_same_groups() -> None:
     assert operator["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
 
 
-def test_every_metric_a_rule_names_is_exported() -> None:
-    named = {name for rule in rules() for name in re.findall(r"\bgpuloom_[a-z_]+", rule["expr"])}
-    missing = named - exported()
-    assert not missing, f"rules name metrics nobody exports: {sorted(missing)}"
+def test_every_metric_a_rule_or_a_panel_names_is_exported() -> None:
+    for what, queries in (("rules", [r["expr"] for r in rules()]), ("panels", panel_queries())):
+        missing = metrics_in(queries) - exported()
+        assert not missing, f"{what} name metrics nobody exports: {sorted(missing)}"
+
+
+def test_the_dashboard_is_grafana_json_with_a_datasource_to_choose() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "gpuloom-cluster" and dashboard["panels"]
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], panel["title"]
+
+
+def metrics_in(queries: list[str]) -> set[str]:
+    return {name for query in queries for name in re.findall(r"\bgpuloom_[a-z_]+", query)}
+
+
+def panel_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
 
 
 def rules() -> list[dict[str, str]]:
