@@ -185,10 +185,22 @@ class ModelUsage(BaseModel):
     jobs: int
 
 
+class RunningUsage(BaseModel):
+    """GPU time of one user's runs going on under one account, since each run's last
+    charge: used, not yet charged (accounting charges a run every interval and at its end)."""
+
+    user: str
+    account: str
+    gpu_seconds: float
+    jobs: int
+
+
 class Usage(BaseModel):
     """GPU time charged in [since, until): per account, per user and per GPU model.
 
-    A fraction counts by its share: 0.25 GPU for an hour is 900 GPU-seconds.
+    A fraction counts by its share: 0.25 GPU for an hour is 900 GPU-seconds. `running`:
+    what runs going on now have used since they were last charged (`as_of` the gateway's
+    clock), not in the charged figures yet.
     """
 
     since: datetime | None = None
@@ -196,6 +208,8 @@ class Usage(BaseModel):
     accounts: list[AccountUsage]
     users: list[UserUsage]
     gpu_models: list[ModelUsage] = []
+    running: list[RunningUsage] = []
+    as_of: datetime | None = None
 
 
 class UsageRecord(BaseModel):

@@ -258,7 +258,24 @@ def usage_tables(usage: Usage) -> tuple[Table, ...]:
             _hours(model["gpu_seconds"]),
             f"{model['gpu_seconds']:.1f}",
         )
-    return accounts, users, models
+    running = usage.get("running") or []
+    if not running:
+        return accounts, users, models
+    going = new_table(title="running now, not yet charged (since each run's last charge)")
+    going.add_column("USER")
+    going.add_column("ACCOUNT")
+    going.add_column("JOBS", justify="right")
+    going.add_column("GPU-HOURS", justify="right")
+    going.add_column("GPU-SECONDS", justify="right")
+    for row in sorted(running, key=lambda r: (-r["gpu_seconds"], r["user"], r["account"])):
+        going.add_row(
+            row["user"],
+            row["account"],
+            str(row["jobs"]),
+            _hours(row["gpu_seconds"]),
+            f"{row['gpu_seconds']:.1f}",
+        )
+    return accounts, users, models, going
 
 
 def usage_records_table(records: list[UsageRecord]) -> Table:

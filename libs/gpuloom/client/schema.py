@@ -153,10 +153,19 @@ class ModelUsage(TypedDict):
     jobs: int
 
 
+class RunningUsage(TypedDict):
+    user: str
+    account: str
+    gpu_seconds: float
+    jobs: int
+
+
 class Usage(TypedDict):
     accounts: list[AccountUsage]
     users: list[UserUsage]
     gpu_models: NotRequired[list[ModelUsage]]
+    #: Runs going on: GPU time since their last charge, not charged yet.
+    running: NotRequired[list[RunningUsage]]
 
 
 class Health(TypedDict):

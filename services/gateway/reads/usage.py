@@ -12,9 +12,17 @@ from sqlalchemy import ColumnElement, false, func, or_, select
 
 from gpuloom.auth.policy import Scope
 from gpuloom.events.units import MILLI_PER_GPU
+from gpuloom.state import ClusterState
 from gpuloom.store.models import UsageChargeRow, UsageModelChargeRow
 from services.gateway.reads.source import Source
-from services.gateway.schemas import AccountUsage, ModelUsage, Usage, UsageRecord, UserUsage
+from services.gateway.schemas import (
+    AccountUsage,
+    ModelUsage,
+    RunningUsage,
+    Usage,
+    UsageRecord,
+    UserUsage,
+)
 
 Q = TypeVar("Q")
 
@@ -42,6 +50,12 @@ class UsageReads:
 
     def __init__(self, source: Source) -> None:
         self._source = source
+
+    def running(self, scope: Scope | None, now: datetime) -> list[RunningUsage]:
+        """What runs going on have used since their last charge, as of `now` (the fold's
+        runs: nothing before the gateway read the log)."""
+        state = self._source.folded()
+        return [] if state is None else running_usage(state, scope, now)
 
     async def report(
         self, scope: Scope | None, since: datetime | None, until: datetime | None
@@ -181,3 +195,36 @@ async def _models_of_runs(
             if (job_id, attempt) in wanted:
                 found.setdefault((job_id, attempt), {})[model] = int(milli or 0) / MILLI_PER_GPU
     return found
+
+
+def running_usage(state: ClusterState, scope: Scope | None, now: datetime) -> list[RunningUsage]:
+    """Per user and account, the GPU time of their runs going on from each run's last
+    charge (or its start) to `now`, and how many jobs: what the usage view shows beside
+    the charged time, so that four busy GPUs do not read as zero until the next charge."""
+    milli_seconds: dict[tuple[str, str], float] = {}
+    jobs: dict[tuple[str, str], set[str]] = {}
+    for job_ids in state.on_node.values():
+        for job_id in job_ids:
+            job = state.jobs.get(job_id)
+            run = job.current_run() if job is not None else None
+            if job is None or run is None or run.ended_at is not None:
+                continue
+            key = (job.spec.user, job.spec.account)
+            if scope is not None and not scope.covers(*key):
+                continue
+            counted = jobs.setdefault(key, set())
+            if job_id in counted:
+                continue  # a gang is on several nodes: once
+            counted.add(job_id)
+            since = run.charged_until or run.started_at
+            seconds = max(0.0, (now - since).total_seconds())
+            milli_seconds[key] = milli_seconds.get(key, 0.0) + run.gpu_milli * seconds
+    return [
+        RunningUsage(
+            user=user,
+            account=account,
+            gpu_seconds=ms / MILLI_PER_GPU,
+            jobs=len(jobs[(user, account)]),
+        )
+        for (user, account), ms in sorted(milli_seconds.items())
+    ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -68,9 +68,13 @@ async def usage(
     format: Format = "json",
 ) -> Any:
     """GPU time charged per account, per user and per GPU model (from the accounting ledger)."""
-    report = await reads.usage.report(usage_scope(principal, reads.accounts()), since, until)
+    scope = usage_scope(principal, reads.accounts())
+    report = await reads.usage.report(scope, since, until)
     if format == "json":
-        return report
+        if until is not None:
+            return report  # a window that ends: charged time only
+        now = datetime.now(UTC)  # the running runs' use is read at the gateway's clock
+        return report.model_copy(update={"running": reads.usage.running(scope, now), "as_of": now})
     if group_by == "account":
         rows = [[r.account, r.gpu_seconds, r.gpu_seconds / 3600, r.jobs] for r in report.accounts]
         return _csv(["account", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-account")
