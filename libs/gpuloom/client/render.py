@@ -6,7 +6,7 @@ Rows keep the gateway's order except where stated; nothing here does I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -217,65 +217,31 @@ def _hours(gpu_seconds: float) -> str:
 
 
 def usage_tables(usage: Usage) -> tuple[Table, ...]:
-    """Per account, per user and per GPU model, most GPU time first, then by name."""
-    accounts = new_table(title="usage per account")
-    accounts.add_column("ACCOUNT")
-    accounts.add_column("JOBS", justify="right")
-    accounts.add_column("GPU-HOURS", justify="right")
-    accounts.add_column("GPU-SECONDS", justify="right")
-    for row in sorted(usage["accounts"], key=lambda r: (-r["gpu_seconds"], r["account"])):
-        accounts.add_row(
-            row["account"],
-            str(row["jobs"]),
-            _hours(row["gpu_seconds"]),
-            f"{row['gpu_seconds']:.1f}",
-        )
-    users = new_table(title="usage per user")
-    users.add_column("USER")
-    users.add_column("ACCOUNT")
-    users.add_column("JOBS", justify="right")
-    users.add_column("GPU-HOURS", justify="right")
-    users.add_column("GPU-SECONDS", justify="right")
-    for row in sorted(usage["users"], key=lambda r: (-r["gpu_seconds"], r["user"], r["account"])):
-        users.add_row(
-            row["user"],
-            row["account"],
-            str(row["jobs"]),
-            _hours(row["gpu_seconds"]),
-            f"{row['gpu_seconds']:.1f}",
-        )
-    models = new_table(title="usage per GPU model")
-    models.add_column("GPU MODEL")
-    models.add_column("JOBS", justify="right")
-    models.add_column("GPU-HOURS", justify="right")
-    models.add_column("GPU-SECONDS", justify="right")
-    for model in sorted(
-        usage.get("gpu_models", []), key=lambda r: (-r["gpu_seconds"], r["gpu_model"])
-    ):
-        models.add_row(
-            model["gpu_model"],
-            str(model["jobs"]),
-            _hours(model["gpu_seconds"]),
-            f"{model['gpu_seconds']:.1f}",
-        )
+    """Per account, per user and per GPU model, most GPU time first, then by name; and,
+    when runs are going on, what they used since their last charge."""
+    tables = [
+        _usage_table("usage per account", ("account",), usage["accounts"]),
+        _usage_table("usage per user", ("user", "account"), usage["users"]),
+        _usage_table("usage per GPU model", ("gpu_model",), usage.get("gpu_models", [])),
+    ]
     running = usage.get("running") or []
-    if not running:
-        return accounts, users, models
-    going = new_table(title="running now, not yet charged (since each run's last charge)")
-    going.add_column("USER")
-    going.add_column("ACCOUNT")
-    going.add_column("JOBS", justify="right")
-    going.add_column("GPU-HOURS", justify="right")
-    going.add_column("GPU-SECONDS", justify="right")
-    for row in sorted(running, key=lambda r: (-r["gpu_seconds"], r["user"], r["account"])):
-        going.add_row(
-            row["user"],
-            row["account"],
-            str(row["jobs"]),
-            _hours(row["gpu_seconds"]),
-            f"{row['gpu_seconds']:.1f}",
-        )
-    return accounts, users, models, going
+    if running:
+        title = "running now, not yet charged (since each run's last charge)"
+        tables.append(_usage_table(title, ("user", "account"), running))
+    return tuple(tables)
+
+
+def _usage_table(title: str, keys: tuple[str, ...], rows: Sequence[Mapping[str, Any]]) -> Table:
+    """One table of GPU time: a column per key, then jobs, GPU-hours and GPU-seconds."""
+    table = new_table(title=title)
+    for key in keys:
+        table.add_column("GPU MODEL" if key == "gpu_model" else key.upper())
+    for column in ("JOBS", "GPU-HOURS", "GPU-SECONDS"):
+        table.add_column(column, justify="right")
+    for row in sorted(rows, key=lambda r: (-r["gpu_seconds"], *(r[k] for k in keys))):
+        seconds = row["gpu_seconds"]
+        table.add_row(*(row[k] for k in keys), str(row["jobs"]), _hours(seconds), f"{seconds:.1f}")
+    return table
 
 
 def usage_records_table(records: list[UsageRecord]) -> Table:
