@@ -200,7 +200,7 @@ class Usage(BaseModel):
 
     A fraction counts by its share: 0.25 GPU for an hour is 900 GPU-seconds. `running`:
     what runs going on now have used since they were last charged (`as_of` the gateway's
-    clock), not in the charged figures yet.
+    clock; both absent when nothing runs), not in the charged figures yet.
     """
 
     since: datetime | None = None

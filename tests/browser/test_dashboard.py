@@ -148,6 +148,26 @@ def test_reservations_show_on_the_map_and_in_the_queue_live(
     assert ui.errors == []
 
 
+def test_the_usage_view_shows_what_runs_now_before_it_is_charged(
+    ui: Dashboard, ui_cluster: Cluster
+) -> None:
+    """A running job's GPU time shows at once, marked as not yet charged (accounting
+    charges a run every few minutes and at its end)."""
+    cluster, page = ui_cluster, ui.page
+    alice = cluster.client_for("alice")
+    ui.login(cluster.token_for("alice"))
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    running = submit(alice, name="long", command=["sleep", "60"], time_limit_s=120)
+    cluster.wait_state([running], "running")
+    page.goto(f"{ui.base_url}/ui/#/usage?range=15m")
+    now = page.locator('ul[data-totals="running"] li[data-key="alice (research)"]')
+    expect(now).to_contain_text("1 job")
+    assert alice.delete(f"/v1/jobs/{running}").status_code == 202
+    cluster.wait_final([running])
+    expect(now).to_have_count(0)  # it ended: its time is charged now, not running
+    assert ui.errors == []
+
+
 def test_the_stream_resumes_after_a_drop(ui: Dashboard, ui_cluster: Cluster) -> None:
     gateway = httpx.URL(ui_cluster.gateway_url)
     proxy = CuttableProxy((gateway.host, gateway.port or 80))

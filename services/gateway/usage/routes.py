@@ -74,7 +74,10 @@ async def usage(
         if until is not None:
             return report  # a window that ends: charged time only
         now = datetime.now(UTC)  # the running runs' use is read at the gateway's clock
-        return report.model_copy(update={"running": reads.usage.running(scope, now), "as_of": now})
+        running = reads.usage.running(scope, now)
+        if not running:
+            return report  # nothing runs: the answer is the ledger's alone, read twice alike
+        return report.model_copy(update={"running": running, "as_of": now})
     if group_by == "account":
         rows = [[r.account, r.gpu_seconds, r.gpu_seconds / 3600, r.jobs] for r in report.accounts]
         return _csv(["account", "gpu_seconds", "gpu_hours", "jobs"], rows, "usage-by-account")

@@ -1,6 +1,7 @@
 // #/usage?range=24h&by=account: GPU time over time by account, user or GPU model, the cluster's
 // utilisation (charts by uPlot, from the charged runs of GET /v1/usage/jobs), and the
-// totals by account, user and GPU model (GET /v1/usage). Reloaded on UsageCharged.
+// totals by account, user and GPU model, and what runs now have used since their last
+// charge (GET /v1/usage). Reloaded on UsageCharged and when a run starts or ends.
 //
 // Each charged run is spread evenly over [charged_at - seconds, charged_at], at
 // gpu_seconds / seconds GPUs (a 0.25 slice counts a quarter): the charts show how
@@ -33,7 +34,7 @@ export function hide() {
 }
 
 export async function touched(changes, context) {
-  if (changes.usage) await load(context);
+  if (changes.usage || changes.nodes) await load(context); // a run starts or ends: what runs now
 }
 
 function choices(context) {
@@ -64,6 +65,11 @@ async function load(context) {
       totalsSection("By account", totals.accounts.map((r) => [r.account, r.gpu_seconds, r.jobs])),
       totalsSection("By user", totals.users.map((r) => [`${r.user} (${r.account})`, r.gpu_seconds, r.jobs])),
       totalsSection("By GPU model", totals.gpu_models.map((r) => [r.gpu_model, r.gpu_seconds, r.jobs])),
+      totalsSection(
+        "Running now, not yet charged",
+        (totals.running || []).map((r) => [`${r.user} (${r.account})`, r.gpu_seconds, r.jobs]),
+        { kind: "running", none: "Nothing runs now.", note: "since each run's last charge; charged every few minutes and at its end" },
+      ),
     ),
   );
   if (!runs.records.length) {
@@ -158,8 +164,8 @@ function draw(el, xs, groups, unit, max = null) {
   plots.push(new window.uPlot(options, [xs, ...groups.map((g) => g.values)], el));
 }
 
-function totalsSection(title, rows) {
-  if (!rows.length) return section(title, null, empty("Nothing charged."));
+function totalsSection(title, rows, { kind = "charged", none = "Nothing charged.", note = null } = {}) {
+  if (!rows.length) return section(title, note, empty(none));
   const most = Math.max(...rows.map(([, seconds]) => seconds));
   const lines = rows
     .slice()
@@ -167,5 +173,5 @@ function totalsSection(title, rows) {
     .map(([label, seconds, jobs]) =>
       h("li", { dataset: { key: label } }, h("span", { class: "total-label" }, label), bar(most ? seconds / most : 0), h("span", { class: "total-value" }, `${gpuHours(seconds)} · ${jobs} job${jobs === 1 ? "" : "s"}`)),
     );
-  return section(title, null, h("ul", { class: "totals-list" }, lines));
+  return section(title, note, h("ul", { class: "totals-list", dataset: { totals: kind } }, lines));
 }
