@@ -16,6 +16,8 @@ from gpuloom.client.schema import JobLogs
 commands = typer.Typer()
 
 JobId = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
+#: The tasks of an array whose logs `gpuloom logs <array id>` fetches, at most.
+ARRAY_TASKS_SHOWN = 100
 
 
 @commands.command()
@@ -71,7 +73,16 @@ def array_tasks(client: GpuloomClient, job_id: str) -> list[str] | None:
             return None
         raise
     summary = job.get("array")
-    return list(summary["tasks"]) if summary else None
+    if not summary:
+        return None
+    tasks = list(summary["tasks"])
+    if len(tasks) > ARRAY_TASKS_SHOWN:  # each task's logs is a request to its node's agent
+        typer.echo(
+            f"{job_id}: the first {ARRAY_TASKS_SHOWN} of {len(tasks)} tasks; "
+            f"`gpuloom logs {job_id}-N` for any other",
+            err=True,
+        )
+    return tasks[:ARRAY_TASKS_SHOWN]
 
 
 def task_logs(

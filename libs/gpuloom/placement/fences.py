@@ -164,11 +164,7 @@ class Fences:
             gpu = _gpu(index, key)
             if gpu is not None:
                 gpu.milli_free = gpu.memory_free_mib = 0
-        for name in sorted(on):
-            node = index.nodes.get(name)
-            if node is not None:
-                node.forget()
-                index.update(node)
+        self._refile_on(index, sorted(name for name in on if name in index.nodes))
 
     @contextmanager
     def hidden_in(self, index: NodeIndex) -> Iterator[None]:
@@ -216,10 +212,7 @@ class Fences:
         self._refile(keys)
 
     def _refile(self, keys: Sequence[GpuKey]) -> None:
-        for name in sorted({node for node, _ in keys}):
-            node = self.index.nodes[name]
-            node.forget()
-            self.index.update(node)
+        self._refile_on(self.index, sorted({node for node, _ in keys}))
 
 
 class _Revealed:

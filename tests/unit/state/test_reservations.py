@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import pytest
 from rich.console import Console
 
 from gpuloom.client.render import job_details
@@ -25,6 +26,7 @@ from gpuloom.events import (
     ReservedGpu,
 )
 from gpuloom.events.jobs import TopologyRequest
+from gpuloom.state.rules import reservations as reservation_rules
 from gpuloom.store.rows import job_row
 from gpuloom.testing.builders import LogBuilder
 
@@ -153,3 +155,16 @@ def test_a_jobs_row_and_its_details_say_which_reservation_and_topology_it_asked(
     shown.print(job_details(as_sent))
     lines = [" ".join(line.split()) for line in shown.export_text().splitlines()]
     assert "reservation r" in lines and "topology preferred rack" in lines, lines
+
+
+def test_the_gpus_all_reservations_hold_together_are_a_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reservation_rules, "RESERVED_GPUS_MAX", 2)
+    log = cluster()
+    log.append(ReservationCreated(name="r", spec=spec(log, [("n1", 0)])))
+    later = spec(log, [("n1", 0), ("n1", 1)], after=5 * HOUR)  # no overlap: only the budget
+    log.append(ReservationCreated(name="s", spec=later))
+    assert "at most 2 GPUs together; 1 are held, this one asks 2" in last_void(log)
+    log.append(ReservationUpdated(name="r", spec=spec(log, [("n1", 0), ("n1", 1)])))
+    assert log.state().reservations["r"].gpus == (("n1", 0), ("n1", 1)), "its own aside"

@@ -27,6 +27,9 @@ from gpuloom.state.tenancy import AdvanceReservation
 #: The most reservations not ended at once: each pass fences their GPUs, so they are a
 #: budget like any other shared resource (the gateway refuses the next one with 409).
 RESERVATIONS_MAX = 1_000
+#: The most GPUs all of them hold together (a GPU held in two windows counts twice): what
+#: the state, every pass and `GET /v1/reservations` carry stays bounded.
+RESERVED_GPUS_MAX = 200_000
 
 
 def _created(state: ClusterState, event: ReservationCreated, step: Step) -> None:
@@ -49,6 +52,12 @@ def _updated(state: ClusterState, event: ReservationUpdated, step: Step) -> None
 def _keep(state: ClusterState, wanted: AdvanceReservation, step: Step) -> None:
     if wanted.end <= step.envelope.at:
         raise Invalid(f"reservation {wanted.name} would end before now")
+    others = sum(len(r.gpus) for r in state.reservations.values() if r.name != wanted.name)
+    if others + len(wanted.gpus) > RESERVED_GPUS_MAX:
+        raise Invalid(
+            f"reservations may hold at most {RESERVED_GPUS_MAX} GPUs together; "
+            f"{others} are held, this one asks {len(wanted.gpus)}"
+        )
     problem = reservation_problem(state, wanted)
     if problem is not None:
         raise Invalid(f"reservation {wanted.name}: {problem}")
