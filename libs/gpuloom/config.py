@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     #: everyone else. 0: no limit.
     agent_start_rate: float = Field(default=10.0, ge=0)
     agent_start_burst: int = Field(default=20, ge=1)
+    #: How much lower the services no request waits on (accounting, webhooks, the
+    #: projector, inventory) run than those that answer people (`runtime.priority`):
+    #: a nice value, 0 to 19; 0: the same.
+    background_nice: int = Field(default=10, ge=0, le=19)
     #: The most bytes a job's stdout, and its stderr, may hold: past it the job is
     #: stopped and fails naming the cap; 0: no cap.
     agent_max_log_bytes: int = Field(default=100 * 1024 * 1024, ge=0)

@@ -20,6 +20,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from gpuloom.bus import EventBus
 from gpuloom.config import Settings
 from gpuloom.runtime.service import connect_bus, snapshotter
+from gpuloom.store.inline import inline_reads
 from gpuloom.store.session import make_engine, make_sessionmaker
 from services.gateway.accounts import routes as accounts
 from services.gateway.apidocs import add_api_docs, add_openapi
@@ -78,7 +79,7 @@ def create_app(settings: Settings) -> FastAPI:
     engine = make_engine(settings.database_url)
     gateway = Gateway(
         settings=settings,
-        sessions=make_sessionmaker(engine),
+        sessions=inline_reads(settings.database_url) or make_sessionmaker(engine),
         verifier=make_verifier(settings),
         stream_budget=StreamBudget(
             per_user=settings.streams_per_user,

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.auth import TokenVerifier
 from gpuloom.bus import EventBus
@@ -19,6 +16,7 @@ from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.placement.inputs import request_of
 from gpuloom.state import ClusterState
+from gpuloom.store.inline import ReadSessions
 from services.gateway.readiness import Readiness
 from services.gateway.readmodel import ReadModel
 from services.gateway.stream import Streams
@@ -28,7 +26,7 @@ from services.gateway.stream_budget import StreamBudget
 @dataclass
 class Gateway:
     settings: Settings
-    sessions: async_sessionmaker[Any]
+    sessions: ReadSessions
     bus: EventBus | None = None
     read_model: ReadModel | None = None
     #: Checks bearer tokens; None: authentication is off (every request an operator).

@@ -22,10 +22,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.bus import EventBus
 from gpuloom.decide.explain import Shared
@@ -34,6 +32,7 @@ from gpuloom.runtime.follower import LogFollower
 from gpuloom.runtime.projector import CHECKPOINT, PROJECTOR_BATCH, Progress
 from gpuloom.runtime.snapshots import Snapshotter
 from gpuloom.state.changes import ChangeFeed
+from gpuloom.store.inline import ReadSessions
 from gpuloom.store.models import ProjectionQuarantine
 from gpuloom.store.upsert import load_checkpoint
 
@@ -53,7 +52,7 @@ class ReadModel(Progress):
     def __init__(
         self,
         bus: EventBus,
-        sessions: async_sessionmaker[Any],
+        sessions: ReadSessions,
         *,
         name: str = CHECKPOINT,
         snapshots: Snapshotter | None = None,

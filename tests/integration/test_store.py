@@ -120,3 +120,46 @@ async def test_migrations_go_down_and_up_again(database_url: str) -> None:
     assert not differences, "the migrations and libs/gpuloom/store/models.py differ:\n" + (
         "\n".join(pformat(difference) for difference in differences)
     )
+
+
+async def test_inline_reads_see_the_rows_a_writer_commits_and_never_write(
+    tmp_path: Any,
+) -> None:
+    """The gateway's SQLite reads (`gpuloom.store.inline`): what another connection has
+    committed, rows usable after the session ends, and a write refused (query_only)."""
+    from sqlalchemy import func, update
+    from sqlalchemy.exc import OperationalError
+
+    from gpuloom.store.inline import inline_reads
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/db.sqlite"
+    await upgrade(url)
+    engine = make_engine(url)
+    writes = make_sessionmaker(engine)
+    reads = inline_reads(url)
+    assert reads is not None
+    try:
+        async with writes.begin() as session:
+            await upsert_newer(session, JobRow, [job("j1", "queued", 5)], ["id"])
+        async with reads() as session:
+            row = await session.get(JobRow, "j1")
+            count = await session.scalar(select(func.count()).select_from(JobRow))
+            listed = list(await session.scalars(select(JobRow)))
+            pairs = (await session.execute(select(JobRow.id, JobRow.state))).all()
+        assert row is not None and row.state == "queued" and row.submitted_at == AT
+        assert count == 1 and [r.id for r in listed] == ["j1"] and pairs == [("j1", "queued")]
+        async with writes.begin() as session:  # the writer moves on; the next read sees it
+            await upsert_newer(session, JobRow, [job("j1", "running", 9)], ["id"])
+        async with reads() as session:
+            assert (await session.get(JobRow, "j1")).state == "running"
+            with pytest.raises(OperationalError, match="readonly"):
+                await session.execute(update(JobRow).values(state="failed"))
+    finally:
+        await engine.dispose()
+
+
+def test_inline_reads_are_for_a_sqlite_file_only() -> None:
+    from gpuloom.store.inline import inline_reads
+
+    assert inline_reads("postgresql+asyncpg://u@127.0.0.1/test") is None
+    assert inline_reads("sqlite+aiosqlite:///:memory:") is None

@@ -16,6 +16,7 @@ from gpuloom.bus.jsapi import BASE_BUCKET
 from gpuloom.config import Settings, load_settings
 from gpuloom.natsserver import strip_credentials
 from gpuloom.runtime.collector import tune_collector
+from gpuloom.runtime.priority import lower_priority
 from gpuloom.runtime.snapshots import SnapshotPolicy, Snapshotter
 from gpuloom.telemetry import setup_tracing, shutdown_tracing
 from gpuloom.telemetry.logging import setup_logging
@@ -90,6 +91,9 @@ def run_service(name: str, main: Main) -> None:
     tune_collector()
     settings = load_settings()
     setup_logging(name, settings.log_level)
+    lowered = lower_priority(name, settings.background_nice)  # before any thread starts
+    if lowered is not None:
+        log.info("%s", lowered)
     setup_tracing(name)
     serve_metrics(settings.metrics_port, settings.metrics_host)
 

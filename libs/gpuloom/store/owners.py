@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from gpuloom.auth.visibility import LookupOwner, Owner
+from gpuloom.store.inline import ReadSessions
 from gpuloom.store.models import JobRow
 
 
-def read_model_owner(sessions: async_sessionmaker[Any]) -> LookupOwner:
+def read_model_owner(sessions: ReadSessions) -> LookupOwner:
     """A lookup of a job's (user, account) in the `jobs` table; None: no such row."""
 
     async def lookup(job_id: str) -> Owner | None:

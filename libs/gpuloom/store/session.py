@@ -19,8 +19,9 @@ def prepare_sqlite_path(url: str) -> None:
 
 def make_engine(url: str) -> AsyncEngine:
     prepare_sqlite_path(url)
-    engine = create_async_engine(url, pool_pre_ping=True)
-    if engine.dialect.name == "sqlite":
+    sqlite = make_url(url).get_backend_name() == "sqlite"
+    engine = create_async_engine(url, pool_pre_ping=not sqlite)
+    if sqlite:
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
