@@ -277,6 +277,7 @@ def main() -> None:
     keep_private(data_dir)
     nats: NatsServer | None = None
     stack: Stack | None = None
+    answering: tuple[str, str] | None = None  # the gateway and a token, once it answers
     try:
         inventories = {f"agent-{Path(i).stem}": REPO_ROOT / i for i in DEV_INVENTORIES}
         nats_url = os.environ.get("GPULOOM_NATS_URL")
@@ -316,11 +317,12 @@ def main() -> None:
         sync = nats.sync if nats else "set by that server"
         token = operator_token(data_dir)
         say(BANNER.format(url=gateway_url, nats=nats_url, data=data_dir, sync=sync, token=token))
+        answering = (gateway_url, token)
         supervise(stack, nats)
     except KeyboardInterrupt:
         pass
     finally:
-        shutdown(stack, nats)
+        shutdown(stack, nats, answering)
 
 
 def keep_private(data_dir: Path) -> None:
@@ -339,13 +341,18 @@ def keep_private(data_dir: Path) -> None:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def shutdown(stack: Stack | None, nats: NatsServer | None) -> None:
-    """Stop the services, then nats-server. A second stop signal must not abandon the
-    services half-stopped: from here on it only hurries the stop along (SIGKILL instead
-    of waiting)."""
+def shutdown(
+    stack: Stack | None, nats: NatsServer | None, answering: tuple[str, str] | None = None
+) -> None:
+    """Stop the services, then nats-server, first saying how many jobs stay on their
+    nodes (`answering`: the gateway to ask, and a token). A second stop signal must not
+    abandon the services half-stopped: from here on it only hurries the stop along
+    (SIGKILL instead of waiting)."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _hurry)
     say("\nstopping gpuloom ... (Ctrl-C again to kill at once)")
+    if answering is not None and not _hurried:
+        say(left_running(*answering))
     try:
         if stack is not None:
             stack.stop(hurry=lambda: _hurried)
@@ -356,6 +363,31 @@ def shutdown(stack: Stack | None, nats: NatsServer | None) -> None:
 
 
 _hurried = False
+
+
+def left_running(gateway_url: str, token: str) -> str:
+    """What the stop leaves behind: the jobs placed or running (their processes on the
+    simulated nodes go on; the next start adopts them), as the gateway counts them."""
+    counts = []
+    for state in ("running", "placed"):
+        request = urllib.request.Request(
+            f"{gateway_url}/v1/jobs?state={state}&limit=1",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                counts.append(int(json.load(answer)["total"]))
+        except (OSError, ValueError, KeyError):
+            return "(could not ask the gateway how many jobs are running)"
+    total = sum(counts)
+    if total == 0:
+        return "no job is running: nothing is left behind."
+    jobs = "1 job is" if total == 1 else f"{total} jobs are"
+    return (
+        f"{jobs} running or starting: their processes keep running, and the next "
+        "`make run` adopts them (their ends, logs and charges are kept). To stop them "
+        "too, cancel them first (gpuloom cancel ID) and wait for them to end."
+    )
 
 
 def _hurry(signum: int, frame: object) -> None:
@@ -390,8 +422,9 @@ or with the CLI (it sends $GPULOOM_TOKEN):
   .venv/bin/gpuloom jobs
   .venv/bin/gpuloom watch        (the event stream, live)
 
-Ctrl-C stops the services; jobs still running keep running, and the next `make run`
-resumes from the same log and adopts them (cancel them first to stop them too).
+Ctrl-C stops the services and says how many jobs it leaves running: they keep running,
+and the next `make run` resumes from the same log and adopts them (cancel them first to
+stop them too).
 """
 
 

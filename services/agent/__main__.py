@@ -37,6 +37,7 @@ from gpuloom.events.subjects import agent_logs_subject, heartbeat_subject
 from gpuloom.runtime.reactor import Reactor
 from gpuloom.runtime.service import run_service
 from gpuloom.tasks import cancel_and_wait
+from gpuloom.telemetry.logging import setup_logging
 from services.agent import fence, logs
 from services.agent.agent import Agent
 from services.agent.cgroups import UNCONFINED, Cgroups, detect, enable_node
@@ -302,6 +303,7 @@ def entrypoint(argv: list[str] | None = None) -> None:
         print(f"agent: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     configured = load_settings()
+    setup_logging("agent", configured.log_level)  # what the checks below find is logged
     try:  # checked before connecting: jobs never run as root, nor as nobody known
         accounts = settings_accounts(configured)
     except AccountError as exc:

@@ -318,6 +318,8 @@ def find_podman(
             )
         except (OSError, subprocess.SubprocessError) as exc:
             problem = f"`podman --version` failed: {exc}"
+        else:
+            problem = start_problem(path, environ)
     if problem is None and real_gpus and not cdi_gpus_declared(cdi_dirs):
         problem = (
             "no CDI spec declares nvidia.com/gpu (make one with "
@@ -332,6 +334,44 @@ def find_podman(
     own = {"PATH": environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"}
     own.update({name: environ[name] for name in PODMAN_ENV if name in environ})
     return Podman(path, pull, real_gpus, own)
+
+
+#: The container `start_problem` starts: the host's own root, under an overlay that is
+#: thrown away, as its filesystem (no image to pull), no network, nothing kept; the OCI
+#: runtime does all it does for a job (namespaces, cgroup, mounts, rlimits), so what
+#: would fail each job at its start fails here first.
+PROBE = ("run", "--rm", "--network", "none", "--pids-limit", "64", "--rootfs", "/:O", "true")
+PROBE_TIMEOUT_S = 60
+
+
+def start_problem(path: str, environ: Mapping[str, str]) -> str | None:
+    """Why podman cannot start a container on this host (the last line of what it said,
+    with how to fix the cause seen most), or None: it started and ended one. A node only
+    says it runs images (`runtimes`) when it can: otherwise each image job would fail at
+    its start, one after another, on a node that looks able."""
+    own = {"PATH": environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"}
+    own.update({name: environ[name] for name in PODMAN_ENV if name in environ})
+    try:
+        done = subprocess.run(
+            [path, *PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=own
+        )
+    except subprocess.TimeoutExpired:
+        return f"podman did not start a container within {PROBE_TIMEOUT_S} s"
+    except OSError as exc:
+        return f"podman could not be run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    last = said[-1] if said else f"exit status {done.returncode}"
+    hint = ""
+    if "rlimit" in last:
+        hint = (
+            " (this host forbids raising the default ulimits: set default_ulimits in "
+            "containers.conf, docs/containers.md, and point CONTAINERS_CONF at it)"
+        )
+    elif "hybrid mode" in last:
+        hint = " (crun and hybrid cgroups: use runc, docs/containers.md)"
+    return f"podman cannot start a container here: {last[:300]}{hint}"
 
 
 class Removals:

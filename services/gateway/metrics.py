@@ -76,18 +76,18 @@ class StreamCollector(Collector):
         yield GaugeMetricFamily(
             "gpuloom_stream_last_seq", "The stream's last sequence", value=figures.last_seq
         )
-        if figures.max_bytes:  # only a capped stream has a limit to come near
-            yield GaugeMetricFamily(
-                "gpuloom_stream_max_bytes",
-                "The stream's byte limit: past it the server drops the oldest events",
-                value=figures.max_bytes,
-            )
-        if figures.max_messages:
-            yield GaugeMetricFamily(
-                "gpuloom_stream_max_messages",
-                "The stream's event limit: past it the server drops the oldest events",
-                value=figures.max_messages,
-            )
+        # Always there, -1 without a limit (NATS's own word for none): a rule that
+        # divides by it never fires then, and never waits on a series that is not there.
+        yield GaugeMetricFamily(
+            "gpuloom_stream_max_bytes",
+            "The stream's byte limit (past it the server drops the oldest events); -1: none",
+            value=figures.max_bytes if figures.max_bytes and figures.max_bytes > 0 else -1,
+        )
+        yield GaugeMetricFamily(
+            "gpuloom_stream_max_messages",
+            "The stream's event limit (past it the server drops the oldest events); -1: none",
+            value=figures.max_messages if figures.max_messages and figures.max_messages > 0 else -1,
+        )
         replicas = GaugeMetricFamily(
             "gpuloom_stream_replicas",
             "Copies of the event log: those configured (wanted) and those current now",

@@ -69,10 +69,21 @@ class ReplicaPlacement(BaseModel):
     reason: str | None = None
 
 
+class ArrayTask(BaseModel):
+    """One task of a job array, as its array's page lists it."""
+
+    id: str
+    state: str
+    node: str | None = None
+    exit_code: int | None = None
+
+
 class ArraySummary(BaseModel):
     tasks: list[str]
     #: State -> number of tasks in it.
     states: dict[str, int]
+    #: Each task in index order: its state, where it ran last, its exit code.
+    members: list[ArrayTask] = []
 
 
 class JobList(BaseModel):

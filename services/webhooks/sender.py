@@ -30,6 +30,7 @@ from gpuloom.state import ClusterState
 from gpuloom.state.tenancy import Webhook
 from gpuloom.store.models import WebhookAttemptRow, WebhookDeliveryRow
 from gpuloom.tasks import cancel_and_wait
+from gpuloom.telemetry.metrics import WEBHOOK_ATTEMPTS
 from gpuloom.webhooks.policy import next_delay, outcome, retry_after_s
 from gpuloom.webhooks.sealing import Sealer, SealError
 from gpuloom.webhooks.signing import signed_headers
@@ -292,6 +293,7 @@ class Sender:
                 values |= {"status": "failed", "done_at": now}
             else:
                 values["next_at"] = now + timedelta(seconds=delay)
+        WEBHOOK_ATTEMPTS.labels(values.get("status", "retry")).inc()
         return values
 
     async def _prune(self, hook_id: str) -> None:

@@ -236,3 +236,45 @@ def test_the_pages_are_static_strict_and_build_no_html_from_data(ui_cluster: Clu
         code = module.read_text()
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
             assert sink not in code, f"{module.name} uses {sink}"
+
+
+def test_times_in_a_reason_read_as_the_page_s_other_times(ui: Dashboard) -> None:
+    """A reason carries the log's times (ISO 8601, UTC: "to start at 2026-...T...+00:00");
+    the queue, the job list and a job's page show them in local time, as their other
+    columns do."""
+    page = ui.page
+    page.goto(f"{ui.base_url}/ui/")
+    shown = page.evaluate(
+        """async () => {
+            const dom = await import("/ui/dom.js");
+            const iso = "2026-12-07T08:15:00.250000+00:00";
+            return [dom.localTimes(`Resources: held to start at ${iso} on node-a`), dom.when(iso),
+                    dom.localTimes("its turn"), dom.localTimes(null)];
+        }"""
+    )
+    text, local, plain, nothing = shown
+    assert text == f"Resources: held to start at {local} on node-a", text
+    assert "T08:15" not in text and "+00:00" not in text
+    assert (plain, nothing) == ("its turn", None)
+
+
+def test_a_finished_array_s_page_lists_its_tasks(ui: Dashboard, ui_cluster: Cluster) -> None:
+    """`#/jobs/<array id>`: the array's tasks with their states, nodes and exit codes
+    (not "Not placed"), each a link to its own page; live while they run."""
+    cluster, page = ui_cluster, ui.page
+    alice = cluster.client_for("alice")
+    ui.login(cluster.token_for("alice"))
+    command = ["sh", "-c", 'test "$GPULOOM_ARRAY_INDEX" != 2']  # task 2 fails
+    array = submit(alice, name="sweep", array=3, command=command)
+    page.goto(f"{ui.base_url}/ui/#/jobs/{array}")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    for index, state, code in ((0, "succeeded", "0"), (1, "succeeded", "0"), (2, "failed", "1")):
+        row = page.locator(f'tr[data-task="{array}-{index}"]')
+        expect(row).to_have_attribute("data-state", state)  # as the tasks end, live
+        expect(row.locator("td").nth(3)).to_have_text(code)
+        expect(row.locator("td").nth(2)).to_have_text(re.compile(r"^node-[ab]$"))
+    expect(page.locator('.array-states li[data-state="succeeded"]')).to_contain_text("2")
+    expect(page.get_by_text("Not placed.")).to_have_count(0)
+    page.locator(f'tr[data-task="{array}-2"] a').click()
+    expect(page.locator("#job-state")).to_contain_text("failed")
+    assert ui.errors == []

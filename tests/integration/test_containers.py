@@ -87,7 +87,10 @@ def containers(
     nodes = {
         "agent-c": [SimNode("node-c", "A100-80GB", 2)],
         "agent-p": [SimNode("node-p", "A100-80GB", 2)],
+        "agent-x": [SimNode("node-x", "A100-80GB", 2)],
     }
+    broken = Path(podman_env["CONTAINERS_CONF"]).with_name("broken.conf")
+    broken.write_text('[engine]\nruntime = "no-such-oci-runtime"\n')
     agent_env = {
         "agent-c": {
             "CONTAINERS_CONF": podman_env["CONTAINERS_CONF"],
@@ -95,6 +98,8 @@ def containers(
             "GPULOOM_AGENT_IMAGE_PULL": "never",
         },
         "agent-p": {"GPULOOM_AGENT_CONTAINERS": "off"},
+        # podman answers `--version`, but cannot start a container with this runtime
+        "agent-x": {"CONTAINERS_CONF": str(broken)},
     }
     try:
         with simulated_cluster(tmp_path_factory.mktemp("containers"), nodes, agent_env) as cluster:
@@ -127,6 +132,10 @@ def test_nodes_say_which_runtimes_they_have(containers: Cluster) -> None:
     nodes = {n["name"]: n for n in containers.http.get("/v1/nodes").json()["nodes"]}
     assert nodes["node-c"]["runtimes"] == ["podman"]
     assert nodes["node-p"]["runtimes"] == []
+    # podman installed, but no container starts: the node does not say it runs images
+    assert nodes["node-x"]["runtimes"] == []
+    said = (containers.data_dir / "logs" / "agent-x.log").read_text()
+    assert "podman cannot start a container here" in said and "no-such-oci-runtime" in said
 
 
 def test_an_image_job_runs_in_its_container_as_the_jobs_account(containers: Cluster) -> None:

@@ -127,6 +127,56 @@ def test_ctrl_c_under_a_pipe_stops_every_service_and_nats(tmp_path: Path) -> Non
         assert not left, f"left running after Ctrl-C: {left}"
 
 
+def test_ctrl_c_says_how_many_jobs_it_leaves_running(tmp_path: Path) -> None:
+    """The stop leaves running jobs to the next start (which adopts them) and says how
+    many, counted by the gateway before it stops; their processes go on meanwhile."""
+    marker = "47.0317"  # the job's `sleep` argument, to find its process
+    with make_run_under_tee(tmp_path) as (_shell, data_dir, log):
+        gateway = json.loads((data_dir / "stack.json").read_text())["gateway_url"]
+        token = operator_token(data_dir)
+        job = {"name": "long", "user": "alice", "account": "research", "gpus": 1,
+               "command": ["sleep", marker]}  # fmt: skip
+
+        def running() -> bool:  # submitted once accepted (nodes may not be ready yet)
+            if not ids:
+                status, body = http("POST", f"{gateway}/v1/jobs", token, job)
+                if status in (201, 202):
+                    ids.append(body["id"])
+                return False
+            status, body = http("GET", f"{gateway}/v1/jobs/{ids[0]}", token)
+            return status == 200 and body["state"] == "running"
+
+        ids: list[str] = []
+        try:
+            wait_for("the job running", running, 60)
+            [launcher] = [
+                pid
+                for pid, command in stack_processes(data_dir).items()
+                if "-m gpuloom.devstack" in command and not command.startswith("bash")
+            ]
+            os.kill(launcher, signal.SIGINT)  # tee stays, to keep what it says
+
+            def stack_left() -> dict[int, str]:  # the job's own processes are meant to stay
+                return {
+                    pid: command
+                    for pid, command in stack_processes(data_dir).items()
+                    if " -m services." in command or "nats-server" in command
+                    or " -m gpuloom.devstack" in command
+                }  # fmt: skip
+
+            deadline = time.monotonic() + 30
+            while stack_left() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not stack_left(), stack_left()
+            said = log.read_text()
+            assert "1 job is running or starting: their processes keep running" in said, said
+            assert "the next `make run` adopts them" in said
+            alive = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True)
+            assert alive.returncode == 0, "the job's process did not outlive the stop"
+        finally:
+            subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
+
+
 def test_services_die_with_a_killed_launcher(tmp_path: Path) -> None:
     """SIGKILL leaves the launcher no chance to stop anything: the kernel's parent-death
     signal stops the services and nats-server."""

@@ -61,7 +61,7 @@ def test_metrics_follow_a_running_job(shared_cluster: Cluster) -> None:
     replicas = (got[("gpuloom_stream_replicas", (("state", "wanted"),))],
                 got[("gpuloom_stream_replicas", (("state", "current"),))])  # fmt: skip
     assert replicas == (1, 1), got
-    assert ("gpuloom_stream_max_bytes", ()) not in got
+    assert got[("gpuloom_stream_max_bytes", ())] == got[("gpuloom_stream_max_messages", ())] == -1
 
     assert cluster.http.delete(f"/v1/jobs/{job}").status_code in (200, 202)
     cluster.wait_final([job], timeout=30)

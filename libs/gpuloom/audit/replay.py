@@ -80,7 +80,13 @@ def snapshot(state: ClusterState) -> Snapshot:
         for job in queue_order(state)
     ]
     running = [
-        {"id": job.job_id, "state": job.phase, "node": job.node, "gpus": list(job.gpu_indexes)}
+        {
+            "id": job.job_id,
+            "state": job.phase,
+            "node": job.node,
+            "gpus": list(job.gpu_indexes),
+            "priority": job.priority,
+        }
         for job in sorted(state.jobs.values(), key=lambda j: j.order)
         if job.phase in ("placed", "running")
     ]

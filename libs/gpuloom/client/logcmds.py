@@ -326,7 +326,7 @@ def _queue_table(queue: list[dict[str, Any]], running: list[dict[str, Any]]) -> 
     for column in ["job", "state", "node", "priority"]:
         table.add_column(column)
     for job in running:
-        table.add_row(job["id"], job["state"], job["node"] or "-", "")
+        table.add_row(job["id"], job["state"], job["node"] or "-", str(job["priority"]))
     for job in queue:
         table.add_row(job["id"], "queued", "-", str(job["priority"]))
     return table

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from gpuloom.client.schema import (
     Account,
@@ -272,9 +274,10 @@ def usage_records_table(records: list[UsageRecord]) -> Table:
     return table
 
 
-def explanation(answer: JobExplanation) -> Table:
-    """`gpuloom explain`: the verdict first, then each node's."""
-    table = new_table(title=f"job {answer['id']}: {answer['state']}")
+def explanation(answer: JobExplanation) -> Group:
+    """`gpuloom explain`: the verdict first, then each node's, under a heading of its
+    own (a table's title wraps to the table's width, which short verdicts keep narrow)."""
+    table = new_table()
     table.add_column("WHAT")
     table.add_column("WHY")
     table.add_row("reason", reason_text(answer.get("reason"), answer.get("detail")) or "-")
@@ -285,7 +288,8 @@ def explanation(answer: JobExplanation) -> Table:
         table.add_row("estimated start", str(answer["estimated_start"])[:19].replace("T", " "))
     for node, verdict in sorted(answer.get("nodes", {}).items()):
         table.add_row(f"node {node}", verdict)
-    return table
+    heading = Text(f"job {answer['id']}: {answer['state']}", style="bold")
+    return Group(heading, table)
 
 
 def queue_table(answer: Queue) -> Table:

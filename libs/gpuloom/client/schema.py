@@ -62,9 +62,17 @@ class ReplicaView(TypedDict):
     reason: str | None
 
 
+class ArrayTask(TypedDict):
+    id: str
+    state: str
+    node: str | None
+    exit_code: int | None
+
+
 class ArraySummary(TypedDict):
     tasks: list[str]
     states: dict[str, int]
+    members: NotRequired[list[ArrayTask]]
 
 
 class JobList(TypedDict):

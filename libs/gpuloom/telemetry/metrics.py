@@ -23,6 +23,13 @@ DECIDE_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
 )
 
+WEBHOOK_ATTEMPTS = Counter(
+    "gpuloom_webhook_attempts_total",
+    "Webhook delivery attempts by result: delivered, retry (to be tried again), failed "
+    "(given up, or the receiver answered 410 Gone)",
+    ["result"],
+)
+
 SYNCS_REFUSED = Counter(
     "gpuloom_dispatch_syncs_refused_total",
     "Agents' sync requests the dispatcher could not read (a bad node name or sequence)",

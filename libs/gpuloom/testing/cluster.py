@@ -93,6 +93,8 @@ class Cluster:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Variables of one agent's process only, by agent name.
     agent_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Variables of one service's process only, by service name.
+    service_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     stack: Stack | None = None
     gateway_url: str = ""
     client: httpx.Client | None = None
@@ -112,7 +114,7 @@ class Cluster:
         }
         self.stack = Stack.for_urls(self.nats_url, self.database_url, self.data_dir, env)
         for name in SERVICES:
-            self.stack.start(name)
+            self.stack.start(name, env=self.service_env.get(name))
         for agent, nodes in self.agents.items():
             inventory = write_inventory(self.data_dir / f"{agent}.yaml", nodes)
             names = [node.name for node in nodes]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpuloom.state import FINAL_PHASES
-from services.gateway.schemas import ArraySummary, Job
+from services.gateway.schemas import ArraySummary, ArrayTask, Job
 
 #: While tasks remain, the array takes the state of its most advanced live task.
 _LIVE_ORDER = ("running", "placed", "queued", "admitted", "submitted")
@@ -48,7 +48,12 @@ def array_view(array_id: str, tasks: list[Job]) -> Job:
             "finished_at": max(finished) if state in FINAL_PHASES and finished else None,
             "placement": None,
             "array": ArraySummary(
-                tasks=[task.id for task in tasks], states=dict(sorted(Counter(states).items()))
+                tasks=[task.id for task in tasks],
+                states=dict(sorted(Counter(states).items())),
+                members=[
+                    ArrayTask(id=t.id, state=t.state, node=t.node, exit_code=t.exit_code)
+                    for t in tasks
+                ],
             ),
         }
     )

@@ -256,3 +256,26 @@ def test_a_run_folder_podman_cannot_mount_is_refused_by_name(tmp_path: Path) -> 
     assert find_podman("auto", "missing", real_gpus=False, environ=environ, run_dir=odd) is None
     plain = find_podman("auto", "missing", real_gpus=False, environ=environ, run_dir=tmp_path)
     assert plain is not None
+
+
+def test_a_node_advertises_podman_only_when_it_can_start_a_container(tmp_path: Path) -> None:
+    """`podman --version` answers, but the OCI runtime cannot start a container (as runc
+    in a sandbox that forbids raising ulimits): `auto` serves no images, rather than a
+    node that says it can and fails each image job at its start; `podman` refuses to
+    start, saying why and how to fix it."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    program = folder / "podman"
+    program.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "podman version 4.3.1"; exit 0; fi\n'
+        'echo "Error: runc: runc create failed: unable to start container process: '
+        "error during container init: error setting rlimit type 7: operation not permitted: "
+        'OCI permission denied" >&2\n'
+        "exit 126\n"
+    )
+    program.chmod(0o755)
+    environ = {"PATH": str(folder)}
+    assert find_podman("auto", "missing", real_gpus=False, environ=environ) is None
+    with pytest.raises(ContainerError, match=r"rlimit type 7.*CONTAINERS_CONF"):
+        find_podman("podman", "missing", real_gpus=False, environ=environ)

@@ -80,6 +80,14 @@ export function when(iso) {
   return sameDay ? at.toLocaleTimeString() : at.toLocaleString();
 }
 
+// The times a reason carries (the log's, ISO 8601 in UTC: "to start at
+// 2026-12-07T08:15:00+00:00") shown as the other times of the page are: local.
+const ISO_TIME = /\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})/g;
+
+export function localTimes(text) {
+  return text ? String(text).replace(ISO_TIME, (iso) => when(iso)) : text;
+}
+
 export function duration(seconds) {
   if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "—";
   const s = Math.max(0, Math.round(seconds));

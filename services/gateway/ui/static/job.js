@@ -3,7 +3,7 @@
 // Reloaded when an event about this job arrives.
 
 import { ApiError, api } from "./api.js";
-import { badge, duration, empty, fill, gpuHours, h, section, table, when } from "./dom.js";
+import { badge, duration, empty, fill, gpuHours, h, jobLink, localTimes, section, table, when } from "./dom.js";
 
 const PENDING = new Set(["submitted", "admitted", "queued"]);
 let ctx = null;
@@ -15,7 +15,8 @@ export async function show(context) {
 }
 
 export async function touched(changes, context) {
-  if (changes.jobs.has(context.arg)) await load(context);
+  const task = `${context.arg}-`; // an array's tasks: <array id>-<index>
+  if (changes.jobs.has(context.arg) || [...changes.jobs].some((id) => id.startsWith(task))) await load(context);
 }
 
 async function load(context) {
@@ -43,7 +44,7 @@ async function load(context) {
     h(
       "div",
       { class: "columns" },
-      h("div", {}, placement(job), explain ? why(explain) : null, charged(trail)),
+      h("div", {}, job.array ? tasks(job) : placement(job), explain ? why(explain) : null, charged(trail)),
       timeline(trail),
     ),
     logsSection(logs),
@@ -75,7 +76,7 @@ function header(job) {
     "div",
     { class: "job-head card" },
     h("div", { class: "view-head" }, h("h1", { id: "job-name" }, job.name), h("span", { id: "job-state" }, badge(job.state)), h("code", { class: "muted" }, job.id)),
-    job.reason ? h("p", { class: "note" }, job.reason) : null,
+    job.reason ? h("p", { class: "note" }, localTimes(job.reason)) : null,
     job.command ? h("pre", { class: "command" }, job.command.join(" ")) : null,
     h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", {}, h("dt", {}, k), h("dd", {}, v)))),
   );
@@ -91,12 +92,25 @@ function placement(job) {
   return section("Placement", job.state === "running" || job.state === "placed" ? "now" : "last", table(["replica", "host", "GPU", "share", "memory"], rows));
 }
 
+/** Shown at most on an array's page: past it, the counts and a line say how many more. */
+const TASKS_SHOWN = 1000;
+
+function tasks(job) {
+  const { members = [], states } = job.array;
+  const counts = Object.entries(states).map(([state, n]) => h("li", { dataset: { state } }, badge(state), ` ${n}`));
+  const rows = members.slice(0, TASKS_SHOWN).map((task) =>
+    h("tr", { dataset: { task: task.id, state: task.state } }, h("td", {}, jobLink(task.id)), h("td", {}, badge(task.state)), h("td", {}, task.node || "—"), h("td", { class: "num" }, task.exit_code === null ? "—" : String(task.exit_code))),
+  );
+  const more = members.length > TASKS_SHOWN ? h("p", { class: "muted" }, `and ${members.length - TASKS_SHOWN} more: GET /v1/jobs/${job.id} lists every task`) : null;
+  return section("Tasks", `${members.length} in all`, h("ul", { class: "array-states" }, counts), table(["task", "state", "node", "exit code"], rows, { class: "array-tasks" }), more);
+}
+
 function why(explain) {
   const verdicts = Object.entries(explain.nodes || {}).map(([node, verdict]) => h("tr", {}, h("td", {}, node), h("td", {}, verdict)));
   return section(
     "Why it waits",
     explain.position ? `position ${explain.position}, ${explain.ahead.length} ahead` : null,
-    h("p", {}, explain.reason || "—", explain.detail ? `: ${explain.detail}` : ""),
+    h("p", {}, explain.reason || "—", explain.detail ? `: ${localTimes(explain.detail)}` : ""),
     h("p", { class: "muted" }, "Estimated start: ", when(explain.estimated_start)),
     verdicts.length ? table(["node", "verdict"], verdicts) : null,
   );

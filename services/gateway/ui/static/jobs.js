@@ -6,7 +6,7 @@
 // the event stream carries only the events of the jobs they may follow.
 
 import { ApiError, api, remember } from "./api.js";
-import { badge, duration, empty, fill, h, jobLink, section, when } from "./dom.js";
+import { badge, duration, empty, fill, h, jobLink, localTimes, section, when } from "./dom.js";
 
 const STATES = ["submitted", "admitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "timed_out", "rejected"];
 const LIMIT = 200;
@@ -120,6 +120,6 @@ function row(job) {
     h("td", {}, job.node ? `${job.node}: ${job.gpus.join(", ")}` : "—"),
     h("td", {}, when(job.submitted_at)),
     h("td", {}, started ? duration((ended - started) / 1000) : "—"),
-    h("td", { class: "reason muted" }, job.reason || ""),
+    h("td", { class: "reason muted" }, localTimes(job.reason) || ""),
   );
 }

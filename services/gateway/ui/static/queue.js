@@ -3,7 +3,7 @@
 // account (shares from /v1/accounts, usage from /v1/usage, factors from the queue).
 
 import { api, jobOwners, pool } from "./api.js";
-import { bar, empty, fill, gpuHours, h, jobLink, section, table, when } from "./dom.js";
+import { bar, empty, fill, gpuHours, h, jobLink, localTimes, section, table, when } from "./dom.js";
 
 /** Explanations asked for at most this many jobs at the head of the queue. */
 const EXPLAINED = 50;
@@ -59,7 +59,7 @@ function queueTable(queue, explained, owners) {
       h("td", {}, job.account),
       h("td", { class: "num" }, String(job.priority)),
       h("td", { class: "num", title: `age ${job.age.toFixed(2)} · fair share ${job.fair_share.toFixed(2)} · size ${job.size.toFixed(2)}` }, job.points.toFixed(1)),
-      h("td", { class: "reason" }, reason),
+      h("td", { class: "reason" }, localTimes(reason)),
       h("td", {}, why ? when(why.estimated_start) : "—"),
       h("td", { class: "num" }, why ? String(why.ahead.length) : "—"),
     );
