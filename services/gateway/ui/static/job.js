@@ -33,7 +33,7 @@ async function load(context) {
   }
   const [events, explain, logs] = await Promise.all([
     api(`/v1/jobs/${id}/events`).catch(denied),
-    PENDING.has(job.state) ? api(`/v1/jobs/${id}/explain`).catch(() => null) : null,
+    PENDING.has(job.state) && !job.array ? api(`/v1/jobs/${id}/explain`).catch(() => null) : null, // a task says why it waits
     job.node ? api(`/v1/jobs/${id}/logs`).catch(denied) : null,
   ]);
   if (context !== ctx) return;
