@@ -163,7 +163,10 @@ def test_an_array_is_one_event_accepted_whole_and_its_id_shows_and_cancels_it(
     shared_cluster.wait_state(array["tasks"], "running", timeout=30)
     whole = shared_cluster.job(array["id"])
     assert whole["state"] == "running"
+    members = whole["array"].pop("members")
     assert whole["array"] == {"tasks": array["tasks"], "states": {"running": 4}}
+    assert [(m["id"], m["state"]) for m in members] == [(t, "running") for t in array["tasks"]]
+    assert all(m["node"] and m["exit_code"] is None for m in members), members
 
     cancel = shared_cluster.http.delete(f"/v1/jobs/{array['id']}")
     assert cancel.status_code == 202, cancel.text
