@@ -331,9 +331,14 @@ def find_podman(
         log.info("jobs that name an image do not run here: %s", problem)
         return None
     assert path is not None
+    return Podman(path, pull, real_gpus, podman_environ(environ))
+
+
+def podman_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """podman's own environment, from the agent's: a PATH and its configuration files."""
     own = {"PATH": environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"}
     own.update({name: environ[name] for name in PODMAN_ENV if name in environ})
-    return Podman(path, pull, real_gpus, own)
+    return own
 
 
 #: The container `start_problem` starts: the host's own root, under an overlay that is
@@ -349,8 +354,7 @@ def start_problem(path: str, environ: Mapping[str, str]) -> str | None:
     with how to fix the cause seen most), or None: it started and ended one. A node only
     says it runs images (`runtimes`) when it can: otherwise each image job would fail at
     its start, one after another, on a node that looks able."""
-    own = {"PATH": environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"}
-    own.update({name: environ[name] for name in PODMAN_ENV if name in environ})
+    own = podman_environ(environ)
     try:
         done = subprocess.run(
             [path, *PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=own
