@@ -223,6 +223,11 @@ class Settings(BaseSettings):
     #: Users take turns among jobs of equal priority (start-time fair queuing): one
     #: user's burst does not put everyone else's jobs behind all of it. False: FIFO.
     queue_fair_queuing: bool = True
+    #: The most of one user's jobs placed and not yet started, per schedulable node
+    #: (`QueuePolicySet.unstarted_per_node`): beyond what the agents start soon
+    #: (`agent_start_rate`), placed jobs would hold GPUs idle that other users could
+    #: run on. 0: no limit.
+    queue_unstarted_per_node: int = Field(default=4, ge=0, le=1_000_000)
     cancel_grace_s: float = 5.0
     #: Running jobs are charged at least this often (seconds); 0: only when they end.
     charge_interval_s: float = Field(default=300.0, ge=0)

@@ -25,6 +25,7 @@ def configured_policy(settings: Settings) -> QueuePolicySet:
         preemption=settings.preemption,
         victims_yield=True,  # not a choice: without it a victim can be preempted again and again
         fair_queuing=settings.queue_fair_queuing,
+        unstarted_per_node=settings.queue_unstarted_per_node or None,
     )
 
 

@@ -64,6 +64,14 @@ class QueuePolicySet(Event):
     #: them; without a backlog the order is still submission order. False: first in,
     #: first out, as in logs written before it (their decisions are re-made so).
     fair_queuing: bool = False
+    #: The most of one user's jobs placed and not started yet, per schedulable node
+    #: (the user's limit is this times their number; `QuotaBook.unstarted_cap`). An
+    #: agent starts one user's jobs at a paced rate (`services.agent.pacing`): jobs
+    #: placed beyond what it starts soon hold GPUs idle that other users could run
+    #: on, so a burst of one user's tasks would keep everyone else waiting for a GPU.
+    #: Past it a job waits with reason `StartPacing`. None: no limit (logs written
+    #: before it: their decisions are re-made as they were made).
+    unstarted_per_node: int | None = Field(default=None, ge=1, le=1_000_000)
 
     def aggregate_id(self) -> str:
         return "policy"

@@ -53,7 +53,7 @@ def node_views(
 
 def schedulable(node: NodeState) -> bool:
     """Placement may use the node: ready and not cordoned."""
-    return node.phase == "ready" and not node.cordoned
+    return node.schedulable
 
 
 def node_view(node: NodeState, rank: int, *, idle: bool = False) -> NodeView:

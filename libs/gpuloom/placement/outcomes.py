@@ -38,6 +38,7 @@ PreemptReason = Literal["priority", "reclaim"]
 WaitCode = Literal[
     "QuotaExceeded",
     "AssocGrpGRES",
+    "StartPacing",
     "Resources",
     "Topology",
     "Reservation",
@@ -86,6 +87,10 @@ Outcome = Placed | Reserved | Preempted | Waiting
 
 
 def wait_code(refusal: str) -> WaitCode:
-    """The code of a quota's refusal (`QuotaBook.why_not`: "QuotaExceeded: ..." or
-    "AssocGrpGRES: ...")."""
-    return "AssocGrpGRES" if refusal.startswith("AssocGrpGRES") else "QuotaExceeded"
+    """The code of a quota's refusal (`QuotaBook.why_not`: "QuotaExceeded: ...",
+    "AssocGrpGRES: ..." or "StartPacing: ...")."""
+    if refusal.startswith("AssocGrpGRES"):
+        return "AssocGrpGRES"
+    if refusal.startswith("StartPacing"):
+        return "StartPacing"
+    return "QuotaExceeded"

@@ -167,6 +167,10 @@ class SchedulingPass:
         self.stopped: str | None = None
         self.placed = 0
         self.tried_behind = 0
+        #: Jobs passed over because their user has as many placed and not started as
+        #: the limit allows (`QuotaBook.pacing_why_not`): bounded as `tried_behind`, so
+        #: that one user's backlog of thousands costs each pass a bounded walk.
+        self.paced = 0
         #: A job could not start: the jobs after it are backfilled (or, off, not tried).
         self.blocked = False
         self.preempt_tried = False
@@ -226,6 +230,11 @@ class SchedulingPass:
         rules = self.rules
         if self.placed >= rules.limit:
             return f"a placement pass places at most {rules.limit} jobs"
+        if rules.depth is not None and self.paced >= rules.depth:
+            return (
+                f"a placement pass passes over at most {rules.depth} jobs held back by"
+                " their users' jobs not started yet (backfill depth)"
+            )
         if not self.blocked:
             return None
         if rules.backfill == "off":
@@ -261,7 +270,9 @@ class SchedulingPass:
             if not isinstance(narrowed, str):
                 return narrowed
             refusal = narrowed
-        self.outcomes.append(Waiting(candidate.job_id, wait_code(refusal), refusal))
+        code = wait_code(refusal)
+        self.paced += code == "StartPacing"
+        self.outcomes.append(Waiting(candidate.job_id, code, refusal))
         return None
 
     def _decision(self, position: int) -> Context:

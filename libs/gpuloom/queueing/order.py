@@ -196,10 +196,21 @@ def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
 
 
 def quota_book(state: ClusterState) -> QuotaBook:
-    """Every quota of the log's accounts, every identity's `max_gpus` (LimitsSet), and
-    what their placed and running jobs hold now."""
+    """Every quota of the log's accounts, every identity's `max_gpus` (LimitsSet), the
+    users' limit on jobs placed and not started (`unstarted_per_node`), and what their
+    placed and running jobs hold now."""
     resources = sorted({r for a in state.accounts.values() for r in a.quotas})
     book = QuotaBook()
+    per_node = state.queue_policy.unstarted_per_node if state.queue_policy else None
+    if per_node is not None:
+        schedulable = sum(1 for node in state.nodes.values() if node.schedulable)
+        book.unstarted_per_node = per_node
+        book.unstarted_cap = per_node * max(1, schedulable)
+        for jobs in state.on_node.values():  # counts: the order does not matter
+            for job_id in jobs:
+                job = state.jobs[job_id]
+                if job.phase == "placed":
+                    book.unstarted[job.spec.user] = book.unstarted.get(job.spec.user, 0) + 1
     for resource in resources:
         quotas = {}
         for name, account in sorted(state.accounts.items()):
@@ -214,7 +225,7 @@ def quota_book(state: ClusterState) -> QuotaBook:
     on_node = sorted({job_id for jobs in state.on_node.values() for job_id in jobs})
     for job_id in on_node:  # what is held now; sums do not depend on the order
         job = state.jobs[job_id]
-        book.take(job.spec.account, held_demand(state, job), user=job.spec.user)
+        book.hold(job.spec.account, held_demand(state, job), user=job.spec.user)
     return book
 
 

@@ -110,6 +110,13 @@ class QuotaBook:
     trackers: dict[str, QuotaTracker] = field(default_factory=dict)
     identity_caps: dict[Identity, int] = field(default_factory=dict)
     identity_used: dict[Identity, int] = field(default_factory=dict)
+    #: The most of one user's jobs placed and not started yet
+    #: (`QueuePolicySet.unstarted_per_node` times the schedulable nodes); None: no limit.
+    unstarted_cap: int | None = None
+    #: Per user, their jobs placed and not started yet (those placed in this pass too).
+    unstarted: dict[str, int] = field(default_factory=dict)
+    #: The per-node figure behind `unstarted_cap`, for the reason it gives.
+    unstarted_per_node: int | None = None
 
     def why_not(self, account: str, demand: Demand, user: str | None = None) -> str | None:
         for resource in sorted(demand):
@@ -119,8 +126,24 @@ class QuotaBook:
                 if why is not None:
                     return why
         if user is not None and self.identity_caps:
-            return self.identity_why_not(user, account, demand.get(GPU_MILLI, 0))
+            why = self.identity_why_not(user, account, demand.get(GPU_MILLI, 0))
+            if why is not None:
+                return why
+        if user is not None and self.unstarted_cap is not None:
+            return self.pacing_why_not(user)
         return None
+
+    def pacing_why_not(self, user: str) -> str | None:
+        """None when `user` may have one more job placed and not started; else why (reason
+        code StartPacing): the agents start each user's jobs at a paced rate, and jobs
+        placed beyond that would hold GPUs idle that other users' jobs could run on."""
+        cap, waiting = self.unstarted_cap, self.unstarted.get(user, 0)
+        if cap is None or waiting < cap:
+            return None
+        return (
+            f"StartPacing: {waiting} of user {user}'s jobs are placed and not started yet,"
+            f" the most is {cap} ({self.unstarted_per_node} per node)"
+        )
 
     def identity_why_not(self, user: str, account: str, milli: int) -> str | None:
         """None when `user` and `account` may hold `milli` more milli-GPU; else why
@@ -140,6 +163,14 @@ class QuotaBook:
         return None
 
     def take(self, account: str, demand: Demand, user: str | None = None) -> None:
+        """`account` (and `user`) take `demand`: a job placed in this pass, so one more
+        of the user's jobs is not started yet."""
+        self.hold(account, demand, user)
+        if user is not None and self.unstarted_cap is not None:
+            self.unstarted[user] = self.unstarted.get(user, 0) + 1
+
+    def hold(self, account: str, demand: Demand, user: str | None = None) -> None:
+        """What a job on a node holds, counted against the quotas and maxima."""
         for resource, amount in sorted(demand.items()):
             tracker = self.trackers.get(resource)
             if tracker is not None:

@@ -97,6 +97,11 @@ class NodeState:
     cordoned: bool = False
     cordon_reason: str = ""
 
+    @property
+    def schedulable(self) -> bool:
+        """Placement may use the node: ready and not cordoned."""
+        return self.phase == "ready" and not self.cordoned
+
     def free_gpu_indexes(self) -> list[int]:
         return sorted(i for i, gpu in self.gpus.items() if gpu.idle)
 

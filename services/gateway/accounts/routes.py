@@ -28,6 +28,7 @@ from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.text import Remark, UserName
 from gpuloom.state.tenancy import AccountState
 from services.gateway.auth import PrincipalDep
+from services.gateway.bodies import Body
 from services.gateway.deps import AccountName, PublisherDep, ReadsDep
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
@@ -36,18 +37,18 @@ from services.gateway.refusals import Invalid, Refusal, Refused, answer, denied,
 router = APIRouter(prefix="/v1/accounts", tags=["accounts"])
 
 
-class NewAccount(BaseModel):
+class NewAccount(Body):
     name: str = Field(pattern=SUBJECT_TOKEN.pattern)
     parent: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
     shares: int = Field(default=1, ge=0, le=1_000_000)
     description: Remark = ""
 
 
-class Shares(BaseModel):
+class Shares(Body):
     shares: int = Field(ge=0, le=1_000_000)
 
 
-class QuotaBody(BaseModel):
+class QuotaBody(Body):
     """A quota of `resource`: `gpu_milli` (1000 per whole GPU, the default), `gpus`
     (whole GPUs), `model:<name>` or `pool:vgpu|physical` (milli-GPU of that model or
     pool). `nominal` null removes the quota of that resource."""
@@ -58,13 +59,13 @@ class QuotaBody(BaseModel):
     cap: int | None = Field(default=None, ge=0, le=QUOTA_MAX)
 
 
-class Users(BaseModel):
+class Users(Body):
     """Who may submit under the account; an empty list lets anyone."""
 
     users: list[UserName] = Field(default_factory=list, max_length=10_000)
 
 
-class Coordinators(BaseModel):
+class Coordinators(Body):
     """Who coordinates the account and every account below it; [] names none."""
 
     coordinators: list[UserName] = Field(default_factory=list, max_length=1000)

@@ -22,6 +22,7 @@ from gpuloom.events.text import INT32_MAX, Remark, UserName
 from gpuloom.state.tenancy import IdentityLimits
 from gpuloom.state.tenancy import PriorityClass as FoldedClass
 from services.gateway.auth import PrincipalDep, operator
+from services.gateway.bodies import Body
 from services.gateway.deps import PublisherDep, ReadsDep
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
@@ -41,7 +42,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class PriorityClassBody(BaseModel):
+class PriorityClassBody(Body):
     """A priority class as an operator defines it (see PriorityClassSet)."""
 
     priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
@@ -69,7 +70,7 @@ class PriorityClassList(BaseModel):
     default: str
 
 
-class LimitsBody(BaseModel):
+class LimitsBody(Body):
     """The limits of one user or account, the defaults of every user or account
     (scope `default`, name `user` or `account`), or the cluster's total (scope
     `cluster`, name `all`: `max_submit_jobs` only); null (or absent): not set here, so

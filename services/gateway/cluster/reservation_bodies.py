@@ -19,6 +19,7 @@ from gpuloom.events.policies import MEMBERS_MAX
 from gpuloom.events.reservations import RESERVATION_GPUS_MAX, Flag
 from gpuloom.events.text import INT32_MAX, ModelName, Remark, TopologyName, UserName
 from gpuloom.state.tenancy import AdvanceReservation
+from services.gateway.bodies import Body
 from services.gateway.reads.reservations import Wanted
 from services.gateway.refusals import Invalid
 
@@ -27,7 +28,7 @@ Token = Annotated[str, Field(pattern=SUBJECT_TOKEN.pattern)]
 Start = AwareDatetime | Literal["now"]
 
 
-class GpusBody(BaseModel):
+class GpusBody(Body):
     """`count` whole GPUs of these models and pool, all inside one domain of
     `topology_level` if given; the gateway chooses which (the tightest domain that has
     them free for the window, on as few nodes as it can)."""
@@ -49,7 +50,7 @@ class GpusBody(BaseModel):
         )
 
 
-class ReservationChange(BaseModel):
+class ReservationChange(Body):
     """A change to a reservation: each field given replaces what it was. A new `start`
     alone moves the end with it (the same duration); `nodes` or `gpus` choose its GPUs
     again, neither keeps them."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel
 
 from gpuloom.auth import Principal
 from gpuloom.events import (
@@ -22,6 +21,7 @@ from gpuloom.events import (
 )
 from gpuloom.events.text import Remark
 from services.gateway.auth import PrincipalDep, operator
+from services.gateway.bodies import Body
 from services.gateway.deps import EventLogDep, NodeName, PublisherDep, ReadsDep
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
@@ -50,7 +50,7 @@ async def list_nodes(reads: ReadsDep, principal: PrincipalDep) -> NodeList:
     return await reads.cluster.nodes()
 
 
-class PoolChange(BaseModel):
+class PoolChange(Body):
     pool: Literal["physical", "vgpu"]
 
 
@@ -117,7 +117,7 @@ async def _write(
     return Refused(409, voided) if voided is not None else recorded.seq
 
 
-class Cordon(BaseModel):
+class Cordon(Body):
     reason: Remark = ""
 
 

@@ -25,6 +25,7 @@ from gpuloom.config import Settings
 from gpuloom.events import JobSpec
 from gpuloom.events.text import HeaderValue
 from services.gateway.auth import PrincipalDep
+from services.gateway.bodies import Body
 from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
 from services.gateway.jobs.requests import JobRequest
 from services.gateway.jobs.submit_policy import over_batch_limits
@@ -46,7 +47,7 @@ router = APIRouter(prefix="/v1/job-batches", tags=["jobs"])
 MAX_BATCH = 1000
 
 
-class JobBatch(BaseModel):
+class JobBatch(Body):
     """Jobs to submit together, each as the body of `POST /v1/jobs`."""
 
     jobs: list[JobRequest] = Field(min_length=1, max_length=MAX_BATCH)

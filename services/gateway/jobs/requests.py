@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.jobs import check_gpu_request, checked_command
@@ -33,6 +33,7 @@ from gpuloom.events.text import (
     TopologyName,
     UserName,
 )
+from services.gateway.bodies import Body
 
 #: Fields of `JobSpec` a request may leave out, which the gateway decides (the
 #: token's user; the default class, and the class's priority): optional here, and
@@ -71,7 +72,7 @@ def _what_jobspec_checks(schema: dict[str, Any]) -> None:
     ]
 
 
-class Dependency(BaseModel):
+class Dependency(Body):
     """Run only after job `job` ended `succeeded` (or ended at all, with `finished`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -80,7 +81,7 @@ class Dependency(BaseModel):
     when: Literal["succeeded", "finished"] = "succeeded"
 
 
-class TopologyRequest(BaseModel):
+class TopologyRequest(Body):
     """Keep the replicas inside one domain of `level` (`required`), or in as few domains
     as placement can, the tightest level first (`preferred`): docs/topology.md."""
 
@@ -90,7 +91,7 @@ class TopologyRequest(BaseModel):
     mode: Literal["required", "preferred"] = "required"
 
 
-class JobRequest(BaseModel):
+class JobRequest(Body):
     """A job as submitted: a JobSpec whose `user` may be left out (the token's user),
     and whose `priority_class` and `priority` may be too (the default class, and its
     priority)."""

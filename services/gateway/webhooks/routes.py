@@ -41,6 +41,7 @@ from gpuloom.webhooks.sealing import load_sealer
 from gpuloom.webhooks.signing import SECRET_PATTERN, SecretError, new_secret, secret_key
 from gpuloom.webhooks.transport import Refused, Unresolved, checked_address
 from services.gateway.auth import PrincipalDep, bearer
+from services.gateway.bodies import Body
 from services.gateway.deps import PublisherDep, ReadsDep, SettingsDep
 from services.gateway.reads import Reads
 from services.gateway.refusals import answer
@@ -62,7 +63,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class WebhookBody(BaseModel):
+class WebhookBody(Body):
     """A webhook to register: where to POST, which events (the stream's filters), and
     optionally the secret to sign with (`whsec_` + base64 of 24-64 bytes; one is made
     when none is given)."""

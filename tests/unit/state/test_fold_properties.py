@@ -24,6 +24,7 @@ from hypothesis import strategies as st
     victims_yield=st.booleans(),
     backfill_depth=st.none() | st.integers(1, 3),
     fair_queuing=st.booleans(),
+    unstarted_per_node=st.none() | st.integers(1, 2),
 )
 def test_random_logs_keep_every_invariant(
     models: list[str],
@@ -32,8 +33,9 @@ def test_random_logs_keep_every_invariant(
     victims_yield: bool,
     backfill_depth: int | None,
     fair_queuing: bool,
+    unstarted_per_node: int | None,
 ) -> None:
-    world = World(models, gpus, victims_yield, backfill_depth, fair_queuing)
+    world = World(models, gpus, victims_yield, backfill_depth, fair_queuing, unstarted_per_node)
     for action in actions:
         world.play(action)
     world.check_replay()
@@ -45,14 +47,25 @@ def test_random_logs_keep_every_invariant(
     actions=st.lists(PREEMPTING, min_size=25, max_size=60),
     victims_yield=st.booleans(),
     fair_queuing=st.booleans(),
+    unstarted_per_node=st.none() | st.integers(1, 2),
 )
 def test_random_preemptions_keep_every_invariant(
-    gpus: int, actions: list[object], victims_yield: bool, fair_queuing: bool
+    gpus: int,
+    actions: list[object],
+    victims_yield: bool,
+    fair_queuing: bool,
+    unstarted_per_node: int | None,
 ) -> None:
     """Most of these logs preempt (jobs of mixed priorities, half of them preemptible,
     on full nodes), and victims requeue and yield: every decision stays valid, the
     audit property and a kept index hold (`World.place`), and the log replays."""
-    world = World(["A100", "H100"], gpus, victims_yield, fair_queuing=fair_queuing)
+    world = World(
+        ["A100", "H100"],
+        gpus,
+        victims_yield,
+        fair_queuing=fair_queuing,
+        unstarted_per_node=unstarted_per_node,
+    )
     for action in actions:
         world.play(action)
     world.check_replay()
