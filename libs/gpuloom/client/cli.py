@@ -18,6 +18,7 @@ from pathlib import PurePath
 from typing import Annotated
 
 import typer
+from rich.console import RenderableType
 from rich.markup import escape
 
 from gpuloom.client import render
@@ -332,11 +333,11 @@ def show(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
         else "events: not shown (only its owner, its account's coordinators and operators"
         " may read a job's events)"
     )
-    replicas = render.replicas_table(job)
-    if replicas is None:
-        emit(render.job_details(job), "", events)
-    else:
-        emit(render.job_details(job), "", replicas, "", events)
+    parts: list[RenderableType] = [render.job_details(job), ""]
+    for table in (render.array_tasks_table(job), render.replicas_table(job)):
+        if table is not None:
+            parts += [table, ""]
+    emit(*parts, events)
 
 
 @app.command("queue")

@@ -154,6 +154,31 @@ def job_details(job: Job) -> Table:
     return table
 
 
+#: The tasks of an array `gpuloom show` lists (`--json` has every one the gateway gives).
+ARRAY_TASKS_SHOWN = 20
+
+
+def array_tasks_table(job: Job) -> Group | None:
+    """The first tasks of an array, each with its state, node and exit code, as squeue
+    lists an array's tasks (None: not an array's id)."""
+    array = job.get("array")
+    if not array or "members" not in array:
+        return None
+    members = array["members"]
+    shown = members[:ARRAY_TASKS_SHOWN]
+    more = len(array["tasks"]) - len(shown)
+    # the heading on a line of its own: a table's title wraps to the table's width
+    heading = "tasks" if not more else f"tasks: the first {len(shown)}; {more} more in --json"
+    table = new_table()
+    for column in ("TASK", "STATE", "NODE", "EXIT"):
+        table.add_column(column, no_wrap=True)
+    for task in shown:
+        table.add_row(
+            task["id"], state_text(task["state"]), dash(task.get("node")), dash(task["exit_code"])
+        )
+    return Group(heading, table)
+
+
 def replicas_table(job: Job) -> Table | None:
     """Each replica of a gang: its node, GPUs, state and exit code (None: one replica)."""
     placement = job.get("placement") or []

@@ -34,3 +34,18 @@ def test_replay_gives_the_priority_of_placed_and_running_jobs_too() -> None:
         _queue_table(queue, running)
     ).splitlines() if line.startswith("│")]  # fmt: skip
     assert rows == [["r1", "running", "n1", "7"], ["q1", "queued", "-", "3"]]
+
+
+def test_show_of_an_array_lists_its_first_tasks_with_state_node_and_exit() -> None:
+    from gpuloom.client.render import ARRAY_TASKS_SHOWN, array_tasks_table
+
+    members = [
+        {"id": f"a-{i}", "state": "succeeded" if i else "failed", "node": "n1", "exit_code": i % 2}
+        for i in range(ARRAY_TASKS_SHOWN + 5)
+    ]
+    job: Any = {"array": {"tasks": [m["id"] for m in members], "states": {}, "members": members}}
+    text = shown(array_tasks_table(job), width=120)
+    assert "tasks: the first 20; 5 more in --json" in text.splitlines()[0]
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("a-")]
+    assert rows[0] == ["a-0", "failed", "n1", "0"] and len(rows) == ARRAY_TASKS_SHOWN
+    assert array_tasks_table({"array": None}) is None  # type: ignore[typeddict-item]
