@@ -11,12 +11,12 @@ deterministic msg id, and the shell makes every action idempotent.
 Rules, for each served node and each job on it (phase placed or running) at its
 current attempt:
 
-* no local process: placed with a cancel request (or preempted) -> report it
-  cancelled (preempted) before start; otherwise -> `Ensure` (adopt, report from
+* no local process: placed with a cancel request (or preempted, or on a GPU that
+  failed) -> report it cancelled (preempted) before start; otherwise -> `Ensure` (adopt, report from
   its run folder, or start it).
 * an orphan (a live shim found at start-up) -> `Ensure` (adopt it).
-* running locally with a cancel request or preempted -> `Stop` (outcome
-  `cancelled` or `preempted`); placed -> report `JobStarted`
+* running locally with a cancel request, preempted or on a GPU that failed -> `Stop`
+  (outcome `cancelled` or `preempted`: the fold requeues a preempted run); placed -> report `JobStarted`
   (again, until the log shows it).
 * stopping, exited -> nothing: its watcher reports the end.
 
@@ -250,6 +250,9 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
             return [
                 Report(finished(job, node, "cancelled", None, "cancelled before start", replica))
             ]
+        if not_started and job.health_stop is not None:
+            why = f"{job.health_stop} before start"
+            return [Report(finished(job, node, "preempted", None, why, replica))]
         if not_started and job.preempted_by is not None:
             why = f"preempted by {job.preempted_by} before start"
             return [Report(finished(job, node, "preempted", None, why, replica))]
@@ -263,6 +266,8 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
     if local.status is Status.RUNNING:
         if job.cancel_requested:
             return [Stop((job.job_id, job.attempt, replica))]
+        if job.health_stop is not None:  # a GPU of the job failed: requeued once stopped
+            return [Stop((job.job_id, job.attempt, replica), "preempted", job.health_stop)]
         if job.preempted_by is not None:
             why = f"preempted by {job.preempted_by}"
             return [Stop((job.job_id, job.attempt, replica), "preempted", why)]

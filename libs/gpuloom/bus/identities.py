@@ -88,6 +88,7 @@ WRITERS: dict[str, tuple[str, str]] = {
     "NodeUncordoned": ("node", "gateway"),
     "NodeRemoved": ("node", "gateway"),
     "GpuPoolChanged": ("node", "gateway"),
+    "GpuHealthy": ("node", "gateway"),
     "PriorityClassSet": ("priorityclass", "gateway"),
     "PriorityClassDeleted": ("priorityclass", "gateway"),
     "LimitsSet": ("limits", "gateway"),
@@ -121,6 +122,7 @@ WRITERS: dict[str, tuple[str, str]] = {
     # node agents, each for its own nodes only (NODE_BOUND_TYPES)
     "JobStarted": ("job", AGENT),
     "JobFinished": ("job", AGENT),
+    "GpuUnhealthy": ("node", AGENT),  # the node is the subject's id: its own nodes only
     # operator tools
     "AuditCompleted": ("audit", ADMIN),
 }
@@ -164,7 +166,11 @@ def events_of(writer: str) -> list[str]:
 
 def event_permission(event_type: str, node: str | None = None) -> str:
     """The subject pattern that lets its owner publish `event_type` (for `node`)."""
-    aggregate, _ = WRITERS[event_type]
+    aggregate, writer = WRITERS[event_type]
+    if aggregate == "node" and writer == AGENT:  # an event about the agent's own node
+        if node is None:
+            raise ValueError(f"{event_type} is published per node")
+        return event_subject(aggregate, node, event_type, None)
     if event_type in NODE_BOUND_TYPES:
         if node is None:
             raise ValueError(f"{event_type} is published per node")

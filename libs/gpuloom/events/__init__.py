@@ -23,6 +23,7 @@ from gpuloom.events.gateway import (
     JobSubmitted,
     array_task_id,
 )
+from gpuloom.events.health import GpuHealthy, GpuUnhealthy, HealthCheck
 from gpuloom.events.inventory import (
     GpuPoolChanged,
     GpuSpec,
@@ -75,8 +76,11 @@ __all__ = [
     "Dependency",
     "Envelope",
     "Event",
+    "GpuHealthy",
     "GpuPoolChanged",
     "GpuSpec",
+    "GpuUnhealthy",
+    "HealthCheck",
     "JobAdmitted",
     "JobArraySubmitted",
     "JobCancelRequested",

@@ -15,6 +15,7 @@ from gpuloom.events.agent import JobFinished, JobStarted
 from gpuloom.events.audit import AuditCompleted
 from gpuloom.events.base import Event
 from gpuloom.events.gateway import JobArraySubmitted, JobCancelRequested, JobSubmitted
+from gpuloom.events.health import GpuHealthy, GpuUnhealthy
 from gpuloom.events.inventory import (
     GpuPoolChanged,
     NodeCordoned,
@@ -81,6 +82,8 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     WebhookDeleted,
     WebhookDisabled,
     WebhookRenewed,
+    GpuUnhealthy,
+    GpuHealthy,
 )
 
 

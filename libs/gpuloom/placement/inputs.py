@@ -57,13 +57,17 @@ def schedulable(node: NodeState) -> bool:
 
 
 def node_view(node: NodeState, rank: int, *, idle: bool = False) -> NodeView:
-    """What is free on `node` (all of it with `idle`), as placement sees it."""
+    """What is free on `node` (all of it with `idle`), as placement sees it. A GPU out
+    of service (GpuUnhealthy) has nothing free, unless `idle` (what could ever run)."""
     # every cycle views every GPU of every node (40,000 at 5,000 nodes): what is free
     # is summed in one pass over each GPU's holders, not two
     gpus = []
-    for _, gpu in sorted(node.gpus.items()):
+    unhealthy = node.unhealthy
+    for index, gpu in sorted(node.gpus.items()):
         milli, memory = MILLI_PER_GPU, gpu.memory_mib
-        if not idle:
+        if unhealthy and index in unhealthy and not idle:
+            milli = memory = 0
+        elif not idle:
             for held_milli, held_memory in gpu.holders.values():
                 milli -= held_milli
                 memory -= held_memory

@@ -20,6 +20,7 @@ from gpuloom.queueing import (
     fair_share_factors,
     multifactor_priority,
 )
+from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.queueing.quota import Quota, QuotaBook, QuotaTracker
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.dependencies import dependency_status
@@ -27,14 +28,26 @@ from gpuloom.state.dependencies import dependency_status
 _Ranked = TypeVar("_Ranked")
 
 
-QueueKey = tuple[int, int, tuple[int, int, str]]
+QueueKey = tuple[int, int, int, tuple[int, int, str]]
 
 
 def queue_key(job: JobState, fair: bool) -> QueueKey:
-    """Total order of pending jobs: higher priority first, then, under fair queuing
-    (`fair_queuing(state)`), the job's tag (`JobState.queue_tag`: users take turns),
-    then submission order (`JobState.order`: an array's tasks by index), then id."""
-    return (-job.priority, job.queue_tag if fair else 0, job.order)
+    """Total order of pending jobs: higher priority first, then a job requeued because
+    a GPU failed under it (`JobState.expedited`: first among its priority), then, under
+    fair queuing (`fair_queuing(state)`), the job's tag (`JobState.queue_tag`: users
+    take turns), then submission order (`JobState.order`: an array's tasks by index),
+    then id."""
+    return (-job.priority, 0 if job.expedited else 1, job.queue_tag if fair else 0, job.order)
+
+
+def ranking_total(job: JobState, factors: PriorityFactors, weights: PriorityWeights) -> int:
+    """The points a job ranks by under multifactor priority: its total, or for a job
+    requeued because a GPU failed under it (expedited), the most any job of its
+    priority can have (every factor at 1), so it goes first among them."""
+    if not job.expedited:
+        return factors.total
+    most = weights.age + weights.fair_share + weights.size
+    return (job.priority + most) * FACTOR_SCALE
 
 
 def fair_queuing(state: ClusterState) -> bool:
@@ -91,7 +104,14 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
             )
         )
     fair = fair_queuing(state)
-    ranked.sort(key=lambda pair: (-pair[1].total, pair[0].queue_tag if fair else 0, pair[0].order))
+    ranked.sort(
+        key=lambda pair: (
+            -ranking_total(pair[0], pair[1], weights),
+            0 if pair[0].expedited else 1,
+            pair[0].queue_tag if fair else 0,
+            pair[0].order,
+        )
+    )
     return behind_their_preemptors(state, ranked, lambda pair: pair[0])
 
 

@@ -24,6 +24,7 @@ from gpuloom.state.retention import expire
 from gpuloom.state.rules import (
     accounts,
     cluster,
+    health,
     jobs,
     nodes,
     policies,
@@ -183,4 +184,5 @@ _HANDLERS: dict[type[Event], Handler] = rule_table(
     policies.RULES,
     reservations.RULES,
     webhooks.RULES,
+    health.RULES,
 )

@@ -81,6 +81,20 @@ class GpuState:
         return min(self.holders) if self.holders else None
 
 
+@dataclass(frozen=True)
+class GpuFault:
+    """Why a GPU is out of service (GpuUnhealthy), until an operator resumes it."""
+
+    uuid: str
+    check: str
+    evidence: str
+    at: datetime
+
+    @property
+    def text(self) -> str:
+        return f"{self.check}: {self.evidence}" if self.evidence else self.check
+
+
 @dataclass
 class NodeState:
     name: str
@@ -96,6 +110,8 @@ class NodeState:
     #: Cordoned by an admin (NodeCordoned): out of placement, with the reason given.
     cordoned: bool = False
     cordon_reason: str = ""
+    #: GPUs out of service by index (GpuUnhealthy until GpuHealthy): placement leaves them.
+    unhealthy: dict[int, GpuFault] = field(default_factory=dict)
 
     @property
     def schedulable(self) -> bool:
@@ -195,6 +211,15 @@ class JobState:
     #: Requeued after it was preempted: the job it was stopped for, until it is placed
     #: again (it ranks behind that job: `QueuePolicySet.victims_yield`).
     yields_to: str | None = None
+    #: A GPU of the current attempt failed (GpuUnhealthy): why, and when (its charge
+    #: ends there). The agents stop its replicas; then it is requeued, expedited.
+    health_stop: str | None = None
+    health_at: datetime | None = None
+    #: Times it was requeued after a GPU failed under it.
+    requeues: int = 0
+    #: Requeued after a GPU failed, and not placed since: it goes first among the jobs
+    #: of its priority (expedited requeue).
+    expedited: bool = False
     runs: list[Run] = field(default_factory=list)
     charged_attempts: list[int] = field(default_factory=list)
     #: Envelope id of the latest event applied to this job (causation of the next).

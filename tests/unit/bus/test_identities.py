@@ -59,7 +59,9 @@ def table() -> list[Identity]:
 
 
 def subject_of(event_type: str, node: str = "node-a") -> str:
-    aggregate, _ = WRITERS[event_type]
+    aggregate, writer = WRITERS[event_type]
+    if aggregate == "node" and writer == AGENT:  # about the node itself: its name is the id
+        return f"gpuloom.evt.node.{node}.{event_type}"
     tail = f".{node}" if event_type in NODE_BOUND_TYPES else ""
     return f"gpuloom.evt.{aggregate}.x1.{event_type}{tail}"
 
@@ -93,6 +95,9 @@ def test_an_agent_publishes_only_for_its_own_nodes() -> None:
         assert may_publish(theirs, subject_of(event_type, "node-b"))
         legacy = f"gpuloom.evt.job.x1.{event_type}"  # the 5-token subject: admin only
         assert not may_publish(mine, legacy) and not may_publish(theirs, legacy)
+    assert may_publish(mine, subject_of("GpuUnhealthy", "node-c"))
+    assert not may_publish(mine, subject_of("GpuUnhealthy", "node-b"))
+    assert not may_publish(mine, subject_of("GpuHealthy", "node-a")), "an operator resumes"
     assert may_publish(mine, "gpuloom.hb.node-a") and not may_publish(mine, "gpuloom.hb.node-b")
     assert "gpuloom.ctl.agent.node-a.>" in (mine.subscribe or ())
     assert "gpuloom.ctl.agent.node-b.>" not in (mine.subscribe or ())

@@ -18,7 +18,9 @@ from gpuloom.events import (
     AuditCompleted,
     Dependency,
     Event,
+    GpuHealthy,
     GpuPoolChanged,
+    GpuUnhealthy,
     JobAdmitted,
     JobArraySubmitted,
     JobCancelled,
@@ -122,6 +124,10 @@ EXAMPLES: dict[type[Event], Event] = {
     NodeLost: NodeLost(node="n1", reason="no heartbeat for 12.0s"),
     NodeRecovered: NodeRecovered(node="n1"),
     GpuPoolChanged: GpuPoolChanged(node="n1", index=0, pool="vgpu"),
+    GpuUnhealthy: GpuUnhealthy(
+        node="n1", index=0, uuid="GPU-1", check="xid", evidence="Xid 79: fallen off the bus"
+    ),
+    GpuHealthy: GpuHealthy(node="n1", index=0, reason="reseated"),
     NodeCordoned: NodeCordoned(node="n1", reason="maintenance"),
     NodeUncordoned: NodeUncordoned(node="n1"),
     NodeRemoved: NodeRemoved(node="n1", reason="decommissioned"),

@@ -152,3 +152,5 @@ def forget_placement(state: ClusterState, job: JobState) -> None:
     job.master = None
     job.preempted_by = None
     job.preempted_at = None
+    job.health_stop = None
+    job.health_at = None

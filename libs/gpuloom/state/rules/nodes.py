@@ -66,6 +66,12 @@ def _registered(state: ClusterState, event: NodeRegistered, step: Step) -> None:
         hosted=existing.hosted if existing is not None else {},
         cordoned=existing.cordoned if existing is not None else False,
         cordon_reason=existing.cordon_reason if existing is not None else "",
+        # a failed GPU stays out of service while it is the same GPU (its UUID)
+        unhealthy={
+            index: fault
+            for index, fault in (existing.unhealthy if existing is not None else {}).items()
+            if index in gpus and gpus[index].uuid == fault.uuid
+        },
     )
     step.changed_node(event.node)
 

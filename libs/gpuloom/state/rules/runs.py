@@ -82,6 +82,7 @@ def _placed(state: ClusterState, event: JobPlaced, step: Step) -> None:
     job.placed_at = step.envelope.at
     job.placed_seq = step.seq
     job.yields_to = None
+    job.expedited = False
     state.fair_clock = max(state.fair_clock, job.queue_tag)
     if state.reservation is not None and state.reservation.job_id == job.job_id:
         state.reservation = None
@@ -170,6 +171,9 @@ def assignment_problem(
                 return (
                     f"replica {number}: node {piece.node} has no GPU {piece.index} ({piece.uuid})"
                 )
+            fault = node.unhealthy.get(piece.index)
+            if fault is not None:
+                return f"replica {number}: {where} is out of service ({fault.text})"
             if piece.milli != share:
                 return (
                     f"replica {number}: {where} slice of {piece.milli} milli, the job asks {share}"
@@ -274,8 +278,8 @@ def _finished(state: ClusterState, event: JobFinished, step: Step) -> None:
     _require_current_attempt(job, event.attempt, event.node, event.replica)
     if event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
-    if event.outcome == "preempted" and job.preempted_by is None:
-        raise Invalid(f"job {job.job_id} was not preempted")
+    if event.outcome == "preempted" and job.preempted_by is None and job.health_stop is None:
+        raise Invalid(f"job {job.job_id} was not preempted, nor on a failed GPU")
     job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
     touch(state, job, step)
     if len(job.finished_replicas) < len(job.replicas):
@@ -286,7 +290,18 @@ def _finished(state: ClusterState, event: JobFinished, step: Step) -> None:
     # A gang's run ends with its last replica, which need not be the last reported:
     # only a single replica's own end time is the run's end.
     ended = event.ended_at if len(job.replicas) == 1 else None
+    if job.health_at is not None:  # a failed GPU: the run is charged up to the fault
+        ended = job.health_at if ended is None else min(ended, job.health_at)
     release(state, job, step, ended)
+    if outcome == "preempted" and job.health_stop is not None and not job.cancel_requested:
+        why = job.health_stop
+        job.requeues += 1
+        job.expedited = True
+        job.yields_to = None
+        set_phase(state, job, "queued")
+        forget_placement(state, job)
+        job.reason = f"requeued first: {why}"
+        return
     if outcome == "preempted" and not job.cancel_requested:
         by = job.preempted_by
         job.yields_to = by  # before it is queued: `set_phase` files it among the yielding
