@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuloom.events.health import CRITICAL_XIDS
 from gpuloom.events.text import HOST_ADDRESS
 
 
@@ -174,6 +175,16 @@ class Settings(BaseSettings):
     #: The most bytes a job's stdout, and its stderr, may hold: past it the job is
     #: stopped and fails naming the cap; 0: no cap.
     agent_max_log_bytes: int = Field(default=100 * 1024 * 1024, ge=0)
+    #: How often the agent checks its GPUs' health (`services.agent.health`): NVML's
+    #: Xid events, ECC errors, retired pages and a lost GPU, or a simulated node's
+    #: injected faults; 0: never.
+    agent_health_interval_s: float = Field(default=1.0, ge=0)
+    #: The Xid errors that take a GPU out of service (`health.CRITICAL_XIDS`).
+    agent_health_xids: list[int] = Field(default=list(CRITICAL_XIDS), max_length=256)
+    #: Uncorrected volatile ECC errors a GPU may have before it is taken out of service.
+    agent_health_ecc_errors: int = Field(default=0, ge=0)
+    #: The simulated nodes' injected faults (YAML); None: `faults.yaml` in the run folder.
+    agent_faults_file: Path | None = None
     #: Where other nodes reach this node's jobs (a gang's MASTER_ADDR when its replica
     #: 0 runs here); None: the first non-loopback IPv4 address of the host's name.
     agent_address: str | None = Field(default=None, pattern=HOST_ADDRESS)

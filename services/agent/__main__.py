@@ -44,6 +44,7 @@ from services.agent.cgroups import UNCONFINED, Cgroups, detect, enable_node
 from services.agent.containers import ContainerError, Podman, find_podman
 from services.agent.discovery import DiscoveryError, discover_local_node
 from services.agent.gpuwatch import nvml_probe
+from services.agent.health import HealthProbe, HealthWatch, InjectedFaults, nvml_health
 from services.agent.hiding import process_hiding
 from services.agent.identity import AccountError, Accounts, job_accounts
 from services.agent.inventory_file import InventoryError, ServedNode, load_inventory
@@ -179,6 +180,7 @@ async def serve(
         max_log_bytes=settings.agent_max_log_bytes,
         hide=hide,
         budget=StartBudget(settings.agent_start_rate, settings.agent_start_burst),
+        health=health_watch(settings, nodes),
     )
     runner = agent.runner
     orphans = runner.scan(names)
@@ -224,6 +226,25 @@ async def serve(
         for sub in subscriptions:
             with contextlib.suppress(Exception):
                 await sub()
+
+
+def health_watch(settings: Settings, nodes: Sequence[ServedNode]) -> HealthWatch | None:
+    """The GPUs' health checks of `nodes` (`services.agent.health`): the injected faults'
+    file for simulated nodes, NVML for real ones; None when off or without NVML."""
+    interval = settings.agent_health_interval_s
+    served = [(node.name, node.spec) for node in nodes]
+    if interval <= 0 or not any(node.spec.gpus for node in nodes):
+        return None
+    probe: HealthProbe | None
+    if all(node.spec.simulated for node in nodes):
+        path = settings.agent_faults_file or settings.run_dir() / "faults.yaml"
+        probe = InjectedFaults(path, served)
+        log.info("GPU health: faults injected in %s, read every %g s", path, interval)
+    else:
+        probe = nvml_health(settings.agent_health_xids, settings.agent_health_ecc_errors)
+        if probe is not None:
+            log.info("GPU health: NVML (Xid, ECC, retired pages, lost GPUs) every %g s", interval)
+    return HealthWatch(probe, served, interval) if probe is not None else None
 
 
 def settings_accounts(settings: Settings) -> Accounts:

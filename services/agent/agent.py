@@ -34,6 +34,7 @@ from services.agent.cgroups import Cgroups
 from services.agent.containers import Podman
 from services.agent.fence import Fence
 from services.agent.gpuwatch import GpuMemoryProbe
+from services.agent.health import HealthWatch
 from services.agent.identity import Accounts
 from services.agent.outcomes import Exited, NotStarted, Started
 from services.agent.pacing import StartBudget
@@ -95,8 +96,11 @@ class Agent:
         max_log_bytes: int = 0,
         hide: Sequence[str] = (),
         budget: StartBudget | None = None,
+        health: HealthWatch | None = None,
     ) -> None:
         self.nodes = sorted(nodes)
+        #: The GPUs' health checks (None: none), looked at most once per its interval.
+        self.health = health
         #: How fast each user's jobs start on each node (None: as fast as they come).
         self.budget = budget
         self.runner = Runner(
@@ -148,6 +152,8 @@ class Agent:
                 await asyncio.sleep(0)
         for found in await asyncio.gather(*(self._contained(state, a) for a in starts)):
             decisions.extend(found)
+        if self.health is not None and not fenced:
+            decisions.extend(self.health.check(now))
         return decisions
 
     def _held_back(self, action: Ensure, local: Mapping[JobKey, object], now: float) -> bool:

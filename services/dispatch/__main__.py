@@ -31,9 +31,9 @@ from gpuloom.bus.streams import VIEW_TOMBSTONE_TTL_S, view_stream
 from gpuloom.config import Settings
 from gpuloom.events import Recorded
 from gpuloom.events.subjects import (
-    NODE_BOUND_TYPES,
     SYNC_PREFIX,
     VIEW_PREFIX,
+    agent_node_of,
     view_job_subject,
     view_position_subject,
 )
@@ -67,7 +67,7 @@ PUBLISH_BATCH = 1000
 
 
 class WritersSeen:
-    """The nodes whose agents wrote an event (their subject's sixth token) since the
+    """The nodes whose agents wrote an event (`agent_node_of` its subject) since the
     last routing: each gets a position, so that the agent knows its write is folded."""
 
     def __init__(self) -> None:
@@ -77,9 +77,9 @@ class WritersSeen:
         pass
 
     def after(self, message: Incoming, recorded: Recorded, folded: Folded) -> None:
-        parts = message.subject.split(".")
-        if len(parts) == 6 and parts[4] in NODE_BOUND_TYPES:
-            self.nodes.add(parts[5])
+        node = agent_node_of(message.subject)
+        if node is not None:
+            self.nodes.add(node)
 
 
 class Dispatcher:

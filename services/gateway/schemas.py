@@ -38,6 +38,9 @@ class Job(BaseModel):
     command: list[str] | None
     time_limit_s: int | None
     attempt: int
+    #: Times it was requeued because a GPU failed under it (it then goes first among
+    #: the jobs of its priority); `reason` says which GPU and why.
+    requeues: int = 0
     cancel_requested: bool
     exit_code: int | None
     submitted_at: datetime
@@ -128,6 +131,15 @@ class GpuHolder(BaseModel):
     memory_mib: int
 
 
+class GpuFaultView(BaseModel):
+    """Why a GPU is out of service (GpuUnhealthy), until an operator resumes it."""
+
+    #: `xid`, `ecc`, `retired_pages`, `unresponsive` or `injected`.
+    check: str
+    evidence: str
+    at: datetime
+
+
 class Gpu(BaseModel):
     index: int
     uuid: str
@@ -140,6 +152,8 @@ class Gpu(BaseModel):
     milli_allocated: int = 0
     memory_allocated_mib: int = 0
     holders: list[GpuHolder] = []
+    #: Out of service (placement leaves it) since a health check failed; null: in service.
+    unhealthy: GpuFaultView | None = None
 
 
 class Node(BaseModel):
@@ -286,6 +300,13 @@ class PoolChangeAccepted(BaseModel):
     pool: str
     #: Stream sequence of the GpuPoolChanged event; None when the GPU already was there.
     seq: int | None
+
+
+class GpuResumed(BaseModel):
+    node: str
+    gpu: int
+    #: Stream sequence of the GpuHealthy event.
+    seq: int
 
 
 class AuditView(BaseModel):

@@ -42,6 +42,7 @@ from gpuloom.events.subjects import (
     AGENT_CONTROL_PREFIX,
     EVENT_PREFIX,
     NODE_BOUND_TYPES,
+    NODE_SELF_TYPES,
     SYNC_PREFIX,
     VIEW_PREFIX,
     agent_control_subjects,
@@ -166,8 +167,8 @@ def events_of(writer: str) -> list[str]:
 
 def event_permission(event_type: str, node: str | None = None) -> str:
     """The subject pattern that lets its owner publish `event_type` (for `node`)."""
-    aggregate, writer = WRITERS[event_type]
-    if aggregate == "node" and writer == AGENT:  # an event about the agent's own node
+    aggregate, _ = WRITERS[event_type]
+    if event_type in NODE_SELF_TYPES:  # an agent's event about its own node
         if node is None:
             raise ValueError(f"{event_type} is published per node")
         return event_subject(aggregate, node, event_type, None)

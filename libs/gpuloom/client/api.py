@@ -380,6 +380,11 @@ class GpuloomClient:
         path = f"/v1/nodes/{_segment(node)}"
         return cast(dict[str, Any], self._request("DELETE", path, params=params))
 
+    def resume_gpu(self, node: str, index: int, reason: str = "") -> dict[str, Any]:
+        """`POST /v1/nodes/{node}/gpus/{index}/resume`: a failed GPU back in service."""
+        path = f"/v1/nodes/{_segment(node)}/gpus/{index}/resume"
+        return cast(dict[str, Any], self._request("POST", path, json={"reason": reason}))
+
     def uncordon(self, node: str) -> dict[str, Any]:
         """`DELETE /v1/nodes/{node}/cordon`."""
         return cast(dict[str, Any], self._request("DELETE", f"/v1/nodes/{_segment(node)}/cordon"))

@@ -108,6 +108,23 @@ def remove_node(
     typer.echo(f"{node} removed (seq {answer['seq']})")
 
 
+gpus_app = typer.Typer(no_args_is_help=True, help="GPUs out of service: resume one.")
+commands.add_typer(gpus_app, name="gpus")
+
+
+@gpus_app.command("resume")
+def resume_gpu(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The GPU's node.")],
+    index: Annotated[int, typer.Argument(min=0, max=1023, help="The GPU's index on it.")],
+    reason: Annotated[str, typer.Option(help="Why it is sound again (kept in the log).")] = "",
+) -> None:
+    """Return a GPU that failed a health check to service (operators; the log records who)."""
+    with gateway(ctx) as client:
+        answer = client.resume_gpu(node, index, reason)
+    typer.echo(f"GPU {node}/{index} back in service (seq {answer['seq']})")
+
+
 @commands.command()
 def cordon(
     ctx: typer.Context,

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from rich.table import Table
 
 from gpuloom.client.render import new_table
-from gpuloom.client.schema import Node
+from gpuloom.client.schema import Gpu, Node
 from gpuloom.events.units import MILLI_PER_CPU
 
 
@@ -26,6 +26,15 @@ def _node_state(node: Node) -> str:
     if node.get("cordoned"):
         return f"[yellow]cordoned[/yellow] ({node['cordoned']})"
     return "[green]ready[/green]"
+
+
+def _out_of_service(failed: list[Gpu]) -> str:
+    """The GPUs a health check took out of service, each with what it saw: `0 (xid)`."""
+    shown = []
+    for gpu in failed:
+        fault = gpu.get("unhealthy")
+        shown.append(f"{gpu['index']} ({fault['check'] if fault else '?'})")
+    return f"[red]{', '.join(shown)}[/red]" if shown else "-"
 
 
 def topology_path(node: Node) -> tuple[str, ...]:
@@ -48,6 +57,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
     table.add_column("GPU MODELS")
     table.add_column("GPUS USED", justify="right")
     table.add_column("FREE INDEXES")
+    table.add_column("OUT OF SERVICE")
     table.add_column("JOBS")
     table.add_column("CPU", justify="right")
     table.add_column("MEMORY", justify="right")
@@ -63,7 +73,10 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
         for gpu in gpus:
             models[gpu["model"]] = models.get(gpu["model"], 0) + 1
         used = sum(1 for gpu in gpus if gpu["allocated"])
-        free = [str(gpu["index"]) for gpu in gpus if not gpu["allocated"]]
+        failed = [gpu for gpu in gpus if gpu.get("unhealthy")]
+        free = [
+            str(gpu["index"]) for gpu in gpus if not gpu["allocated"] and not gpu.get("unhealthy")
+        ]
         jobs = sorted({job for job in (gpu.get("job_id") for gpu in gpus) if job})
         name = node["name"] + (" (sim)" if node.get("simulated") else "")
         where = ["/".join(path) or "-"] if grouped else []
@@ -74,6 +87,7 @@ def nodes_table(nodes: Iterable[Node]) -> Table:
             ", ".join(f"{count} x {model}" for model, count in sorted(models.items())) or "-",
             f"{used}/{len(gpus)}",
             ",".join(free) or "-",
+            _out_of_service(failed),
             ", ".join(jobs) or "-",
             _cores(node["cpu_milli"]),
             _mib(node["memory_mib"]),

@@ -115,6 +115,12 @@ class JobLogs(TypedDict):
     stderr: str
 
 
+class GpuFault(TypedDict):
+    check: str
+    evidence: str
+    at: str
+
+
 class Gpu(TypedDict):
     index: int
     uuid: str
@@ -122,6 +128,8 @@ class Gpu(TypedDict):
     memory_mib: int
     allocated: bool
     job_id: str | None
+    #: Out of service since a health check failed (`gpuloom gpus resume` returns it).
+    unhealthy: NotRequired[GpuFault | None]
 
 
 class Node(TypedDict, total=False):

@@ -24,6 +24,12 @@ from gpuloom.events.text import Remark, UserName
 #: stopped answering), `injected` (a simulated node's fault, for tests and drills).
 HealthCheck = Literal["xid", "ecc", "retired_pages", "unresponsive", "injected"]
 
+#: The Xid errors that take a GPU out of service (NVIDIA's Xid catalogue: those that
+#: need a reset or a reboot, or mean the GPU or its memory failed): 48 double-bit ECC,
+#: 61/62 internal micro-controller halt, 63/64 row remapping, 74 NVLink, 79 fallen off
+#: the bus, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP.
+CRITICAL_XIDS: tuple[int, ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+
 
 class GpuUnhealthy(NodeEvent):
     """A GPU of the node failed a health check: no job is placed on it again until an

@@ -93,6 +93,12 @@ def node_lost(node: str, seq: int) -> str:
     return f"{node}:lost:{seq}"
 
 
+def gpu_unhealthy(node: str, index: int, seen_ms: int) -> str:
+    """An agent saw GPU `index` of `node` fail at `seen_ms` (its clock): a GPU that fails
+    again after an operator resumed it is a new fact, not a repeat."""
+    return f"{node}:gpu-unhealthy:{index}:{seen_ms}"
+
+
 def webhook_disabled(webhook_id: str) -> str:
     return f"{webhook_id}:disabled"
 

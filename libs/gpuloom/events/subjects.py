@@ -21,6 +21,20 @@ AGENT_CONTROL_PREFIX = "gpuloom.ctl.agent"
 #: an agent may publish them only for the nodes it serves. Add a type here when agents
 #: gain one.
 NODE_BOUND_TYPES: frozenset[str] = frozenset({"JobStarted", "JobFinished"})
+#: Event types an agent writes about a node it serves (aggregate `node`, the node's
+#: name its id): an agent may publish them only on its own nodes' subjects.
+NODE_SELF_TYPES: frozenset[str] = frozenset({"GpuUnhealthy"})
+
+
+def agent_node_of(subject: str) -> str | None:
+    """The node whose agent wrote the event on `subject` (a `NODE_BOUND_TYPES` subject's
+    sixth token, a `NODE_SELF_TYPES` subject's id), or None: not an agent's event."""
+    parts = subject.split(".")
+    if len(parts) == 6 and parts[4] in NODE_BOUND_TYPES:
+        return parts[5]
+    if len(parts) == 5 and parts[2] == "node" and parts[4] in NODE_SELF_TYPES:
+        return parts[3]
+    return None
 
 
 def event_subject(aggregate: str, aggregate_id: str, event_type: str, node: str | None) -> str:

@@ -106,6 +106,8 @@ class JobRow(Base):
     command: Mapped[list[Any]] = mapped_column(JSON)
     time_limit_s: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer)
+    #: Times it was requeued because a GPU failed under it (expedited requeue).
+    requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     cancel_requested: Mapped[bool] = mapped_column(Boolean)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True)

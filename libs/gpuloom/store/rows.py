@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuloom.state import ClusterState, JobState, NodeState
 from gpuloom.state.dependencies import dependency_status
+from gpuloom.state.model import GpuFault
 
 
 def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
@@ -31,6 +32,7 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
         "command": list(spec.command),
         "time_limit_s": spec.time_limit_s,
         "attempt": job.attempt,
+        "requeues": job.requeues,
         "cancel_requested": job.cancel_requested,
         "exit_code": job.exit_code,
         "idempotency_key": job.idempotency_key,
@@ -69,6 +71,13 @@ def replica_view(job: JobState, number: int) -> dict[str, Any]:
     return view
 
 
+def _fault(fault: GpuFault | None) -> dict[str, str] | None:
+    """A GPU out of service, as the row keeps it (None: in service)."""
+    if fault is None:
+        return None
+    return {"check": fault.check, "evidence": fault.evidence, "at": fault.at.isoformat()}
+
+
 def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
     return {
         "name": node.name,
@@ -93,6 +102,7 @@ def node_row(node: NodeState, state: ClusterState) -> dict[str, Any]:
                     {"job_id": job_id, "milli": milli, "memory_mib": memory}
                     for job_id, (milli, memory) in sorted(gpu.holders.items())
                 ],
+                "unhealthy": _fault(node.unhealthy.get(gpu.index)),
             }
             for _, gpu in sorted(node.gpus.items())
         ],

@@ -215,6 +215,20 @@ class Cluster:
             raise TimeoutError(f"{len(pending)} jobs not final after {timeout}s: {states}")
         return done
 
+    def inject_faults(self, *faults: tuple[str, int, str, str]) -> None:
+        """Make the simulated agents see these GPU faults, `(node, index, check,
+        evidence)`, and no other: the file every agent of this cluster reads
+        (`services.agent.health.InjectedFaults`), replaced in one rename."""
+        path = self.data_dir / "agent" / "faults.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = [
+            {"node": node, "index": index, "check": check, "evidence": evidence}
+            for node, index, check, evidence in faults
+        ]
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(yaml.safe_dump(entries))
+        temporary.replace(path)
+
     def read_log(self) -> list[Recorded]:
         return asyncio.run(read_log(self.nats_url))
 

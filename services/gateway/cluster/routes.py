@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from gpuloom.auth import Principal
 from gpuloom.events import (
     Event,
+    GpuHealthy,
     GpuPoolChanged,
     NodeCordoned,
     NodeRemoved,
@@ -30,6 +31,7 @@ from services.gateway.refusals import Refused, answer, not_found
 from services.gateway.responses import UNAVAILABLE
 from services.gateway.schemas import (
     AuditView,
+    GpuResumed,
     Health,
     Node,
     NodeList,
@@ -115,6 +117,49 @@ async def _write(
         return recorded
     voided = await reads.voided_reason(recorded.seq)
     return Refused(409, voided) if voided is not None else recorded.seq
+
+
+class Resume(Body):
+    reason: Remark = ""
+
+
+@router.post(
+    "/v1/nodes/{node}/gpus/{gpu}/resume",
+    status_code=202,
+    response_model=GpuResumed,
+    tags=["nodes"],
+    responses={404: {"model": Problem}, 409: {"model": Problem}},
+    dependencies=[Depends(operator("resume GPUs"))],
+)
+async def resume_gpu(
+    node: NodeName,
+    gpu: Annotated[int, Path(ge=0, le=1023)],
+    body: Resume,
+    publisher: PublisherDep,
+    reads: ReadsDep,
+    principal: PrincipalDep,
+) -> GpuResumed:
+    """Return a GPU that failed a health check to service (event GpuHealthy, with who
+    and why): placement uses it again. 404 for a GPU that does not exist, 409 for one
+    in service."""
+    return answer(await _resume(publisher, reads, node, gpu, body.reason, principal))
+
+
+async def _resume(
+    publisher: Publisher, reads: Reads, node: str, gpu: int, reason: str, principal: Principal
+) -> GpuResumed | Refused:
+    await reads.catch_up(principal.name)
+    row = await reads.cluster.standing(node)
+    if row is None or row.removed:
+        return not_found(f"node {node}")
+    if not any(found["index"] == gpu for found in row.gpus):
+        return Refused(404, f"node {node} has no GPU {gpu}")
+    problem = reads.cluster.resume_problem(node, gpu)  # the fold's own rule
+    if problem is not None:
+        return Refused(409, problem)
+    event = GpuHealthy(node=node, index=gpu, reason=reason)
+    seq = await _write(publisher, reads, event, principal)
+    return seq if isinstance(seq, Refused) else GpuResumed(node=node, gpu=gpu, seq=seq)
 
 
 class Cordon(Body):

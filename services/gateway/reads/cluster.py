@@ -13,6 +13,7 @@ from gpuloom.events import GpuPoolChanged
 from gpuloom.queueing.order import pending_in_order, priority_weights, yields_to
 from gpuloom.queueing.priority import FACTOR_SCALE
 from gpuloom.state.dependencies import dependency_status
+from gpuloom.state.rules.health import resume_problem
 from gpuloom.state.rules.nodes import pool_change_problem, removal_problem
 from gpuloom.store.models import NodeRow
 from services.gateway.reads.source import Source
@@ -67,6 +68,12 @@ class ClusterReads:
         fold; None before it read the log."""
         state = self._source.folded()
         return pool_change_problem(state, event) if state is not None else None
+
+    def resume_problem(self, node: str, index: int) -> str | None:
+        """Why the fold would void resuming the GPU (it is in service), on the gateway's
+        fold; None before it read the log."""
+        state = self._source.folded()
+        return resume_problem(state, node, index) if state is not None else None
 
     def removal_problem(self, node: str) -> str | None:
         """Why the node may not be removed now (it holds a job); None before the gateway

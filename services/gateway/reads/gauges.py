@@ -70,6 +70,11 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         "GPUs that slices hold only in part (fragmentation: room no whole-GPU job can use)",
         labels=pools,
     )
+    unhealthy = GaugeMetricFamily(
+        "gpuloom_gpus_unhealthy",
+        "GPUs out of service since a health check failed (GpuUnhealthy), until resumed",
+        labels=pools,
+    )
     by_account = GaugeMetricFamily(
         "gpuloom_account_gpu_milli_allocated",
         "Milli-GPU held by each account's placed and running jobs",
@@ -79,6 +84,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
     held: Counter[tuple[str, str]] = Counter()
     milli_used: Counter[tuple[str, str]] = Counter()
     part: Counter[tuple[str, str]] = Counter()
+    failed: Counter[tuple[str, str]] = Counter()
     accounts: Counter[str] = Counter()
     for node in state.nodes.values():
         if node.phase == "lost":
@@ -90,6 +96,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
             held[key] += not gpu.idle
             milli_used[key] += used
             part[key] += 0 < used < MILLI_PER_GPU
+            failed[key] += gpu.index in node.unhealthy
             for job_id, (share, _) in gpu.holders.items():
                 job = state.jobs.get(job_id)
                 accounts[job.spec.account if job is not None else ""] += share
@@ -99,6 +106,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         milli.add_metric(list(key), MILLI_PER_GPU * count[key])
         milli_held.add_metric(list(key), milli_used[key])
         partly.add_metric(list(key), part[key])
+        unhealthy.add_metric(list(key), failed[key])
     for account in sorted(accounts):
         by_account.add_metric([account], accounts[account])
 
@@ -123,7 +131,7 @@ def cluster_metrics(state: ClusterState, now: datetime) -> list[Metric]:
         value=state.last_audit.mismatch_count if state.last_audit is not None else 0,
     )
     return [
-        jobs, queue, nodes, gpus, gpus_held, milli, milli_held, partly, by_account,
+        jobs, queue, nodes, gpus, gpus_held, milli, milli_held, partly, unhealthy, by_account,
         placements, recent, head_wait, audit, *reservation_metrics(state),
     ]  # fmt: skip
 
