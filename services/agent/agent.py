@@ -194,7 +194,9 @@ class Agent:
                 ]
             return []
         if isinstance(action, Stop):
-            self.runner.stop(action.key, action.outcome, action.reason)
+            self.runner.stop(
+                action.key, action.outcome, action.reason, checkpoint=action.checkpoint
+            )
         elif isinstance(action, Drop):
             self.runner.drop(action.key)
             self.outbox.pop(action.key, None)

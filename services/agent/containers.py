@@ -379,18 +379,28 @@ def start_problem(path: str, environ: Mapping[str, str]) -> str | None:
 
 
 class Removals:
-    """`podman rm -f` of containers whose runs the runner killed or saw end, each in a
-    process of its own (the agent's loop never waits on podman), reaped by `reap`."""
+    """`podman rm -f` of containers whose runs the runner killed or saw end, and
+    `podman kill --signal` of a checkpoint signal, each in a process of its own (the
+    agent's loop never waits on podman), reaped by `reap`."""
 
     def __init__(self, podman: Podman) -> None:
         self.podman = podman
         self._running: list[subprocess.Popen[bytes]] = []
 
+    def signal(self, name: str, number: int) -> None:
+        """`podman kill --signal` of the container `name`: a job's checkpoint signal
+        reaches the processes of its container, which are not in its shim's group."""
+        self._spawn([self.podman.path, "kill", f"--signal={number}", name])
+
     def remove(self, name: str) -> None:
+        self._spawn(self.podman.remove_argv(name))
+
+    def _spawn(self, argv: list[str]) -> None:
+        """Run podman with `argv` in a process of its own, reaped later."""
         try:
             self._running.append(
                 subprocess.Popen(
-                    self.podman.remove_argv(name),
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -399,7 +409,7 @@ class Removals:
                 )
             )
         except OSError as exc:  # the next end or kill of the run tries again
-            log.warning("could not remove container %s: %s", name, exc)
+            log.warning("could not run %s: %s", " ".join(argv[1:]), exc)
 
     def reap(self) -> None:
         self._running = [proc for proc in self._running if proc.poll() is None]

@@ -1,6 +1,9 @@
 """A job process the runner holds, and how it is stopped and seen to end.
 
-A stop escalates in steps, each after a grace period: SIGTERM to the shim (which
+A job that asked for a checkpoint signal (`JobSpec.signal`, sbatch's `--signal`) gets
+it first, on its own processes (never the shim's), `before_s` seconds before its time
+limit or before a stop for a preemption or a failed GPU; a user's cancel stops it at
+once. A stop then escalates in steps, each after a grace period: SIGTERM to the shim (which
 TERMs the job's group), then SIGUSR1 (the shim SIGKILLs the command and records its
 status), then SIGKILL of the whole group and of the job's cgroup. The runner (`services.agent.runner`)
 decides when to stop a job; this module carries the steps out and tells when the
@@ -18,7 +21,9 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from gpuloom.events import JobSpec
 from services.agent.cgroups import JobGroup
 from services.agent.reconcile import Status
 from services.agent.rendezvous import Master
@@ -53,6 +58,52 @@ class Proc:
     container: str | None = None
     #: The job's cgroup (None: the host has none for it, or an older agent started it).
     cgroup: JobGroup | None = None
+    #: The checkpoint signal the job asked for (`JobSpec.signal`): its number and how
+    #: many seconds before a stop it comes; None: none.
+    checkpoint: tuple[int, int] | None = None
+    #: The checkpoint signal was sent (before the time limit, or a stop): never twice.
+    warned: bool = False
+
+
+def checkpoint_of(spec: JobSpec) -> tuple[int, int] | None:
+    """The job's checkpoint signal as (signal number, seconds before), or None."""
+    if spec.signal is None:
+        return None
+    return int(getattr(signal, f"SIG{spec.signal.name}")), spec.signal.before_s
+
+
+def job_pids(proc: Proc) -> list[int]:
+    """The job's own processes, never its shim: every process of its cgroup (where it
+    has one: the shim stays outside), else every process of the shim's group but the
+    shim (a process that left the group with setsid is then not reached)."""
+    if proc.cgroup is not None:
+        with contextlib.suppress(OSError):
+            return proc.cgroup.pids()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == proc.pid:
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == proc.pid:  # the process group, after state and parent
+            pids.append(int(entry))
+    return pids
+
+
+def warn(proc: Proc, signal_job: Callable[[Proc, int], None]) -> None:
+    """Send the job its checkpoint signal, once (`signal_job` reaches a container)."""
+    if proc.checkpoint is None or proc.warned:
+        return
+    proc.warned = True
+    number = proc.checkpoint[0]
+    if proc.container is not None:
+        signal_job(proc, number)
+        return
+    for pid in job_pids(proc):
+        send(pid, number)
 
 
 def send(pid: int, sig: int, *, group: bool = False) -> None:
@@ -62,6 +113,18 @@ def send(pid: int, sig: int, *, group: bool = False) -> None:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
+
+
+def warn_then_terminate(
+    proc: Proc, grace_s: float, signal_job: Callable[[Proc, int], None]
+) -> None:
+    """A stop of a job that asked for a checkpoint signal and has not had it: the
+    signal now, SIGTERM `before_s` later (its escalation, stage 0); else SIGTERM now."""
+    if proc.checkpoint is None or proc.warned:
+        terminate(proc, grace_s)
+        return
+    warn(proc, signal_job)
+    proc.stage, proc.deadline = 0, time.monotonic() + proc.checkpoint[1]
 
 
 def terminate(proc: Proc, grace_s: float) -> None:

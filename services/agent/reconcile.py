@@ -99,6 +99,9 @@ class Stop:
     key: JobKey
     outcome: Outcome = "cancelled"
     reason: str = "cancelled by user"
+    #: The job's checkpoint signal first, if it asked for one (`JobSpec.signal`): a
+    #: preemption or a failed GPU; a user's cancel stops it at once.
+    checkpoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,10 +270,11 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
         if job.cancel_requested:
             return [Stop((job.job_id, job.attempt, replica))]
         if job.health_stop is not None:  # a GPU of the job failed: requeued once stopped
-            return [Stop((job.job_id, job.attempt, replica), "preempted", job.health_stop)]
+            key = (job.job_id, job.attempt, replica)
+            return [Stop(key, "preempted", job.health_stop, checkpoint=True)]
         if job.preempted_by is not None:
             why = f"preempted by {job.preempted_by}"
-            return [Stop((job.job_id, job.attempt, replica), "preempted", why)]
+            return [Stop((job.job_id, job.attempt, replica), "preempted", why, checkpoint=True)]
         if ended_by is not None:
             return [Stop((job.job_id, job.attempt, replica), "failed", ended_by)]
         if not_started:

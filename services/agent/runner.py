@@ -42,7 +42,16 @@ from services.agent.identity import Accounts, job_accounts, prepare_workdir
 from services.agent.jobenv import base_environment, ensure_environment, exec_size_problem
 from services.agent.launching import never_started, spawn, start_problem
 from services.agent.outcomes import EnsureResult, Exited, NotStarted, Resumed, Started, read_end
-from services.agent.processes import LIVENESS_EVERY_S, Proc, escalate_stop, has_ended, terminate
+from services.agent.processes import (
+    LIVENESS_EVERY_S,
+    Proc,
+    checkpoint_of,
+    escalate_stop,
+    has_ended,
+    terminate,
+    warn,
+    warn_then_terminate,
+)
 from services.agent.reconcile import Ensure, JobKey, Local, Status
 from services.agent.rendezvous import Master, Rendezvous, format_master, read_master
 from services.agent.shim import Ended, RunDir, parse_run_leaf
@@ -230,6 +239,7 @@ class Runner:
             master=master if action.replica == 0 else None,
             container=read_name(run),
             cgroup=step.group,
+            checkpoint=checkpoint_of(action.spec),
         )
         return Started(pid, master if action.replica == 0 else None)
 
@@ -256,6 +266,7 @@ class Runner:
             self._procs[key].master = read_master(run.file("master"))
             self._procs[key].container = read_name(run)
             self._procs[key].cgroup = adopted_group(run, action.spec, self.cgroups)
+            self._procs[key].checkpoint = checkpoint_of(action.spec)
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         name = read_name(run)
@@ -276,16 +287,29 @@ class Runner:
         release(group, self._leftover)
         return end
 
-    def stop(self, key: JobKey, outcome: Outcome, text: str, grace_s: float | None = None) -> None:
+    def stop(
+        self,
+        key: JobKey,
+        outcome: Outcome,
+        text: str,
+        grace_s: float | None = None,
+        *,
+        checkpoint: bool = False,
+    ) -> None:
         """Record why, then SIGTERM the job's group; the end is reported as `outcome`.
-        `grace_s`: wait that long between steps instead of the runner's grace."""
+        `grace_s`: wait that long between steps instead of the runner's grace.
+        `checkpoint`: the job's checkpoint signal first, if it asked for one (a
+        preemption, a failed GPU), and SIGTERM its `before_s` later."""
         proc = self._procs.get(key)
         if proc is None or proc.status not in (Status.RUNNING, Status.ORPHAN):
             return
         proc.run.write_reason(outcome, text)
         proc.status = Status.STOPPING
         proc.grace_s = grace_s
-        self._terminate(proc)
+        if checkpoint:
+            warn_then_terminate(proc, proc.grace_s or self.grace_s, self._signal_container)
+        else:
+            self._terminate(proc)
 
     def drop(self, key: JobKey) -> None:
         """Kill the job's group; its end is not reported. Forgets an exited process."""
@@ -354,6 +378,15 @@ class Runner:
                 self._end(key, proc.node, proc.run, proc.pid, end)
             elif proc.deadline is not None and now >= proc.deadline:
                 self._escalate(key, proc)
+            elif (
+                proc.checkpoint is not None
+                and proc.status is Status.RUNNING
+                and proc.deadline is not None
+                and now >= proc.deadline - proc.checkpoint[1]
+                and not proc.warned
+            ):
+                log.info("job %s attempt %d replica %d: its checkpoint signal", *key)
+                warn(proc, self._signal_container)
 
     def _escalate(self, key: JobKey, proc: Proc) -> None:
         if proc.status is Status.RUNNING:
@@ -361,6 +394,10 @@ class Runner:
             self.stop(key, "timed_out", f"time limit of {proc.time_limit_s} s exceeded")
         else:
             escalate_stop(proc, proc.grace_s or self.grace_s, self._remove_container)
+
+    def _signal_container(self, proc: Proc, number: int) -> None:
+        if proc.container is not None and self._removals is not None:
+            self._removals.signal(proc.container, number)
 
     def _remove_container(self, proc: Proc) -> None:
         if proc.container is not None and self._removals is not None:

@@ -39,8 +39,19 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
     raise TimeoutError(what)
 
 
+#: A job that checkpoints at USR1 and ends at TERM, saying when each came.
+CHECKPOINTING = (
+    "trap 'echo got USR1' USR1; trap 'echo got TERM; exit 143' TERM; echo ready; "
+    "while :; do sleep 0.05; done"
+)
+
+
 def test_a_failed_gpu_requeues_its_job_which_runs_again_elsewhere_once(cluster: Cluster) -> None:
-    job_id = cluster.submit(gpu_model=["A100-80GB"], command=["sleep", "300"])
+    job_id = cluster.submit(
+        gpu_model=["A100-80GB"],
+        command=["sh", "-c", CHECKPOINTING],
+        signal={"name": "USR1", "before_s": 2},
+    )
     cluster.wait_state([job_id], "running")
     first = cluster.job(job_id)
     node, [index] = first["node"], first["gpus"]
@@ -54,6 +65,9 @@ def test_a_failed_gpu_requeues_its_job_which_runs_again_elsewhere_once(cluster: 
     again = wait_for(moved, TARGET_S, f"{job_id} not running again within {TARGET_S} s")
     took = time.monotonic() - faulted
     print(f"from the fault to running again: {took:.1f} s")
+    assert took >= 2, "SIGTERM came the job's 2 s after its checkpoint signal"
+    logs = cluster.http.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 1}).json()
+    assert logs["stdout"].split() == ["ready", "got", "USR1", "got", "TERM"], logs
     assert (again["node"], again["gpus"]) != (node, [index])
     assert again["requeues"] == 1
     failed = gpu_of(cluster, node, index)["unhealthy"]
@@ -98,3 +112,15 @@ def test_a_failed_gpu_requeues_its_job_which_runs_again_elsewhere_once(cluster: 
     assert run.ended_at == fault.envelope.at, "charged up to the fault"
     metrics = cluster.http.get("/metrics").text
     assert 'gpuloom_gpus_unhealthy{model="A100-80GB",pool="physical"} 0.0' in metrics
+
+
+def test_bad_health_and_signal_input_is_refused_naming_the_field(cluster: Cluster) -> None:
+    body = {"name": "j", "account": "research", "gpus": 1, "command": ["true"]}
+    late = {**body, "time_limit_s": 60, "signal": {"name": "USR1", "before_s": 60}}
+    refused = cluster.http.post("/v1/jobs", json=late)
+    assert refused.status_code == 422 and "signal.before_s (60) must be under" in refused.text
+    uncatchable = {**body, "signal": {"name": "KILL", "before_s": 5}}
+    refused = cluster.http.post("/v1/jobs", json=uncatchable)
+    assert refused.status_code == 422 and "signal" in refused.text
+    missing = cluster.http.post("/v1/nodes/node-z/gpus/0/resume", json={})
+    assert missing.status_code == 404 and "node-z" in missing.text

@@ -13,6 +13,7 @@ Tests pass `obj=CliState(transport=...)` to the runner to talk to a fake gateway
 from __future__ import annotations
 
 import logging
+import signal as signal_module
 import sys
 from pathlib import PurePath
 from typing import Annotated
@@ -184,6 +185,14 @@ def submit(
             "afterany:ID[:ID...] (they end), comma-separated.",
         ),
     ] = None,
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            help="As sbatch: SIG[@SECONDS] (USR1@60): this signal that many seconds (60 by "
+            "default) before the time limit, a preemption or a failed GPU stops the job.",
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -232,6 +241,7 @@ def submit(
                 "depends_on": parse_dependency(dependency) if dependency else None,
                 "topology": wanted,
                 "reservation": reservation,
+                "signal": parse_signal(checkpoint) if checkpoint else None,
             },
         )
         typer.echo(answer["id"])
@@ -245,6 +255,31 @@ def submit(
         err.print(f"{job['id']} ended {job['state']}: {escape(str(detail))}")
     if failed:
         raise typer.Exit(1)
+
+
+#: sbatch's default warning: 60 seconds before.
+SIGNAL_BEFORE_DEFAULT_S = 60
+
+
+def parse_signal(text: str) -> dict[str, object]:
+    """sbatch's `--signal` (`USR1@60`, `SIGUSR2`, `10@30`) as the submission's `signal`:
+    a name or number, and seconds before (60 when left out). The gateway checks the
+    name and the bounds; `R:` and `B:` (sbatch's reservation and batch-shell flags)
+    mean nothing here and are refused by name."""
+    flags, colon, rest = text.rpartition(":")
+    if colon:
+        raise typer.BadParameter(f"{flags}: gpuloom signals the job's processes, no {flags}: flag")
+    name, at, seconds = rest.partition("@")
+    name = name.upper().removeprefix("SIG")
+    if name.isdigit():
+        try:
+            name = signal_module.Signals(int(name)).name.removeprefix("SIG")
+        except ValueError as exc:
+            raise typer.BadParameter(f"no signal number {name}") from exc
+    if at and not seconds.isdigit():
+        raise typer.BadParameter(f"{seconds!r} is not a number of seconds")
+    before = int(seconds) if at else SIGNAL_BEFORE_DEFAULT_S
+    return {"name": name, "before_s": before}
 
 
 #: sbatch's dependency types gpuloom has, and what each waits for.

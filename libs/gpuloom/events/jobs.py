@@ -64,6 +64,33 @@ class TopologyRequest(BaseModel):
     mode: Literal["required", "preferred"] = "required"
 
 
+#: Signals a job may ask for before it is stopped (sbatch's `--signal`), by name.
+SignalName = Literal["USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "CONT", "URG", "XCPU"]
+#: The most seconds of warning a job may ask for: a preemption or a health stop waits
+#: that long, so it is bounded (Slurm's own bound, 65535, is for time limits only).
+SIGNAL_BEFORE_MOST_S = 3600
+
+
+class CheckpointSignal(BaseModel):
+    """Send `name` to the job's processes `before_s` seconds before its time limit, and
+    `before_s` seconds before a preemption or a health stop's SIGTERM (sbatch's
+    `--signal=USR1@60`): time to write a checkpoint (docs/faults.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: SignalName
+    before_s: int = Field(ge=1, le=SIGNAL_BEFORE_MOST_S)
+
+
+def check_signal(before_s: int | None, time_limit_s: int | None) -> None:
+    """ValueError when a checkpoint signal `before_s` seconds before the time limit
+    would come at or before the job's start: it must be under the time limit."""
+    if before_s is not None and time_limit_s is not None and before_s >= time_limit_s:
+        raise ValueError(
+            f"signal.before_s ({before_s}) must be under time_limit_s ({time_limit_s})"
+        )
+
+
 class JobSpec(BaseModel):
     """What a user submitted. Validated at the gateway; carried verbatim in JobSubmitted."""
 
@@ -113,6 +140,9 @@ class JobSpec(BaseModel):
     #: Run only inside this advance reservation (docs/reservations.md), once it starts,
     #: on its GPUs; the job's user or account must be one it lets in.
     reservation: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
+    #: A signal before the job is stopped (time limit, preemption, a failed GPU), to
+    #: checkpoint; None: SIGTERM only, then SIGKILL after the grace.
+    signal: CheckpointSignal | None = None
 
     @field_validator("command")
     @classmethod
@@ -122,6 +152,7 @@ class JobSpec(BaseModel):
     @model_validator(mode="after")
     def _consistent_gpu_request(self) -> JobSpec:
         check_gpu_request(self.gpus, self.gpu_milli, self.gpu_memory_mib, self.pool)
+        check_signal(self.signal.before_s if self.signal else None, self.time_limit_s)
         return self
 
     @property

@@ -17,7 +17,13 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN
-from gpuloom.events.jobs import check_gpu_request, checked_command
+from gpuloom.events.jobs import (
+    SIGNAL_BEFORE_MOST_S,
+    SignalName,
+    check_gpu_request,
+    check_signal,
+    checked_command,
+)
 from gpuloom.events.policies import PRIORITY_MAX, PRIORITY_MIN
 from gpuloom.events.text import (
     INT32_MAX,
@@ -81,6 +87,15 @@ class Dependency(Body):
     when: Literal["succeeded", "finished"] = "succeeded"
 
 
+class CheckpointSignal(Body):
+    """`name` (`USR1`, ...) `before_s` seconds before the job is stopped."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: SignalName
+    before_s: int = Field(ge=1, le=SIGNAL_BEFORE_MOST_S)
+
+
 class TopologyRequest(Body):
     """Keep the replicas inside one domain of `level` (`required`), or in as few domains
     as placement can, the tightest level first (`preferred`): docs/topology.md."""
@@ -128,6 +143,9 @@ class JobRequest(Body):
     #: Run only inside this advance reservation (docs/reservations.md), once it starts,
     #: on its GPUs; the job's user or account must be one it lets in.
     reservation: str | None = Field(default=None, pattern=SUBJECT_TOKEN.pattern)
+    #: A signal `before_s` seconds before the job is stopped (its time limit, a
+    #: preemption, a failed GPU), to checkpoint: sbatch's `--signal=USR1@60`.
+    signal: CheckpointSignal | None = None
 
     @field_validator("command")
     @classmethod
@@ -137,4 +155,5 @@ class JobRequest(Body):
     @model_validator(mode="after")
     def _consistent_gpu_request(self) -> JobRequest:
         check_gpu_request(self.gpus, self.gpu_milli, self.gpu_memory_mib, self.pool)
+        check_signal(self.signal.before_s if self.signal else None, self.time_limit_s)
         return self

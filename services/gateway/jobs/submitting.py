@@ -15,7 +15,7 @@ from gpuloom.config import Settings
 from gpuloom.decide.admission import time_limit_problem
 from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSubmitted, intents
 from gpuloom.events.codec import new_event_id
-from gpuloom.events.jobs import TopologyRequest
+from gpuloom.events.jobs import CheckpointSignal, TopologyRequest
 from gpuloom.events.text import reserved_env_reason
 from services.gateway.jobs.requests import JobRequest
 from services.gateway.jobs.submit_policy import over_submit_limits, submission_class
@@ -107,6 +107,11 @@ def job_spec(request: JobRequest, user: str, priority: int, priority_class: str)
             else None
         ),
         reservation=request.reservation,
+        signal=(
+            CheckpointSignal(name=request.signal.name, before_s=request.signal.before_s)
+            if request.signal is not None
+            else None
+        ),
     )
 
 

@@ -154,10 +154,10 @@ async def test_an_action_that_raises_costs_only_its_job(
         await drive(agent, log, lambda: all(log.state.jobs[j].phase == "running" for j in running))
         real_stop = agent.runner.stop
 
-        def stop(key: tuple[str, int, int], *args: str) -> None:
+        def stop(key: tuple[str, int, int], *args: str, **kw: bool) -> None:
             if key[0] == "a":
                 raise RuntimeError("a bug in one action")
-            real_stop(key, *args)
+            real_stop(key, *args, **kw)
 
         agent.runner.stop = stop
         cancel(log, "a")

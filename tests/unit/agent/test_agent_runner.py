@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuloom.events import JobSpec
+from gpuloom.events.jobs import CheckpointSignal
 from services.agent.outcomes import Exited, NotStarted, Resumed, Started
 from services.agent.reconcile import Ensure, Status
 from services.agent.runner import Runner
@@ -39,6 +40,7 @@ def ensure(
     time_limit_s: int | None = None,
     env: dict[str, str] | None = None,
     started_at: datetime | None = None,
+    signal: CheckpointSignal | None = None,
 ) -> Ensure:
     spec = JobSpec(
         name=job_id,
@@ -48,6 +50,7 @@ def ensure(
         gpus=len(gpu_indexes),
         time_limit_s=time_limit_s,
         env=env or {},
+        signal=signal,
     )
     return Ensure(
         job_id=job_id,
@@ -235,6 +238,60 @@ async def test_a_job_over_its_time_limit_is_timed_out(harness: Harness) -> None:
     assert exited.ended == Ended("timed_out", 143, "time limit of 1 s exceeded")
     assert 1.0 <= time.monotonic() - began < 3.0
     assert group_is_gone(pid)
+
+
+#: A job that says when it gets USR1 and TERM (and ends at TERM), as a checkpointing one.
+CHECKPOINTING = (
+    "trap 'echo got USR1' USR1; trap 'echo got TERM; exit 143' TERM; echo ready; "
+    "while :; do sleep 0.05; done"
+)
+
+
+async def seen(harness: Harness, job_id: str, text: str, timeout: float = 8.0) -> float:
+    """When `text` appeared in the job's output (the test's monotonic clock)."""
+    deadline = time.monotonic() + timeout
+    while text not in harness.output(job_id):
+        assert time.monotonic() < deadline, harness.output(job_id)
+        harness.runner.poll()  # what the agent's loop does: the signal's time may come
+        await asyncio.sleep(0.02)
+    return time.monotonic()
+
+
+async def test_a_checkpoint_signal_comes_its_seconds_before_the_time_limit(
+    harness: Harness,
+) -> None:
+    usr1 = CheckpointSignal(name="USR1", before_s=2)
+    began = time.monotonic()
+    harness.start(ensure("limited", ["sh", "-c", CHECKPOINTING], time_limit_s=3, signal=usr1))
+    warned = await seen(harness, "limited", "got USR1")
+    exited = await harness.ended("limited")
+    assert 0.8 <= warned - began < 2.0, "at the limit less before_s"
+    assert exited.ended.outcome == "timed_out"
+    assert harness.output("limited").count("got USR1") == 1
+    assert harness.output("limited").index("got USR1") < harness.output("limited").index("got TERM")
+
+
+async def test_a_preemption_sends_the_checkpoint_signal_then_sigterm_its_seconds_later(
+    harness: Harness,
+) -> None:
+    usr1 = CheckpointSignal(name="USR1", before_s=2)
+    harness.start(ensure("trainer", ["sh", "-c", CHECKPOINTING], signal=usr1))
+    await seen(harness, "trainer", "ready")
+    harness.runner.stop(("trainer", 1, 0), "preempted", "GPU node-a/0 failed", checkpoint=True)
+    warned = await seen(harness, "trainer", "got USR1")
+    termed = await seen(harness, "trainer", "got TERM")
+    exited = await harness.ended("trainer")
+    assert termed - warned >= 1.8, "SIGTERM waits before_s after the signal"
+    assert exited.ended == Ended("preempted", 143, "GPU node-a/0 failed")
+
+
+async def test_a_users_cancel_sends_no_checkpoint_signal(harness: Harness) -> None:
+    usr1 = CheckpointSignal(name="USR1", before_s=2)
+    harness.start(ensure("quick", ["sh", "-c", CHECKPOINTING], signal=usr1))
+    await seen(harness, "quick", "ready")
+    harness.runner.stop(("quick", 1, 0), "cancelled", "cancelled by user", checkpoint=False)
+    await harness.ended("quick")
+    assert "got USR1" not in harness.output("quick")
 
 
 async def test_cancel_sends_sigterm_then_sigkill_to_a_job_that_ignores_it(

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from gpuloom.events import Dependency, JobSpec
-from gpuloom.events.jobs import TopologyRequest
+from gpuloom.events.jobs import CheckpointSignal, TopologyRequest
 from services.gateway.jobs import requests
 from services.gateway.jobs.requests import DECIDED, LEFT_OUT, JobRequest
 from services.gateway.jobs.submitting import job_spec
@@ -43,6 +43,7 @@ EVERY_FIELD: dict[str, Any] = {
     "image": "ghcr.io/acme/train:1",
     "topology": {"level": "rack", "mode": "preferred"},
     "reservation": "window",
+    "signal": {"name": "USR1", "before_s": 60},
 }
 
 
@@ -77,6 +78,7 @@ def test_every_event_field_is_carried_or_left_out_on_purpose() -> None:
     _same_fields(JobRequest, JobSpec, LEFT_OUT)
     _same_fields(requests.Dependency, Dependency, frozenset())
     _same_fields(requests.TopologyRequest, TopologyRequest, frozenset())
+    _same_fields(requests.CheckpointSignal, CheckpointSignal, frozenset())
     assert set(JobRequest.model_fields) >= DECIDED
     assert set(EVERY_FIELD) == set(JobRequest.model_fields)
 
@@ -84,7 +86,7 @@ def test_every_event_field_is_carried_or_left_out_on_purpose() -> None:
 def test_a_carried_field_accepts_what_the_event_accepts() -> None:
     for name, field in JobRequest.model_fields.items():
         event = JobSpec.model_fields[name]
-        if name in ("depends_on", "topology"):  # a model of its own on each side
+        if name in ("depends_on", "topology", "signal"):  # a model of its own on each side
             assert repr(field.metadata) == repr(event.metadata)
         elif name in DECIDED:  # optional here: the gateway fills it in
             assert field.default is None, name
@@ -95,6 +97,8 @@ def test_a_carried_field_accepts_what_the_event_accepts() -> None:
         assert _shape(field) == _shape(Dependency.model_fields[name]), name
     for name, field in requests.TopologyRequest.model_fields.items():
         assert _shape(field) == _shape(TopologyRequest.model_fields[name]), name
+    for name, field in requests.CheckpointSignal.model_fields.items():
+        assert _shape(field) == _shape(CheckpointSignal.model_fields[name]), name
 
 
 def test_job_spec_copies_every_field_and_sets_the_decided_ones() -> None:
@@ -127,6 +131,8 @@ def test_a_minimal_request_becomes_the_events_defaults() -> None:
         {"depends_on": [{"job": "j*"}]},
         {"env": {"": "x"}},
         {"unknown": 1},
+        {"signal": {"name": "USR1", "before_s": 600}},
+        {"signal": {"name": "KILL", "before_s": 60}},
     ],
     ids=[
         "an empty program",
@@ -138,6 +144,8 @@ def test_a_minimal_request_becomes_the_events_defaults() -> None:
         "a dependency on a wildcard",
         "an empty env name",
         "an unknown field",
+        "a signal at the time limit",
+        "a signal that cannot be caught",
     ],
 )
 def test_the_request_refuses_what_the_event_refuses_with_the_same_errors(

@@ -52,7 +52,7 @@ def test_a_job_on_a_failed_gpu_is_stopped_charged_to_the_fault_and_requeued_firs
     assert job.health_stop == "GPU n1/0 failed (xid: Xid 79: GPU has fallen off the bus)"
     assert job.reason is not None and "stopping, then requeued first" in job.reason
     actions = reconcile(log.state(), ["n1"], {("a", 1, 0): Local("n1", 4242, Status.RUNNING)})
-    assert actions == [Stop(("a", 1, 0), "preempted", job.health_stop)]
+    assert actions == [Stop(("a", 1, 0), "preempted", job.health_stop, checkpoint=True)]
     log.finish("a", "n1", "preempted", after=30)  # its agent stopped it 30 s later
     job = log.state().jobs["a"]
     assert (job.phase, job.requeues, job.expedited) == ("queued", 1, True)
