@@ -121,6 +121,16 @@ def _placement_asks(request: dict[str, object]) -> list[tuple[str, str]]:
     return rows
 
 
+def _requeues(job: Job) -> str:
+    """`(requeued 2 times: a GPU failed under it)`, or nothing."""
+    count = job.get("requeues") or 0
+    return (
+        f" (requeued {count} time{'s' if count > 1 else ''}: a GPU failed under it)"
+        if count
+        else ""
+    )
+
+
 def job_details(job: Job) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
@@ -138,7 +148,7 @@ def job_details(job: Job) -> Table:
         ("gpu model", ", ".join(job.get("gpu_model") or []) or "any"),
         ("priority", str(job["priority"])),
         ("node", dash(job.get("node"))),
-        ("attempt", str(job["attempt"])),
+        ("attempt", str(job["attempt"]) + _requeues(job)),
         ("cancel requested", "yes" if job.get("cancel_requested") else "no"),
         ("exit code", dash(job.get("exit_code"))),
         ("submitted", when(job.get("submitted_at"))),

@@ -37,6 +37,8 @@ class Job(TypedDict):
     #: None: another user's job, whose command the caller may not see.
     command: list[str] | None
     attempt: int
+    #: Times it was requeued because a GPU failed under it.
+    requeues: NotRequired[int]
     cancel_requested: bool
     exit_code: int | None
     submitted_at: str | None

@@ -49,3 +49,10 @@ def test_show_of_an_array_lists_its_first_tasks_with_state_node_and_exit() -> No
     rows = [line.split() for line in text.splitlines() if line.strip().startswith("a-")]
     assert rows[0] == ["a-0", "failed", "n1", "0"] and len(rows) == ARRAY_TASKS_SHOWN
     assert array_tasks_table({"array": None}) is None  # type: ignore[typeddict-item]
+
+
+def test_show_says_how_often_a_failed_gpu_requeued_the_job() -> None:
+    from gpuloom.client.render import _requeues
+
+    assert _requeues({"requeues": 0}) == ""  # type: ignore[typeddict-item]
+    assert _requeues({"requeues": 2}) == " (requeued 2 times: a GPU failed under it)"  # type: ignore[typeddict-item]
