@@ -9,18 +9,18 @@ from gpuloom.events import GpuHealthy, GpuUnhealthy
 from gpuloom.state.errors import Invalid
 from gpuloom.state.model import ON_NODE_PHASES, ClusterState, GpuFault
 from gpuloom.state.rules.common import Rule, rule, touch
+from gpuloom.state.rules.nodes import missing_gpu
 from gpuloom.state.step import Step
 
 
 def unhealthy_problem(state: ClusterState, event: GpuUnhealthy) -> str | None:
     """Why `event` does not apply now, or None: the GPU must exist, be the one the
     agent names (its UUID), and be in service."""
-    node = state.nodes.get(event.node)
-    if node is None:
-        return f"unknown node {event.node}"
-    gpu = node.gpus.get(event.index)
-    if gpu is None:
-        return f"node {event.node} has no GPU {event.index}"
+    missing = missing_gpu(state, event.node, event.index)
+    if missing is not None:
+        return missing
+    node = state.nodes[event.node]
+    gpu = node.gpus[event.index]
     if gpu.uuid != event.uuid:
         return f"GPU {event.node}/{event.index} is {gpu.uuid}, not {event.uuid}"
     if event.index in node.unhealthy:
@@ -31,12 +31,10 @@ def unhealthy_problem(state: ClusterState, event: GpuUnhealthy) -> str | None:
 def resume_problem(state: ClusterState, node_name: str, index: int) -> str | None:
     """Why GPU `index` of `node_name` may not be resumed, or None. Shared by the fold
     (which voids such a GpuHealthy) and the gateway (404 or 409 before writing one)."""
-    node = state.nodes.get(node_name)
-    if node is None:
-        return f"unknown node {node_name}"
-    if index not in node.gpus:
-        return f"node {node_name} has no GPU {index}"
-    if index not in node.unhealthy:
+    missing = missing_gpu(state, node_name, index)
+    if missing is not None:
+        return missing
+    if index not in state.nodes[node_name].unhealthy:
         return f"GPU {node_name}/{index} is in service"
     return None
 

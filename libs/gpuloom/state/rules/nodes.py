@@ -124,17 +124,26 @@ def _removed(state: ClusterState, event: NodeRemoved, step: Step) -> None:
     step.changed_node(event.node)
 
 
+def missing_gpu(state: ClusterState, node_name: str, index: int) -> str | None:
+    """Why GPU `index` of `node_name` is not there (no such node, or no such GPU on it),
+    or None: what every event about one GPU checks first."""
+    node = state.nodes.get(node_name)
+    if node is None:
+        return f"unknown node {node_name}"
+    if index not in node.gpus:
+        return f"node {node_name} has no GPU {index}"
+    return None
+
+
 def pool_change_problem(state: ClusterState, event: GpuPoolChanged) -> str | None:
     """Why `event` may not move its GPU to another pool now, or None.
 
     Shared by the fold (which voids such an event) and the gateway's route (which
     answers 409 before writing one), so the two can never disagree."""
-    node = state.nodes.get(event.node)
-    if node is None:
-        return f"unknown node {event.node}"
-    gpu = node.gpus.get(event.index)
-    if gpu is None:
-        return f"node {event.node} has no GPU {event.index}"
+    missing = missing_gpu(state, event.node, event.index)
+    if missing is not None:
+        return missing
+    gpu = state.nodes[event.node].gpus[event.index]
     if not gpu.idle:
         return f"GPU {event.node}/{event.index} is in use by {', '.join(sorted(gpu.holders))}"
     return None
