@@ -61,6 +61,8 @@ ROUTES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any] | None]] = {
     ("DELETE", "/v1/jobs/{job_id}"): (JOB_OWNER, None),
     ("GET", "/v1/nodes"): (ANYONE, None),
     ("POST", "/v1/nodes/{node}/gpus/{gpu}/pool"): (OPERATOR_ONLY, {"pool": "physical"}),
+    # GPU 0 is in service: the operator's call is a 409, not a resume
+    ("POST", "/v1/nodes/{node}/gpus/{gpu}/resume"): (OPERATOR_ONLY, {"reason": "matrix"}),
     ("POST", "/v1/nodes/{node}/cordon"): (OPERATOR_ONLY, {"reason": "matrix"}),
     # on a node that does not exist: the operator's call is a 404, not a removal
     ("DELETE", "/v1/nodes/{node}"): (OPERATOR_ONLY, None),
