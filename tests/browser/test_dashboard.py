@@ -278,3 +278,30 @@ def test_a_finished_array_s_page_lists_its_tasks(ui: Dashboard, ui_cluster: Clus
     page.locator(f'tr[data-task="{array}-2"] a').click()
     expect(page.locator("#job-state")).to_contain_text("failed")
     assert ui.errors == []
+
+
+def test_a_failed_gpu_shows_on_the_map_live_until_it_is_resumed(
+    ui: Dashboard, ui_cluster: Cluster
+) -> None:
+    """A GPU whose health check fails (docs/faults.md) is marked out of service on the
+    map, with what its agent saw (text, never markup), and back once an operator
+    resumes it, as the event stream tells, without a reload."""
+    cluster, page = ui_cluster, ui.page
+    ui.login(cluster.token_for("alice"))
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.sameDocument = true")
+    tile = page.locator('.gpu[data-node="node-b"][data-gpu="1"]')
+    expect(tile).to_be_visible()
+    cluster.inject_faults(("node-b", 1, "xid", f"Xid 79 {HOSTILE}"))
+    expect(tile).to_have_class(re.compile(r"\bunhealthy\b"))
+    expect(tile.locator(".fault")).to_contain_text("out of service")
+    expect(tile.locator(".fault")).to_contain_text(f"xid (Xid 79 {HOSTILE})")
+    ui.shot("map-gpu-failed")
+    cluster.inject_faults()
+    ops = cluster.client_for("ops", [OPERATOR])
+    resumed = ops.post("/v1/nodes/node-b/gpus/1/resume", json={"reason": "drill"})
+    assert resumed.status_code == 202, resumed.text
+    expect(tile.locator(".fault")).to_have_count(0)
+    assert page.evaluate("window.sameDocument") is True
+    assert page.evaluate("window.pwned") is None
+    assert ui.errors == []

@@ -1,5 +1,5 @@
 // #/map: every node and GPU (GET /v1/nodes): pool, the slices held and by which jobs,
-// cordoned and lost nodes, and the advance reservation that holds a GPU (GET /v1/reservations). Reloaded when an event takes or gives back GPUs or names a node.
+// cordoned and lost nodes, GPUs out of service after a failed health check (docs/faults.md), and the advance reservation that holds a GPU (GET /v1/reservations). Reloaded when an event takes or gives back GPUs or names a node.
 
 import { api, jobOwners } from "./api.js";
 import { badge, bar, fill, h, jobLink, percent, when } from "./dom.js";
@@ -52,6 +52,7 @@ function render(root, nodes, owners, reserved) {
   }
   const count = (state) => nodes.filter((node) => node.state === state).length;
   const cordoned = nodes.filter((node) => node.cordoned !== null).length;
+  const failed = nodes.flatMap((node) => node.gpus.filter((gpu) => gpu.unhealthy)).length;
   const active = [...reserved.values()].filter((r) => r.started);
   const activeGpus = new Set([...reserved].filter(([, r]) => r.started).map(([key]) => key)).size;
   fill(
@@ -62,6 +63,7 @@ function render(root, nodes, owners, reserved) {
       { class: "tiles" },
       tile("Nodes", `${count("ready")} ready`, count("lost") ? `${count("lost")} lost` : "none lost"),
       tile("Cordoned", String(cordoned), cordoned ? "take no new work" : "all take work"),
+      tile("Out of service", `${failed} GPU(s)`, failed ? "failed a health check" : "all GPUs healthy", failed ? "warn" : ""),
       tile("GPUs in use", `${busy} / ${gpus}`, "on ready nodes"),
       tile("Allocated", percent(milli, gpus * 1000), bar(gpus ? milli / (gpus * 1000) : 0), "util"),
       tile("Reserved", `${reserved.size} GPU(s)`, reserved.size ? `${activeGpus} in ${new Set(active.map((r) => r.name)).size} active reservation(s)` : "no advance reservation"),
@@ -141,20 +143,32 @@ function gpuTile(node, gpu, owners, reservation) {
         reservation.started ? ` until ${when(reservation.end)}` : ` from ${when(reservation.start)}`,
       )
     : null;
+  const fault = gpu.unhealthy
+    ? h(
+        "div",
+        { class: "fault" },
+        h("strong", {}, "out of service"),
+        ` since ${when(gpu.unhealthy.at)}: ${gpu.unhealthy.check}`,
+        gpu.unhealthy.evidence ? ` (${gpu.unhealthy.evidence})` : "",
+      )
+    : null;
   return h(
     "div",
     {
-      class: `gpu ${holders.length ? "busy" : "idle"} pool-${gpu.pool}${reservation ? " reserved" : ""}`,
+      class: `gpu ${holders.length ? "busy" : "idle"} pool-${gpu.pool}${reservation ? " reserved" : ""}${gpu.unhealthy ? " unhealthy" : ""}`,
       dataset: { node: node.name, gpu: String(gpu.index) },
       title: gpu.uuid,
     },
     h("div", { class: "gpu-head" }, h("strong", {}, `GPU ${gpu.index}`), h("span", { class: `chip pool` }, gpu.pool)),
     booked,
+    fault,
     h("div", { class: "gpu-model muted" }, `${gpu.model} · ${Math.round(gpu.memory_mib / 1024)} GiB`),
     bar(gpu.milli_allocated / 1000),
     holders.length
       ? h("ul", { class: "holders" }, holders.map((held) => holder(held, owners)))
-      : h("div", { class: "idle-label muted" }, "idle"),
+      : gpu.unhealthy
+        ? null
+        : h("div", { class: "idle-label muted" }, "idle"),
   );
 }
 
