@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     #: The most bytes a job's stdout, and its stderr, may hold: past it the job is
     #: stopped and fails naming the cap; 0: no cap.
     agent_max_log_bytes: int = Field(default=100 * 1024 * 1024, ge=0)
+    #: The longest a preemption or a failed GPU's stop waits after the job's checkpoint
+    #: signal (its `before_s`, at most this): one user's job cannot hold up another's
+    #: start for long. 0: no wait (SIGTERM with the signal). Time limits are not bound.
+    agent_checkpoint_most_s: float = Field(default=300.0, ge=0)
     #: How often the agent checks its GPUs' health (`services.agent.health`): NVML's
     #: Xid events, ECC errors, retired pages and a lost GPU, or a simulated node's
     #: injected faults; 0: never.

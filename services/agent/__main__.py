@@ -178,6 +178,7 @@ async def serve(
         podman=podman,
         cgroups=cgroups,
         max_log_bytes=settings.agent_max_log_bytes,
+        checkpoint_most_s=settings.agent_checkpoint_most_s,
         hide=hide,
         budget=StartBudget(settings.agent_start_rate, settings.agent_start_burst),
         health=health_watch(settings, nodes),

@@ -94,6 +94,7 @@ class Agent:
         podman: Podman | None = None,
         cgroups: Cgroups | None = None,
         max_log_bytes: int = 0,
+        checkpoint_most_s: float = 300.0,
         hide: Sequence[str] = (),
         budget: StartBudget | None = None,
         health: HealthWatch | None = None,
@@ -115,6 +116,7 @@ class Agent:
             podman=podman,
             cgroups=cgroups,
             max_log_bytes=max_log_bytes,
+            checkpoint_most_s=checkpoint_most_s,
             hide=hide,
         )
         self.outbox: dict[JobKey, Exited] = {}

@@ -116,15 +116,16 @@ def send(pid: int, sig: int, *, group: bool = False) -> None:
 
 
 def warn_then_terminate(
-    proc: Proc, grace_s: float, signal_job: Callable[[Proc, int], None]
+    proc: Proc, grace_s: float, signal_job: Callable[[Proc, int], None], most_s: float
 ) -> None:
     """A stop of a job that asked for a checkpoint signal and has not had it: the
-    signal now, SIGTERM `before_s` later (its escalation, stage 0); else SIGTERM now."""
-    if proc.checkpoint is None or proc.warned:
+    signal now, SIGTERM `before_s` later, at most `most_s` (its escalation, stage 0);
+    else SIGTERM now."""
+    if proc.checkpoint is None or proc.warned or most_s <= 0:
         terminate(proc, grace_s)
         return
     warn(proc, signal_job)
-    proc.stage, proc.deadline = 0, time.monotonic() + proc.checkpoint[1]
+    proc.stage, proc.deadline = 0, time.monotonic() + min(proc.checkpoint[1], most_s)
 
 
 def terminate(proc: Proc, grace_s: float) -> None:

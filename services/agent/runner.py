@@ -88,6 +88,7 @@ class Runner:
         podman: Podman | None = None,
         cgroups: Cgroups | None = None,
         max_log_bytes: int = 0,
+        checkpoint_most_s: float = 300.0,
         hide: Sequence[str] = (),
     ) -> None:
         self.root = root.resolve()
@@ -95,6 +96,9 @@ class Runner:
         self.cgroups = cgroups
         #: The most bytes a job's stdout or stderr may hold; 0: no cap.
         self.max_log_bytes = max_log_bytes
+        #: The longest a stop waits after a job's checkpoint signal (its `before_s`, at
+        #: most this): a preemption or a failed GPU is not held up for longer.
+        self.checkpoint_most_s = checkpoint_most_s
         #: What hides other users' processes from a job (`services.agent.hiding`).
         self.hide = list(hide)
         self._logs_checked = 0.0
@@ -307,7 +311,8 @@ class Runner:
         proc.status = Status.STOPPING
         proc.grace_s = grace_s
         if checkpoint:
-            warn_then_terminate(proc, proc.grace_s or self.grace_s, self._signal_container)
+            wait = self.checkpoint_most_s
+            warn_then_terminate(proc, proc.grace_s or self.grace_s, self._signal_container, wait)
         else:
             self._terminate(proc)
 

@@ -434,3 +434,15 @@ def test_a_stop_recorded_before_the_agent_died_decides_the_outcome(harness: Harn
     harness.runner.ensure(ensure("stopped", ["true"], phase="running"))
 
     assert harness.exits[0].ended == Ended("timed_out", 143, "time limit of 5 s exceeded")
+
+
+async def test_a_stop_waits_at_most_the_agents_bound_after_the_signal(harness: Harness) -> None:
+    """A job asking for an hour's warning cannot hold up a preemption for an hour."""
+    harness.runner.checkpoint_most_s = 0.5
+    usr1 = CheckpointSignal(name="USR1", before_s=3600)
+    harness.start(ensure("greedy", ["sh", "-c", CHECKPOINTING], signal=usr1))
+    await seen(harness, "greedy", "ready")
+    harness.runner.stop(("greedy", 1, 0), "preempted", "preempted by b", checkpoint=True)
+    warned = await seen(harness, "greedy", "got USR1")
+    termed = await seen(harness, "greedy", "got TERM")
+    assert 0.3 <= termed - warned < 2.0
