@@ -155,7 +155,7 @@ class Agent:
         for found in await asyncio.gather(*(self._contained(state, a) for a in starts)):
             decisions.extend(found)
         if self.health is not None and not fenced:
-            decisions.extend(self.health.check(now))
+            decisions.extend(await self.health.check(now))
         return decisions
 
     def _held_back(self, action: Ensure, local: Mapping[JobKey, object], now: float) -> bool:

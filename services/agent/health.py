@@ -25,6 +25,7 @@ writes GpuUnhealthy again for a GPU once its probe saw it without a fault in bet
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,8 +36,12 @@ from typing import Any, Protocol, get_args
 import yaml
 
 from gpuloom.events import Decision, GpuUnhealthy, HealthCheck, NodeSpec, intents
+from gpuloom.events.sanitize import printable
 
 log = logging.getLogger(__name__)
+
+#: How long a round waits for the probe before it goes on (the probe goes on asking).
+PROBE_WAIT_S = 0.2
 
 #: The most evidence text an event carries (`Remark`).
 EVIDENCE_MOST = 500
@@ -73,14 +78,15 @@ def new_faults(
             key = (name, gpu.index, gpu.uuid)
             if fault is None or key in reported:
                 continue
-            reported.add(key)
             event = GpuUnhealthy(
                 node=name,
                 index=gpu.index,
                 uuid=gpu.uuid,
                 check=fault.check,
-                evidence=fault.evidence[:EVIDENCE_MOST],
+                # what a driver or a file says, made text an event holds: never refused
+                evidence=printable(fault.evidence, EVIDENCE_MOST),
             )
+            reported.add(key)  # once its event exists: a fault is never dropped unsaid
             decisions.append(Decision(event, intents.gpu_unhealthy(name, gpu.index, now_ms)))
             log.warning("GPU %s/%d (%s) failed: %s", name, gpu.index, gpu.uuid, event.evidence)
     return decisions
@@ -96,15 +102,26 @@ class HealthWatch:
     interval_s: float = 1.0
     reported: set[tuple[str, int, str]] = field(default_factory=set)
     _checked: float | None = None
+    #: The probe being asked, in a thread: a lost GPU can make NVML answer in seconds,
+    #: or never, and the agent's loop (heartbeats, starts, stops) must not wait on it.
+    _asking: asyncio.Future[Mapping[str, Fault]] | None = None
 
-    def check(self, now: float) -> list[Decision]:
-        """The GpuUnhealthy events of faults found since the last check (none if it is
-        not time yet); a probe that fails is logged and tried again next time."""
-        if self._checked is not None and now - self._checked < self.interval_s:
-            return []
-        self._checked = now
+    async def check(self, now: float) -> list[Decision]:
+        """The GpuUnhealthy events of the faults the last finished probe found (none if
+        it is not time yet, or a probe is still being asked: never two at once); a
+        probe that fails is logged and asked again next time."""
+        asking = self._asking
+        if asking is None:
+            if self._checked is not None and now - self._checked < self.interval_s:
+                return []
+            self._checked = now
+            asking = self._asking = asyncio.ensure_future(asyncio.to_thread(self.probe.faults))
+            await asyncio.wait({asking}, timeout=PROBE_WAIT_S)  # most answer at once
+        if not asking.done():
+            return []  # still asking: the next round looks again
+        self._asking = None
         try:
-            faults = self.probe.faults()
+            faults = asking.result()
         except Exception:
             log.exception("GPU health check failed; tried again in %g s", self.interval_s)
             return []

@@ -12,18 +12,21 @@ nested bodies are bodies too.
 from __future__ import annotations
 
 import types
-from typing import Any, Union, get_args, get_origin
+from collections.abc import Hashable
+from functools import cache
+from typing import Any, Union, cast, get_args, get_origin
 
 from pydantic import BaseModel, ValidationInfo, field_validator
 
 NUMBERS = (int, float)
 
 
-def _kinds(annotation: Any) -> set[type]:
+@cache
+def _kinds(annotation: Any) -> frozenset[type]:
     """The types a field's annotation admits, `None` left out (`int | None` -> {int})."""
     if get_origin(annotation) in (Union, types.UnionType):
-        return {arg for arg in get_args(annotation) if arg is not type(None)}
-    return {annotation}
+        return frozenset(arg for arg in get_args(annotation) if arg is not type(None))
+    return frozenset({annotation})
 
 
 class Body(BaseModel):
@@ -33,9 +36,9 @@ class Body(BaseModel):
     @classmethod
     def _json_scalars(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if field is None:
+        if field is None or field.annotation is None:
             return value
-        kinds = _kinds(field.annotation)
+        kinds = _kinds(cast(Hashable, field.annotation))
         if kinds and kinds <= {*NUMBERS}:
             if isinstance(value, bool | str):
                 raise ValueError("must be a number")

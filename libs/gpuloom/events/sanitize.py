@@ -25,7 +25,8 @@ Payload = dict[str, Any]
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9_\-]")
 
 
-def _printable(value: Any, limit: int) -> str:
+def printable(value: Any, limit: int) -> str:
+    """`value` as text a `Remark` holds: control characters `?`, cut to `limit`."""
     text = "".join("?" if unicodedata.category(ch)[0] == "C" else ch for ch in str(value))
     return text[:limit]
 
@@ -56,14 +57,14 @@ def _clamp(value: Any, high: int) -> Any:
 def _labels(labels: Any) -> dict[str, str]:
     if not isinstance(labels, dict):
         return {}
-    return {_word(k, 253): _printable(v, 253) for k, v in list(labels.items())[:64]}
+    return {_word(k, 253): printable(v, 253) for k, v in list(labels.items())[:64]}
 
 
 def job_spec(spec: Payload) -> Payload:
     spec = dict(spec)
     for key, limit in (("name", 200),):
         if key in spec:
-            spec[key] = _printable(spec[key], limit) or "_"
+            spec[key] = printable(spec[key], limit) or "_"
     if "user" in spec:
         spec["user"] = _word(spec["user"], 100)
     if "account" in spec:
@@ -73,7 +74,7 @@ def job_spec(spec: Payload) -> Payload:
     if isinstance(spec.get("env"), dict):
         env = {}
         for name, value in list(spec["env"].items())[:1024]:
-            clean = _printable(str(name).replace("=", "_").replace("\0", ""), 256)
+            clean = printable(str(name).replace("=", "_").replace("\0", ""), 256)
             if clean:
                 env[clean] = _exec(value)
         spec["env"] = env
@@ -133,7 +134,7 @@ def remark(field: str) -> Any:
     def step(payload: Payload) -> Payload:
         if field not in payload:
             return payload
-        return {**payload, field: _printable(payload[field], 500)}
+        return {**payload, field: printable(payload[field], 500)}
 
     return step
 

@@ -226,11 +226,9 @@ def quota_book(state: ClusterState) -> QuotaBook:
         schedulable = sum(1 for node in state.nodes.values() if node.schedulable)
         book.unstarted_per_node = per_node
         book.unstarted_cap = per_node * max(1, schedulable)
-        for jobs in state.on_node.values():  # counts: the order does not matter
-            for job_id in jobs:
-                job = state.jobs[job_id]
-                if job.phase == "placed":
-                    book.unstarted[job.spec.user] = book.unstarted.get(job.spec.user, 0) + 1
+        for job_id in state.placed:  # counts: the order does not matter
+            user = state.jobs[job_id].spec.user
+            book.unstarted[user] = book.unstarted.get(user, 0) + 1
     for resource in resources:
         quotas = {}
         for name, account in sorted(state.accounts.items()):

@@ -297,6 +297,9 @@ class ClusterState:
     #: Jobs in phase "submitted"/"admitted" (admission and queue work lists).
     submitted: set[str] = field(default_factory=set)
     admitted: set[str] = field(default_factory=set)
+    #: Jobs in phase "placed": placed and not started yet (the users' limit on jobs
+    #: waiting to start counts them, `QueuePolicySet.unstarted_per_node`).
+    placed: set[str] = field(default_factory=set)
     #: Jobs in phase "placed"/"running", per node.
     on_node: dict[str, set[str]] = field(default_factory=dict)
     #: Jobs that ended a run and still have an uncharged attempt.

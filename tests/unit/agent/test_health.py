@@ -4,7 +4,10 @@ GpuUnhealthy events made of them, each written once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -139,7 +142,7 @@ def test_nvml_faults_critical_xids_stay_ecc_and_pages_and_a_lost_gpu() -> None:
     assert NvmlHealth(FakeNvml(), CRITICAL_XIDS, ecc_errors=5)._check(0) is None
 
 
-def test_the_watch_asks_its_probe_at_most_once_per_interval() -> None:
+async def test_the_watch_asks_its_probe_at_most_once_per_interval() -> None:
     asked: list[int] = []
 
     class Probe:
@@ -148,6 +151,38 @@ def test_the_watch_asks_its_probe_at_most_once_per_interval() -> None:
             return {"GPU-node-a-0": Fault("injected", "drill")}
 
     watch = HealthWatch(Probe(), NODES, interval_s=1.0)
-    assert len(watch.check(10.0)) == 1
-    assert watch.check(10.5) == [] and len(asked) == 1
-    assert watch.check(11.0) == [] and len(asked) == 2, "asked again, reported already"
+    assert len(await watch.check(10.0)) == 1
+    assert await watch.check(10.5) == [] and len(asked) == 1
+    assert await watch.check(11.0) == [] and len(asked) == 2, "asked again, reported already"
+
+
+async def test_a_probe_that_hangs_never_holds_up_the_agents_round() -> None:
+    """A lost GPU can make NVML slow: the round goes on, one probe at a time, and the
+    fault is reported once the probe answers."""
+    release = threading.Event()
+    asked: list[int] = []
+
+    class Slow:
+        def faults(self) -> dict[str, Fault]:
+            asked.append(1)
+            release.wait(5)
+            return {"GPU-node-a-0": Fault("unresponsive", "NVML: GPU is lost")}
+
+    watch = HealthWatch(Slow(), NODES, interval_s=0.0)
+    began = time.monotonic()
+    assert await watch.check(1.0) == [] and await watch.check(2.0) == []
+    assert time.monotonic() - began < 1.0 and asked == [1], "not waited on, not asked twice"
+    release.set()
+    for _ in range(100):
+        found = await watch.check(3.0)
+        if found:
+            break
+        await asyncio.sleep(0.01)
+    assert [d.event.check for d in found] == ["unresponsive"]  # type: ignore[attr-defined]
+
+
+def test_evidence_with_control_characters_is_reported_as_text() -> None:
+    faults = {"GPU-node-a-0": Fault("xid", "Xid 79\n\x1b[31mred" + "x" * 600)}
+    [decision] = new_faults(NODES, faults, set(), 1)
+    evidence = decision.event.evidence  # type: ignore[attr-defined]
+    assert evidence.startswith("Xid 79??[31mred") and len(evidence) == 500

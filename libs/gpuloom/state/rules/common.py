@@ -41,6 +41,7 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
         (state.submitted, "submitted"),
         (state.admitted, "admitted"),
         (state.queued, "queued"),
+        (state.placed, "placed"),
     ):
         if old == member:
             index.discard(job.job_id)
