@@ -1,6 +1,7 @@
 """Audit: re-make every recorded placement decision and compare it with the log.
 
-A placement cycle writes JobPlaced, JobPreempted and JobReserved events. Each
+A placement cycle writes JobPlaced, JobPreempted and JobReserved events (and JobGrown
+and JobShrunk for elastic gangs). Each
 records the sequence its state was folded to (`basis_seq`), its
 position in its cycle and its policy. Placement is a pure function of that
 state, so folding the log to `basis_seq` and running the cycle again with the
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 
 from gpuloom.audit.proofs import SnapshotCheck, SnapshotClaim, check_claim
 from gpuloom.audit.workers import can_fork, collector_paused, run_parts
-from gpuloom.events import JobPlaced, JobPreempted, JobReserved, Recorded
+from gpuloom.events import JobGrown, JobPlaced, JobPreempted, JobReserved, JobShrunk, Recorded
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.registry import PolicyRegistry, default_registry
@@ -44,8 +45,8 @@ from gpuloom.state import ClusterState
 from gpuloom.state.changes import ChangeFeed
 
 #: The events a placement cycle writes; each is compared field by field.
-CycleEvent = JobPlaced | JobPreempted | JobReserved
-CYCLE_EVENTS = (JobPlaced, JobPreempted, JobReserved)
+CycleEvent = JobPlaced | JobPreempted | JobReserved | JobGrown | JobShrunk
+CYCLE_EVENTS = (JobPlaced, JobPreempted, JobReserved, JobGrown, JobShrunk)
 
 
 @dataclass
@@ -101,7 +102,7 @@ def audit(
     snapshots: Sequence[SnapshotClaim] = (),
     workers: int = 1,
 ) -> AuditReport:
-    """Verify every cycle event (JobPlaced, JobPreempted, JobReserved) at or after
+    """Verify every cycle event (JobPlaced, JobPreempted, JobReserved, JobGrown, JobShrunk) at or after
     `from_seq` in `records` (the log in order: all of it, or what follows `start`), and
     prove `snapshots` on the way.
 

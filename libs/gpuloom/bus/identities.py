@@ -110,6 +110,8 @@ WRITERS: dict[str, tuple[str, str]] = {
     "JobPlaced": ("job", "placement"),
     "JobPreempted": ("job", "placement"),
     "JobReserved": ("job", "placement"),
+    "JobGrown": ("job", "placement"),
+    "JobShrunk": ("job", "placement"),
     "ReservationStarted": ("reservation", "placement"),
     "ReservationEnded": ("reservation", "placement"),
     # inventory

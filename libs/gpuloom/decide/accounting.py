@@ -11,17 +11,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpuloom.events import Decision, UsageCharged, intents
-from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import ClusterState, JobState, Run
 
 
 def _charge(job: JobState, run: Run, end: datetime, final: bool) -> UsageCharged:
-    milli = run.gpu_milli or run.gpus * MILLI_PER_GPU
     since = run.charged_until or run.started_at
-    total = run.gpu_milli_seconds() if final else run.milli_seconds_until(end, milli)
+    total = run.gpu_milli_seconds() if final else run.accrued(end)
     by_model = {
-        model: max(0, run.milli_seconds_until(end, share) - run.charged_by_model.get(model, 0))
-        for model, share in run.milli_by_model.items()
+        model: max(0, amount - run.charged_by_model.get(model, 0))
+        for model, amount in run.accrued_by_model(end).items()
     }
     return UsageCharged(
         job_id=job.job_id,

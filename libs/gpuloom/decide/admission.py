@@ -107,9 +107,9 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
     if largest < spec.gpus:
         remote = "" if spec.locality == "local-only" else " and remote vGPU cannot make up the rest"
         return "gpus", f"{needs} but the largest node has {largest}{remote}"
-    if spec.replicas > 1:
+    if spec.least_replicas > 1:
         return "replicas", (
-            f"{spec.replicas} replicas of {spec.gpus} {what} each do not fit in the whole "
+            f"{spec.least_replicas} replicas of {spec.gpus} {what} each do not fit in the whole "
             "cluster at once (with the CPU, memory and labels the job asks for)"
         )
     return None, f"{needs} but no node has them with the CPU, memory and labels the job asks for"
@@ -129,7 +129,7 @@ def reservation_use_problem(state: ClusterState, spec: JobSpec) -> str | None:
         return f"reservation {name} is a maintenance window: no job runs in it"
     if not booked.lets_in(spec.user, spec.account):
         return f"reservation {name} does not let user {spec.user} or account {spec.account} in"
-    wanted = spec.gpus * spec.replicas
+    wanted = spec.gpus * spec.least_replicas
     if wanted > len(booked.gpus):
         return f"the job asks {wanted} GPUs; reservation {name} holds {len(booked.gpus)}"
     return None

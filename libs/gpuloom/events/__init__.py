@@ -38,9 +38,12 @@ from gpuloom.events.inventory import (
 )
 from gpuloom.events.jobs import Dependency, JobSpec
 from gpuloom.events.placement import (
+    REPLICA_NUMBERS_PER_REPLICA,
+    JobGrown,
     JobPlaced,
     JobPreempted,
     JobReserved,
+    JobShrunk,
     PolicyRef,
     ReplicaAssignment,
     SliceRef,
@@ -68,6 +71,7 @@ from gpuloom.events.webhooks import (
 __all__ = [
     "ALL_EVENT_CLASSES",
     "EVENT_TYPES",
+    "REPLICA_NUMBERS_PER_REPLICA",
     "AccountCoordinatorsSet",
     "AccountCreated",
     "AccountUsersSet",
@@ -87,11 +91,13 @@ __all__ = [
     "JobCancelled",
     "JobEvent",
     "JobFinished",
+    "JobGrown",
     "JobPlaced",
     "JobPreempted",
     "JobQueued",
     "JobRejected",
     "JobReserved",
+    "JobShrunk",
     "JobSpec",
     "JobStarted",
     "JobSubmitted",

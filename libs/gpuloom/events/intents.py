@@ -62,6 +62,16 @@ def preempted(job_id: str, attempt: int) -> str:
     return f"{job_id}:preempted:{attempt}"
 
 
+def grown(job_id: str, attempt: int, seq: int) -> str:
+    """An elastic gang's growth in `attempt`, decided on the state at log position `seq`."""
+    return f"{job_id}:grown:{attempt}:{seq}"
+
+
+def shrunk(job_id: str, attempt: int, seq: int) -> str:
+    """An elastic gang's shrink in `attempt`, decided on the state at log position `seq`."""
+    return f"{job_id}:shrunk:{attempt}:{seq}"
+
+
 def reserved(job_id: str, seq: int) -> str:
     return f"{job_id}:reserved:{seq}"
 

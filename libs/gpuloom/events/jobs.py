@@ -91,6 +91,12 @@ def check_signal(before_s: int | None, time_limit_s: int | None) -> None:
         )
 
 
+def check_replica_range(least: int | None, most: int) -> None:
+    """ValueError unless an elastic gang's minimum is at most its maximum."""
+    if least is not None and least > most:
+        raise ValueError(f"replicas.min ({least}) must be at most replicas.max ({most})")
+
+
 class JobSpec(BaseModel):
     """What a user submitted. Validated at the gateway; carried verbatim in JobSubmitted."""
 
@@ -112,8 +118,14 @@ class JobSpec(BaseModel):
     pool: Literal["physical", "vgpu", "any"] = "any"
     locality: Literal["local-only", "local-first", "any"] = "local-only"
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
-    #: Replicas placed as a gang: all in one decision, or none.
+    #: Replicas placed as a gang: all in one decision, or none. With `min_replicas`, an
+    #: elastic gang: at most this many.
     replicas: int = Field(default=1, ge=1, le=1024)
+    #: An elastic gang (REST `replicas: {"min": m, "max": n}`, docs/distributed.md): it
+    #: starts once `min_replicas` fit (with more when they fit), grows toward `replicas`
+    #: as GPUs free up, and shrinks down to `min_replicas` rather than being preempted.
+    #: None: a fixed gang of `replicas`.
+    min_replicas: int | None = Field(default=None, ge=1, le=1024)
     #: Jobs that must end first; the job waits (reason `Dependency`) until they do.
     depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
     #: A job array of `array` tasks, each with GPULOOM_ARRAY_INDEX (JobArraySubmitted).
@@ -153,7 +165,17 @@ class JobSpec(BaseModel):
     def _consistent_gpu_request(self) -> JobSpec:
         check_gpu_request(self.gpus, self.gpu_milli, self.gpu_memory_mib, self.pool)
         check_signal(self.signal.before_s if self.signal else None, self.time_limit_s)
+        check_replica_range(self.min_replicas, self.replicas)
         return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas is not None
+
+    @property
+    def least_replicas(self) -> int:
+        """The replicas it needs to start: `min_replicas` for an elastic gang."""
+        return self.min_replicas if self.min_replicas is not None else self.replicas
 
     @property
     def share_milli(self) -> int:

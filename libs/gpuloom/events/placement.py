@@ -100,6 +100,46 @@ class JobReserved(JobEvent):
     policy: PolicyRef
 
 
+#: The most replicas one attempt of an elastic gang may number, per replica it may
+#: have (`JobSpec.replicas`): a replica that left is never numbered again in the attempt
+#: (its events keep their ids), so growth stops at this many until the job is requeued.
+REPLICA_NUMBERS_PER_REPLICA = 8
+
+
+class JobGrown(JobEvent):
+    """An elastic gang's running attempt grows: `replicas` join it, numbered `first`,
+    `first + 1`, ... (after every replica it has numbered in this attempt).
+
+    Written by the placement cycle that found the room (same basis, position and policy
+    fields as JobPlaced, so `gpuloom audit` re-makes it); the agents of their hosts start
+    them, and the gang's rendezvous takes them in (docs/distributed.md).
+    """
+
+    TYPE: ClassVar[str] = "JobGrown"
+    attempt: int = Field(ge=1)
+    first: int = Field(ge=1)
+    replicas: list[ReplicaAssignment] = Field(min_length=1, max_length=1024)
+    basis_seq: int = Field(ge=0)
+    cycle_position: int = Field(ge=0)
+    policy: PolicyRef
+
+
+class JobShrunk(JobEvent):
+    """Replicas `replicas` of an elastic gang's attempt `attempt` are to stop so that job
+    `by` can start: the gang shrinks (never below its minimum) instead of being
+    preempted whole. Their agents stop them as for a preemption and report them
+    `preempted`; the rest of the gang runs on, and its rendezvous lets them go."""
+
+    TYPE: ClassVar[str] = "JobShrunk"
+    attempt: int = Field(ge=1)
+    replicas: list[int] = Field(min_length=1, max_length=1024)
+    by: str
+    reason: Literal["priority", "reclaim"]
+    basis_seq: int = Field(ge=0)
+    cycle_position: int = Field(ge=0)
+    policy: PolicyRef
+
+
 class JobPreempted(JobEvent):
     """Attempt `attempt` of this job is to stop so that job `by` can start.
 

@@ -25,7 +25,7 @@ from gpuloom.events.inventory import (
     NodeRemoved,
     NodeUncordoned,
 )
-from gpuloom.events.placement import JobPlaced, JobPreempted, JobReserved
+from gpuloom.events.placement import JobGrown, JobPlaced, JobPreempted, JobReserved, JobShrunk
 from gpuloom.events.policies import LimitsSet, PriorityClassDeleted, PriorityClassSet
 from gpuloom.events.queue import JobCancelled, JobQueued, QueuePolicySet
 from gpuloom.events.reservations import (
@@ -84,6 +84,8 @@ ALL_EVENT_CLASSES: tuple[type[Event], ...] = (
     WebhookRenewed,
     GpuUnhealthy,
     GpuHealthy,
+    JobGrown,
+    JobShrunk,
 )
 
 

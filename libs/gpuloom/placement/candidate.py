@@ -36,6 +36,9 @@ class Candidate:
     may_preempt: bool = True
     #: The advance reservation it runs in (`placement.fences`); None: none.
     reservation: str | None = None
+    #: An elastic gang: the replicas it may take beyond `request.replicas` (its
+    #: minimum) when it starts (`placement.elastic`).
+    extra: int = 0
 
     @property
     def demand_milli(self) -> int:

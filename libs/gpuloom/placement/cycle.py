@@ -18,14 +18,17 @@ from datetime import datetime
 
 from gpuloom.events import (
     Decision,
+    JobGrown,
     JobPlaced,
     JobPreempted,
     JobReserved,
+    JobShrunk,
     PolicyRef,
     ReplicaAssignment,
     SliceRef,
     intents,
 )
+from gpuloom.placement.elastic import Grown
 from gpuloom.placement.engine import NodeIndex, Policy
 from gpuloom.placement.incremental.index_cache import IndexCache
 from gpuloom.placement.inputs import (
@@ -100,7 +103,8 @@ def placement_cycle(
     """One scheduling pass (`gpuloom.placement.scheduling.schedule`) as events to write.
 
     Jobs held by quota or dependencies are skipped; the rest are placed,
-    preempt, get the reservation or backfill as the log's QueuePolicySet says.
+    preempt, get the reservation or backfill as the log's QueuePolicySet says; running
+    elastic gangs grow (JobGrown) and shrink for a preemption (JobShrunk).
     Without `kept` it is the reference pass, on inputs made afresh from the state
     (`inputs.pass_inputs`); `kept` carries what the last cycle read to the next (the
     fast twin: the same decisions, less work, `gpuloom.placement.incremental`).
@@ -131,6 +135,19 @@ def placement_cycle(
         elif isinstance(outcome, Preempted):
             for offset, victim in enumerate(outcome.victims):
                 job = state.jobs[victim.job_id]
+                if victim.shrink:
+                    shrunk = JobShrunk(
+                        job_id=job.job_id,
+                        attempt=job.attempt,
+                        replicas=sorted(victim.numbers),
+                        by=outcome.candidate.job_id,
+                        reason=outcome.reason,
+                        cycle_position=outcome.position + offset,
+                        **common,
+                    )
+                    intent = intents.shrunk(job.job_id, job.attempt, state.seq)
+                    decisions.append(Decision(shrunk, intent, job.last_event_id))
+                    continue
                 preempted = JobPreempted(
                     job_id=job.job_id,
                     attempt=job.attempt,
@@ -144,6 +161,18 @@ def placement_cycle(
                         preempted, intents.preempted(job.job_id, job.attempt), job.last_event_id
                     )
                 )
+        elif isinstance(outcome, Grown):
+            job = state.jobs[outcome.job_id]
+            grown = JobGrown(
+                job_id=job.job_id,
+                attempt=job.attempt,
+                first=outcome.first,
+                replicas=placed_event(job.job_id, 1, Placement(outcome.replicas)).replicas,
+                cycle_position=outcome.position,
+                **common,
+            )
+            intent = intents.grown(job.job_id, job.attempt, state.seq)
+            decisions.append(Decision(grown, intent, job.last_event_id))
         elif isinstance(outcome, Reserved):
             reservation = outcome.reservation
             job = state.jobs[reservation.job_id]

@@ -44,6 +44,17 @@ class Holding:
     order: int = 0
     #: Already told to stop (preempted): not a victim again.
     stopping: bool = False
+    #: The replicas' numbers in their job's attempt, in order (empty: 0, 1, ...).
+    numbers: tuple[int, ...] = ()
+    #: A running elastic gang: the replicas it keeps when it shrinks (its minimum); a
+    #: preemption may take the others one by one (`placement.elastic`). 0: all or none.
+    keep: int = 0
+    #: Replicas of an elastic gang past its minimum: taking them shrinks it (JobShrunk).
+    shrink: bool = False
+
+    def number(self, position: int) -> int:
+        """The number of the replica at `position`."""
+        return self.numbers[position] if self.numbers else position
 
     def nodes(self) -> set[str]:
         held = {replica.host for replica in self.replicas}
@@ -124,9 +135,9 @@ class HeldSum:
             host = replica.host
             if any(piece.node != host for piece in replica.slices):
                 if sign > 0:
-                    self.spanning[(holding.job_id, position)] = replica
+                    self.spanning[(holding.job_id, holding.number(position))] = replica
                 else:
-                    del self.spanning[(holding.job_id, position)]
+                    del self.spanning[(holding.job_id, holding.number(position))]
                 continue
             total = self.local.get(host)
             if total is None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
-from gpuloom.events import JobSpec, QueuePolicySet
+from gpuloom.events import REPLICA_NUMBERS_PER_REPLICA, JobSpec, QueuePolicySet
 from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.placement.candidate import Candidate
+from gpuloom.placement.elastic import Growth, one_more, per_replica
 from gpuloom.placement.engine import Context, NodeIndex, Policy
 from gpuloom.placement.fences import fences_of
 from gpuloom.placement.fragmentation import Shape, Workload
@@ -103,7 +104,7 @@ def request_of(spec: JobSpec) -> Request:
         pool=spec.pool,
         locality=spec.locality,
         node_selector=tuple(sorted(spec.node_selector.items())),
-        replicas=spec.replicas,
+        replicas=spec.least_replicas,
         container=spec.image is not None,
         topology=(spec.topology.level, spec.topology.mode) if spec.topology else None,
     )
@@ -219,8 +220,9 @@ def holding_of(state: ClusterState, job: JobState, began: datetime | None) -> Ho
     ends = to_ms(began) + 1000 * limit if limit is not None and began is not None else None
     if job.preempted_at is not None:
         ends = to_ms(job.preempted_at)
-    replicas = []
-    for replica in job.replicas:
+    replicas, numbers = [], []
+    for number, replica in job.held_replicas():
+        numbers.append(number)
         slices = []
         for piece in replica.slices:
             node = state.nodes.get(piece.node)
@@ -239,7 +241,25 @@ def holding_of(state: ClusterState, job: JobState, began: datetime | None) -> Ho
         account=job.spec.account,
         order=job.placed_seq,
         stopping=job.preempted_by is not None,
+        numbers=tuple(numbers),
+        keep=shrinkable(job),
     )
+
+
+def shrinkable(job: JobState) -> int:
+    """The replicas a running elastic gang keeps if a preemption shrinks it (its minimum);
+    0 when it cannot shrink now (not elastic, not running, stopping or shrinking)."""
+    spec = job.spec
+    if spec.min_replicas is None or job.phase != "running" or job.leaving:
+        return 0
+    if job.preempted_by is not None or job.health_stop is not None or job.cancel_requested:
+        return 0
+    return spec.min_replicas
+
+
+def stopping_for(job: JobState) -> str | None:
+    """The job that `job` (or some of its replicas) is being stopped for, if any."""
+    return job.preempted_by if job.preempted_by is not None else job.shrink_by
 
 
 def candidate_of(
@@ -261,6 +281,7 @@ def candidate_of(
         user=spec.user,
         may_preempt=may_preempt,
         reservation=spec.reservation,
+        extra=spec.replicas - spec.least_replicas,
     )
 
 
@@ -300,7 +321,7 @@ def awaiting_victims(state: ClusterState) -> frozenset[str]:
         by
         for jobs in state.on_node.values()
         for job_id in jobs
-        if (by := state.jobs[job_id].preempted_by) is not None
+        if (by := stopping_for(state.jobs[job_id])) is not None
     )
 
 
@@ -320,6 +341,48 @@ def candidates(
         yield make(job, awaiting, allowed)
 
 
+def growable_of(state: ClusterState) -> list[Growth]:
+    """The running elastic gangs that may take more replicas now, in submission order:
+    their rendezvous is known, nothing stops them or a part of them, and they have
+    fewer than their maximum (an advance reservation's gangs keep to what they have)."""
+    grows = []
+    for job in sorted((state.jobs[j] for j in state.elastic), key=lambda job: job.order):
+        spec = job.spec
+        if (
+            job.phase != "running"
+            or job.master is None
+            or stopping_for(job) is not None
+            or job.health_stop is not None
+            or job.cancel_requested
+            or spec.reservation is not None
+        ):
+            continue
+        numbered = REPLICA_NUMBERS_PER_REPLICA * spec.replicas - len(job.replicas)
+        missing = min(spec.replicas - len(job.live_replicas()), numbered)
+        if missing <= 0:
+            continue
+        request = request_of(spec)
+        domain = None
+        if spec.topology is not None and spec.topology.mode == "required":
+            host = state.nodes.get(job.replicas[0].host)
+            name = host.spec.domain(spec.topology.level) if host is not None else None
+            if name is None:
+                continue
+            domain = (spec.topology.level, name)
+        grows.append(
+            Growth(
+                job_id=job.job_id,
+                request=one_more(request, domain),
+                missing=missing,
+                first=len(job.replicas),
+                account=spec.account,
+                user=spec.user,
+                unit=per_replica(upfront_demand(spec), spec.least_replicas),
+            )
+        )
+    return grows
+
+
 def pass_inputs(state: ClusterState, policy: Policy) -> PassInputs | None:
     """What the reference pass reads, made afresh from `state` (None: no node to place on)."""
     views = node_views(state)
@@ -334,6 +397,7 @@ def pass_inputs(state: ClusterState, policy: Policy) -> PassInputs | None:
         quotas=quota_book(state),
         current=current_reservation(state),
         fences=fences_of(state),
+        growable=lambda: growable_of(state),
     )
 
 

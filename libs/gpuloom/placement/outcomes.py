@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuloom.placement.candidate import Candidate
+from gpuloom.placement.elastic import Grown
 from gpuloom.placement.holdings import Holding
 from gpuloom.placement.reservation import Reservation
 from gpuloom.placement.resources import Placement
@@ -64,7 +65,8 @@ class Reserved:
 
 @dataclass(frozen=True, slots=True)
 class Preempted:
-    """`candidate` stops `victims` (positions `position`, `position + 1`, ...)."""
+    """`candidate` stops `victims` (positions `position`, `position + 1`, ...): a victim
+    that is a `shrink` stops only those replicas of an elastic gang (JobShrunk)."""
 
     candidate: Candidate
     victims: tuple[Holding, ...]
@@ -82,8 +84,8 @@ class Waiting:
 
 
 #: What the placement cycle writes.
-Decided = Placed | Reserved | Preempted
-Outcome = Placed | Reserved | Preempted | Waiting
+Decided = Placed | Reserved | Preempted | Grown
+Outcome = Placed | Reserved | Preempted | Grown | Waiting
 
 
 def wait_code(refusal: str) -> WaitCode:

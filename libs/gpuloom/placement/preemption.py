@@ -12,6 +12,10 @@ budget: the result has the fewest victims possible. Beyond the budget, and for
 gangs and remote slices, victims are added in key order until the job fits and
 then every victim whose removal still lets it fit is spared: the result frees
 enough and no victim is superfluous, though a smaller set may exist.
+
+Elastic gangs shrink before anyone is stopped: the search tries their replicas first,
+each a victim of its own, as many of a gang as it has past its minimum
+(`placement.elastic.shrink_units`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from itertools import combinations
 
 from gpuloom.events.accounts import GPU_MILLI
 from gpuloom.placement.candidate import Candidate
+from gpuloom.placement.elastic import merged_victims, shrink_units, within_surplus
 from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.holdings import Holding, hold_all, release_all, scratch
 from gpuloom.placement.outcomes import PreemptReason
@@ -32,8 +37,20 @@ from gpuloom.queueing.quota import QuotaBook
 SEARCH_BUDGET = 2000
 
 
-def victim_key(holding: Holding) -> tuple[int, int, str]:
-    return (holding.priority_class, -holding.order, holding.job_id)
+VictimKey = tuple[int, bool, int, str, tuple[int, ...]]
+
+
+def victim_key(holding: Holding) -> VictimKey:
+    """Lowest priority class first; in a class, an elastic gang's replicas past its
+    minimum before any whole job (it shrinks before anyone dies), the latest started
+    first, its highest-numbered replicas first."""
+    return (
+        holding.priority_class,
+        not holding.shrink,
+        -holding.order,
+        holding.job_id,
+        tuple(-number for number in holding.numbers),
+    )
 
 
 def fits_after(
@@ -93,9 +110,7 @@ def _smallest_on_one_host(
         hosts = {replica.host for replica in holding.replicas}
         for host in sorted(hosts):
             by_host.setdefault(host, []).append(holding)
-    best: tuple[tuple[int, tuple[tuple[int, int, str], ...], int], tuple[Holding, ...]] | None = (
-        None
-    )
+    best: tuple[tuple[int, tuple[VictimKey, ...], int], tuple[Holding, ...]] | None = None
     for host, here in sorted(by_host.items(), key=lambda item: index.nodes[item[0]].rank):
         rank = index.nodes[host].rank
         found = _smallest_set(
@@ -157,7 +172,8 @@ def victims_for(
 ) -> tuple[tuple[Holding, ...], PreemptReason] | None:
     """Whom `candidate` stops, and why: preempt by priority class first; else reclaim the
     account's nominal quota from accounts that borrow. `holdings`: what runs (none placed
-    in this pass); `quotas`: the pass's book. None: nobody."""
+    in this pass); `quotas`: the pass's book. None: nobody. Shrinking elastic gangs is
+    tried first, then stopping whole jobs (`placement.elastic`)."""
     by_class = [
         h for h in holdings if h.preemptible and h.priority_class < candidate.priority_class
     ]
@@ -173,6 +189,11 @@ def victims_for(
             return None
         if not copies:
             copies.append(scratch(index))
+        units = shrink_units(among)  # elastic gangs shrink before anyone is stopped
+        if units:
+            chosen = choose_victims(candidate.request, copies[0], units, policy, context)
+            if chosen is not None and within_surplus(chosen, among):
+                return merged_victims(chosen)
         return choose_victims(candidate.request, copies[0], among, policy, context)
 
     victims = choose(by_class)

@@ -27,12 +27,22 @@ epoch (exact both ways with the events' datetimes); nothing here reads a clock, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
 from gpuloom.placement.candidate import Candidate
+from gpuloom.placement.elastic import (
+    Grown,
+    Growth,
+    after_shrink,
+    gang_domain,
+    more_replicas,
+    one_more,
+    per_replica,
+    scaled,
+)
 from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.fences import Fence, Fences
 from gpuloom.placement.holdings import HeldSum, Holding
@@ -54,7 +64,7 @@ from gpuloom.placement.reservation import (
     must_leave_slack,
     try_place,
 )
-from gpuloom.placement.resources import Placement, Request
+from gpuloom.placement.resources import Placement, ReplicaPlacement, Request
 from gpuloom.placement.topology import place, topology_shortfall
 from gpuloom.queueing.quota import QuotaBook
 
@@ -113,6 +123,9 @@ class PassInputs:
     released: Callable[[list[Holding]], NodeIndex | None] | None = None
     #: The advance reservations (`gpuloom.placement.fences`), by name.
     fences: Sequence[Fence] = ()
+    #: The running elastic gangs that may grow (`inputs.growable_of`), asked for only at
+    #: the end of a pass that blocked no job.
+    growable: Callable[[], Sequence[Growth]] | None = None
 
 
 class SchedulingPass:
@@ -185,6 +198,7 @@ class SchedulingPass:
         self._failed: dict[tuple[Request, bool, tuple[str, ...]], Waiting] = {}
         #: The advance reservations' GPUs, hidden but from the jobs that may use them.
         self.fences = Fences(inputs.fences, self.index) if inputs.fences else None
+        self._growable = inputs.growable
 
     def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
         try:
@@ -195,6 +209,8 @@ class SchedulingPass:
                 self._decide(candidate)
                 if self._decided(candidate.job_id):
                     break
+            else:
+                self._grow()
         finally:
             if self.fences is not None:
                 self.fences.lift()
@@ -295,8 +311,10 @@ class SchedulingPass:
         if fences is not None and opened:
             with fences.seen_through(opened):
                 placement = try_place(candidate, self.index, self.policy, decision, protection)
+                placement = self._with_extra(candidate, placement, decision)
         else:
             placement = try_place(candidate, self.index, self.policy, decision, protection)
+            placement = self._with_extra(candidate, placement, decision)
         if placement is None:
             waiting = self._why_not_placed(candidate, masked, turn)
             self._failed[(candidate.request, masked, opened)] = waiting
@@ -329,12 +347,77 @@ class SchedulingPass:
         self._took(candidate, placement)
         return None
 
+    def _with_extra(
+        self, candidate: Candidate, placement: Placement | None, decision: Context
+    ) -> Placement | None:
+        """An elastic gang placed at its minimum, with the replicas it may take beyond
+        that fit now and within its quotas: none while a job ahead of it is blocked
+        (what it would take beyond is that job's to have first)."""
+        if placement is None or not candidate.extra or self.blocked:
+            return placement
+        request = candidate.request
+        unit = per_replica(candidate.demand, request.replicas)
+        base = placement.replicas
+
+        def fits_quota(extra: Sequence[ReplicaPlacement]) -> bool:
+            return self._quota_room(candidate.account, candidate.user, unit, [*base, *extra])
+
+        domain = gang_domain(request, self.index, base[0].host)
+        added = more_replicas(
+            one_more(request, domain), candidate.extra, self.index, self.policy, decision,
+            fits_quota,
+        )  # fmt: skip
+        return Placement((*base, *added)) if added else placement
+
+    def _quota_room(
+        self, account: str, user: str, unit: Mapping[str, int], replicas: list[ReplicaPlacement]
+    ) -> bool:
+        """Whether the quotas let `account` (and `user`) take `replicas` more, of which each
+        takes `unit` (a growth: a job's start is paced, not its replicas)."""
+        if self.quotas is None:
+            return True
+        demand = {
+            **scaled(unit, len(replicas)),
+            **where_demand(self.index, Placement(tuple(replicas))),
+        }
+        return self.quotas.why_not(account, demand, user or None, pacing=False) is None
+
+    def _grow(self) -> None:
+        """At the end of a pass that blocked no job: the running elastic gangs take more
+        replicas where they fit, in their order, each within its quotas (a `Grown`)."""
+        if self.blocked or self._growable is None or self._until is not None:
+            return
+        for growth in self._growable():
+            if self.placed >= self.rules.limit:
+                return
+
+            def fits_quota(extra: Sequence[ReplicaPlacement], growth: Growth = growth) -> bool:
+                return self._quota_room(growth.account, growth.user, growth.unit, list(extra))
+
+            decision = self._decision(self.position)
+            added = more_replicas(
+                growth.request, growth.missing, self.index, self.policy, decision, fits_quota
+            )
+            if not added:
+                continue
+            if self.quotas is not None:
+                taken = Placement(tuple(added))
+                demand = {**scaled(growth.unit, len(added)), **where_demand(self.index, taken)}
+                self.quotas.hold(growth.account, demand, growth.user or None)
+            self.outcomes.append(Grown(growth.job_id, tuple(added), growth.first, self.position))
+            self.position += 1
+            self.placed += 1
+
     def _took(self, candidate: Candidate, placement: Placement) -> None:
         """`candidate` is placed: charge its quotas, say so, and count what it holds."""
         if self.quotas is not None:
+            demand = candidate.demand
+            if len(placement.replicas) != candidate.request.replicas:  # an elastic gang's extra
+                unit = per_replica(demand, candidate.request.replicas)
+                demand = scaled(unit, len(placement.replicas))
             self.quotas.take(
                 candidate.account,
-                {**candidate.demand, **where_demand(self.index, placement)},
+                {**demand, **where_demand(self.index, placement)},
                 candidate.user or None,
             )
         self.outcomes.append(Placed(candidate, placement, self.blocked, self.position))
@@ -402,13 +485,20 @@ class SchedulingPass:
         victims, reason = chosen
         self.outcomes.append(Preempted(candidate, victims, reason, self.position))
         self.position += len(victims)
-        stopping = {v.job_id for v in victims}
+        stopping = {v.job_id for v in victims if not v.shrink}
+        shrinking = {v.job_id: v for v in victims if v.shrink}
         self._by_end = None  # the victims now end: `_running` alone says what runs
-        self._running = [
-            replace(h, stopping=True, ends_at=self.now) if h.job_id in stopping else h
-            for h in self._held()
-            if h.order < NEW_ORDER
-        ]
+        after: list[Holding] = []
+        for held in self._held():
+            if held.order >= NEW_ORDER:
+                continue
+            if held.job_id in stopping:
+                after.append(replace(held, stopping=True, ends_at=self.now))
+            elif held.job_id in shrinking:
+                after.extend(after_shrink(held, shrinking[held.job_id], self.now))
+            else:
+                after.append(held)
+        self._running = after
 
     def _reserve_for(self, candidate: Candidate, decision: Context, waiting: Waiting) -> Waiting:
         """Give the blocked job the reservation, at the earliest start it can foresee;

@@ -98,7 +98,7 @@ def pending_in_order(state: ClusterState) -> list[tuple[JobState, PriorityFactor
                     priority=job.priority,
                     waited_s=(now - job.submitted_at).total_seconds() if now else 0.0,
                     fair_share=factors.get(spec.account, 1.0),
-                    gpu_milli_demand=spec.gpus * spec.share_milli * spec.replicas,
+                    gpu_milli_demand=spec.gpus * spec.share_milli * spec.least_replicas,
                     cluster_gpu_milli=capacity,
                 ),
             )
@@ -191,19 +191,19 @@ def _yields_to_itself(job_id: str, preemptor_of: dict[str, str | None]) -> bool:
 
 def gpu_demand(job: JobState) -> int:
     """Milli-GPU the job holds when placed (all replicas)."""
-    return job.spec.gpus * job.spec.share_milli * job.spec.replicas
+    return job.spec.gpus * job.spec.share_milli * job.spec.least_replicas
 
 
 def upfront_demand(spec: JobSpec) -> dict[str, int]:
     """What a job takes of the quota resources known before placement."""
-    whole = spec.gpus * spec.replicas if spec.gpu_milli is None else 0
-    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.replicas, GPUS: whole}
+    whole = spec.gpus * spec.least_replicas if spec.gpu_milli is None else 0
+    return {GPU_MILLI: spec.gpus * spec.share_milli * spec.least_replicas, GPUS: whole}
 
 
 def held_demand(state: ClusterState, job: JobState) -> dict[str, int]:
     """What a placed or running job holds of every quota resource."""
     demand: dict[str, int] = {GPU_MILLI: 0, GPUS: 0}
-    for replica in job.replicas:
+    for _, replica in job.held_replicas():
         for piece in replica.slices:
             node = state.nodes.get(piece.node)
             gpu = node.gpus.get(piece.index) if node is not None else None

@@ -118,7 +118,9 @@ class QuotaBook:
     #: The per-node figure behind `unstarted_cap`, for the reason it gives.
     unstarted_per_node: int | None = None
 
-    def why_not(self, account: str, demand: Demand, user: str | None = None) -> str | None:
+    def why_not(
+        self, account: str, demand: Demand, user: str | None = None, *, pacing: bool = True
+    ) -> str | None:
         for resource in sorted(demand):
             tracker = self.trackers.get(resource)
             if tracker is not None and demand[resource]:
@@ -129,7 +131,7 @@ class QuotaBook:
             why = self.identity_why_not(user, account, demand.get(GPU_MILLI, 0))
             if why is not None:
                 return why
-        if user is not None and self.unstarted_cap is not None:
+        if pacing and user is not None and self.unstarted_cap is not None:
             return self.pacing_why_not(user)
         return None
 

@@ -1,7 +1,7 @@
 """Whether a GPU can give one slice of a job, and a node can host one of its replicas.
 
 One rule, two users: the fold checks a recorded placement with it
-(`gpuloom.state.rules.runs.assignment_problem`), and the engine makes placements with
+(`gpuloom.state.rules.assignment.assignment_problem`), and the engine makes placements with
 it (`gpuloom.placement.resources.gpu_serves`, `host_fits`; the engine's hot path,
 `fits_locally`, is them written out, and tests hold it to them). It lives in the state
 layer, the lowest that both import, and reads plain values: the fold has `GpuState`

@@ -24,6 +24,7 @@ from gpuloom.state.retention import expire
 from gpuloom.state.rules import (
     accounts,
     cluster,
+    elastic,
     health,
     jobs,
     nodes,
@@ -178,6 +179,7 @@ def rule_table(*modules: tuple[Rule, ...]) -> dict[type[Event], Handler]:
 _HANDLERS: dict[type[Event], Handler] = rule_table(
     jobs.RULES,
     runs.RULES,
+    elastic.RULES,
     nodes.RULES,
     accounts.RULES,
     cluster.RULES,

@@ -48,6 +48,9 @@ LIFECYCLE: dict[str, Step] = {
     "JobPlaced": Step(("queued",), ("placed",)),
     "JobReserved": Step(("queued",)),
     "JobPreempted": Step(ON_NODE),
+    # an elastic gang grows once it runs (its rendezvous is known), and shrinks on a node
+    "JobGrown": Step(("running",)),
+    "JobShrunk": Step(ON_NODE),
     # the first replica to start makes the job running; the others find it so
     "JobStarted": Step(ON_NODE, ("running",)),
     # a replica's end: the last one ends the job (requeued when it was preempted), the

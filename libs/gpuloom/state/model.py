@@ -147,6 +147,13 @@ class Run:
     #: The same, by GPU model.
     milli_by_model: dict[str, int] = field(default_factory=dict)
 
+    #: An elastic gang's run changes what it holds as it grows and shrinks: what it held
+    #: before `rate_since` (None: the start) is banked here, each replica charged for
+    #: its own interval; `gpu_milli` and `milli_by_model` are what it holds since.
+    rate_since: datetime | None = None
+    banked_milli_seconds: int = 0
+    banked_by_model: dict[str, int] = field(default_factory=dict)
+
     #: Charges of this run so far (interim ones while it runs, then the final one).
     charges: int = 0
     #: End of the latest interim charge; the next charge starts there.
@@ -162,12 +169,41 @@ class Run:
         return max(0.0, (self.ended_at - self.started_at).total_seconds())
 
     def milli_seconds_until(self, moment: datetime, milli: int) -> int:
-        """Charge of `milli` milli-GPU from the start to `moment` (exact integer rounding)."""
-        return round(milli * max(0.0, (moment - self.started_at).total_seconds()))
+        """Charge of `milli` milli-GPU from the rate's start to `moment` (exact integer
+        rounding), what was banked before it not included."""
+        since = self.rate_since or self.started_at
+        return round(milli * max(0.0, (moment - since).total_seconds()))
+
+    def accrued(self, moment: datetime) -> int:
+        """The run's whole charge up to `moment`: what was banked, and what it holds now
+        from the rate's start."""
+        milli = self.gpu_milli or self.gpus * MILLI_PER_GPU
+        return self.banked_milli_seconds + self.milli_seconds_until(moment, milli)
+
+    def accrued_by_model(self, moment: datetime) -> dict[str, int]:
+        """`accrued`, by GPU model."""
+        models = sorted({*self.banked_by_model, *self.milli_by_model})
+        return {
+            model: self.banked_by_model.get(model, 0)
+            + self.milli_seconds_until(moment, self.milli_by_model.get(model, 0))
+            for model in models
+        }
+
+    def rerate(self, at: datetime, milli: int, by_model: dict[str, int], gpus: int) -> None:
+        """From `at` on, the run holds `milli` (`by_model`, `gpus` GPUs): bank what it
+        held until then (an elastic gang grew or a replica left)."""
+        at = max(at, self.rate_since or self.started_at)
+        for model, amount in self.accrued_by_model(at).items():
+            self.banked_by_model[model] = amount
+        self.banked_milli_seconds = self.accrued(at)
+        self.rate_since = at
+        self.gpu_milli, self.milli_by_model, self.gpus = milli, by_model, gpus
 
     def gpu_milli_seconds(self) -> int:
         """The exact integer charge of the ended run: a 0.25 GPU for an hour is 0.25 GPU-hours."""
-        return round((self.gpu_milli or self.gpus * MILLI_PER_GPU) * self.seconds)
+        if self.ended_at is None:
+            return 0
+        return self.accrued(self.ended_at)
 
 
 @dataclass
@@ -215,6 +251,12 @@ class JobState:
     #: ends there). The agents stop its replicas; then it is requeued, expedited.
     health_stop: str | None = None
     health_at: datetime | None = None
+    #: An elastic gang's replicas told to stop by a JobShrunk and not ended yet, the job
+    #: they stop for (None once they all ended), and the replicas that ended so: they
+    #: hold nothing, and the job's outcome is that of the others.
+    leaving: set[int] = field(default_factory=set)
+    shrink_by: str | None = None
+    left: set[int] = field(default_factory=set)
     #: Times it was requeued after a GPU failed under it.
     requeues: int = 0
     #: Requeued after a GPU failed, and not placed since: it goes first among the jobs
@@ -232,9 +274,22 @@ class JobState:
 
     def nodes_held(self) -> set[str]:
         """Every node the current placement holds something on (hosts and lenders)."""
-        held = {replica.host for replica in self.replicas}
-        held.update(piece.node for replica in self.replicas for piece in replica.slices)
+        held: set[str] = set()
+        for _, replica in self.held_replicas():
+            held.add(replica.host)
+            held.update(piece.node for piece in replica.slices)
         return held
+
+    def held_replicas(self) -> list[tuple[int, ReplicaAssignment]]:
+        """The current placement's replicas with their numbers, but those an elastic
+        gang's shrink has ended (they hold nothing)."""
+        left = self.left
+        return [(n, r) for n, r in enumerate(self.replicas) if not left or n not in left]
+
+    def live_replicas(self) -> list[int]:
+        """The replicas of the attempt that have not ended (nor been told to leave)."""
+        ended, leaving = self.finished_replicas, self.leaving
+        return [n for n in range(len(self.replicas)) if n not in ended and n not in leaving]
 
     @property
     def order(self) -> tuple[int, int, str]:
@@ -300,6 +355,8 @@ class ClusterState:
     #: Jobs in phase "placed": placed and not started yet (the users' limit on jobs
     #: waiting to start counts them, `QueuePolicySet.unstarted_per_node`).
     placed: set[str] = field(default_factory=set)
+    #: Elastic gangs placed or running (`JobSpec.min_replicas`): those placement may grow.
+    elastic: set[str] = field(default_factory=set)
     #: Jobs in phase "placed"/"running", per node.
     on_node: dict[str, set[str]] = field(default_factory=dict)
     #: Jobs that ended a run and still have an uncharged attempt.

@@ -81,7 +81,7 @@ def jobs_holding_at(
             job = state.jobs.get(job_id)
             if job is None or job_id in found or (besides and job.spec.reservation == besides):
                 continue
-            if _holds_any(job.replicas, gpus) and _may_hold_at(job, moment):
+            if _holds_any((r for _, r in job.held_replicas()), gpus) and _may_hold_at(job, moment):
                 found.add(job_id)
     return sorted(found)
 

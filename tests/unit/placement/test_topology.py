@@ -12,7 +12,7 @@ from gpuloom.placement.inputs import pass_inputs, rules_of
 from gpuloom.placement.outcomes import Waiting
 from gpuloom.placement.scheduling import schedule
 from gpuloom.state import ClusterState
-from gpuloom.state.rules.runs import assignment_problem
+from gpuloom.state.rules.assignment import assignment_problem
 from gpuloom.testing.builders import LogBuilder, make_job_spec, make_node
 
 RACKS = {"a1": "r1", "a2": "r1", "b1": "r2"}

@@ -19,7 +19,7 @@ from gpuloom.placement.resources import (
 )
 from gpuloom.state import ClusterState
 from gpuloom.state.feasibility import HELD, gpu_kind_refusal, gpu_room_refusal, host_refusal
-from gpuloom.state.rules.runs import assignment_problem
+from gpuloom.state.rules.assignment import assignment_problem
 from gpuloom.testing.builders import LogBuilder, make_job_spec
 
 GPU_MEMORY = 40_960

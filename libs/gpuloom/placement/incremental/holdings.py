@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuloom.placement.holdings import HeldSum, Holding
-from gpuloom.placement.inputs import began_of, holding_of, on_a_node, placement_order
+from gpuloom.placement.inputs import (
+    began_of,
+    holding_of,
+    on_a_node,
+    placement_order,
+    stopping_for,
+)
 from gpuloom.state import ClusterState
 from gpuloom.state.changes import ChangeFeed
 
@@ -90,7 +96,7 @@ class KeptHoldings:
             assert job is not None
             holding = holding_of(state, job, began_of(job))
             held[job_id] = (job.last_seq, holding)
-            self._file(job_id, holding, job.preempted_by, 1)
+            self._file(job_id, holding, stopping_for(job), 1)
             if entry is not None and entry[1].order == holding.order:
                 ordered[job_id] = holding  # where it stood: its place in the order is as it was
             else:

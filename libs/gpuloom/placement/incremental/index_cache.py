@@ -42,6 +42,7 @@ from gpuloom.placement.inputs import (
     candidates,
     context_for,
     current_reservation,
+    growable_of,
     log_ms,
     node_view,
     node_views,
@@ -111,6 +112,7 @@ class IndexCache:
             fences=fences_of(state),
             by_end=lambda: holdings.by_end(state),
             released=lambda placed: self.released(state, placed),
+            growable=lambda: growable_of(state),
         )
 
     def views_of(self, state: ClusterState) -> list[NodeView]:

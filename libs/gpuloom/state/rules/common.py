@@ -61,6 +61,10 @@ def set_phase(state: ClusterState, job: JobState, phase: JobPhase) -> None:
     if phase in ("placed", "running"):
         for name in job.nodes_held():
             state.on_node.setdefault(name, set()).add(job.job_id)
+    if phase in ("placed", "running") and job.spec.elastic:
+        state.elastic.add(job.job_id)
+    else:
+        state.elastic.discard(job.job_id)
     was_final = job.is_final
     job.phase = phase
     if job.is_final and not was_final:
@@ -151,6 +155,9 @@ def forget_placement(state: ClusterState, job: JobState) -> None:
     job.started_replicas = set()
     job.finished_replicas = {}
     job.master = None
+    job.leaving = set()
+    job.shrink_by = None
+    job.left = set()
     job.preempted_by = None
     job.preempted_at = None
     job.health_stop = None

@@ -8,26 +8,21 @@ from gpuloom.events import (
     JobPlaced,
     JobPreempted,
     JobReserved,
-    JobSpec,
     JobStarted,
-    ReplicaAssignment,
-    SliceRef,
     UsageCharged,
 )
-from gpuloom.events.units import MILLI_PER_GPU
 from gpuloom.state import retention
 from gpuloom.state.errors import Invalid
-from gpuloom.state.feasibility import (
-    HELD,
-    gpu_kind_refusal,
-    gpu_room_refusal,
-    host_refusal,
-    topology_refusal,
-)
 from gpuloom.state.lifecycle import require_step
-from gpuloom.state.model import ClusterState, GpuState, JobPhase, JobState, Run
+from gpuloom.state.model import ClusterState, JobPhase, JobState, Run
 from gpuloom.state.reservations import placement_refusal
 from gpuloom.state.retention import known
+from gpuloom.state.rules.assignment import (
+    assignment_problem,
+    held_milli,
+    hold_replicas,
+    milli_by_model,
+)
 from gpuloom.state.rules.common import (
     Rule,
     forget_placement,
@@ -37,6 +32,7 @@ from gpuloom.state.rules.common import (
     set_phase,
     touch,
 )
+from gpuloom.state.rules.elastic import replica_left
 from gpuloom.state.step import Step
 
 
@@ -57,19 +53,7 @@ def _placed(state: ClusterState, event: JobPlaced, step: Step) -> None:
     local = [piece for piece in first.slices if piece.node == first.host]
     if event.node != first.host or event.gpu_indexes != [p.index for p in local]:
         raise Invalid("node and gpu_indexes must be replica 0's host and its local GPUs")
-    for replica in replicas:
-        host = state.nodes[replica.host]
-        step.changed_node(replica.host)
-        for piece in replica.slices:
-            step.changed_node(piece.node)
-        host.hosted[job.job_id] = (
-            host.hosted.get(job.job_id, (0, 0))[0] + replica.cpu_milli,
-            host.hosted.get(job.job_id, (0, 0))[1] + replica.memory_mib,
-        )
-        for piece in replica.slices:
-            gpu = state.nodes[piece.node].gpus[piece.index]
-            milli, memory = gpu.holders.get(job.job_id, (0, 0))
-            gpu.holders[job.job_id] = (milli + piece.milli, memory + _slice_memory(gpu, piece))
+    hold_replicas(state, job, replicas, step)
     job.attempt = event.attempt
     job.node = event.node
     job.gpu_indexes = tuple(event.gpu_indexes)
@@ -112,111 +96,6 @@ def _preempted(state: ClusterState, event: JobPreempted, step: Step) -> None:
     touch(state, job, step)
 
 
-def _slice_memory(gpu: GpuState, piece: SliceRef) -> int:
-    return gpu.slice_memory(piece.milli, piece.memory_mib)
-
-
-def assignment_problem(
-    state: ClusterState, spec: JobSpec, replicas: list[ReplicaAssignment]
-) -> str | None:
-    """Why `replicas` is not a valid placement of `spec` in `state`, or None.
-
-    The rules of docs/placement.md: replica count, hosts ready with CPU and
-    memory room, one slice per GPU per replica, GPU model, pool (fractions from
-    vgpu, physical GPUs whole and local), locality, lenders, and no GPU over
-    1000 milli or its memory.
-    """
-    if len(replicas) != spec.replicas:
-        return f"{len(replicas)} replicas placed, the job has {spec.replicas}"
-    share = spec.share_milli
-    cpu_taken: dict[str, int] = {}
-    memory_taken: dict[str, int] = {}
-    gpu_taken: dict[tuple[str, int], tuple[int, int]] = {}
-    for number, replica in enumerate(replicas):
-        host = state.nodes.get(replica.host)
-        if host is None or host.phase != "ready":
-            return f"replica {number}: host {replica.host} is not ready"
-        if replica.cpu_milli != spec.cpu_milli or replica.memory_mib != spec.memory_mib:
-            return f"replica {number}: CPU/memory differ from the job's request"
-        cpu_before = cpu_taken.get(host.name, 0)  # by this job's earlier replicas
-        memory_before = memory_taken.get(host.name, 0)
-        cpu, memory = host.spec.cpu_milli, host.spec.memory_mib  # 0: not declared, unbounded
-        refused = host_refusal(
-            replica.cpu_milli,
-            replica.memory_mib,
-            cpu - host.cpu_used - cpu_before if cpu else None,
-            memory - host.memory_used - memory_before if memory else None,
-            spec.node_selector.items(),
-            host.spec.labels,
-            spec.image is not None,
-            host.spec.runtimes,
-        )
-        if refused is not None:
-            return f"replica {number}: host {host.name} {refused}"
-        cpu_taken[host.name] = cpu_before + replica.cpu_milli
-        memory_taken[host.name] = memory_before + replica.memory_mib
-        if len(replica.slices) != spec.gpus:
-            return f"replica {number}: {len(replica.slices)} GPU slices, the job needs {spec.gpus}"
-        seen: set[tuple[str, int]] = set()
-        for piece in replica.slices:
-            where = f"GPU {piece.node}/{piece.index}"
-            if (piece.node, piece.index) in seen:
-                return f"replica {number}: {where} given twice"
-            seen.add((piece.node, piece.index))
-            node = state.nodes.get(piece.node)
-            if node is None or node.phase != "ready":
-                return f"replica {number}: node {piece.node} is not ready"
-            gpu = node.gpus.get(piece.index)
-            if gpu is None or gpu.uuid != piece.uuid:
-                return (
-                    f"replica {number}: node {piece.node} has no GPU {piece.index} ({piece.uuid})"
-                )
-            fault = node.unhealthy.get(piece.index)
-            if fault is not None:
-                return f"replica {number}: {where} is out of service ({fault.text})"
-            if piece.milli != share:
-                return (
-                    f"replica {number}: {where} slice of {piece.milli} milli, the job asks {share}"
-                )
-            refused = gpu_kind_refusal(
-                spec.gpu_model, spec.pool, share, gpu.model, gpu.pool, gpu.memory_mib,
-                spec.gpu_memory_mib,
-            )  # fmt: skip
-            if refused is not None:
-                return f"replica {number}: {where} {refused}"
-            if piece.node != replica.host:
-                if gpu.pool == "physical":
-                    return f"replica {number}: physical {where} cannot be remote"
-                if spec.locality == "local-only":
-                    return f"replica {number}: {where} is remote but the job is local-only"
-                if not node.spec.lends_remote_vgpu:
-                    return f"replica {number}: node {piece.node} does not lend remote vGPU"
-            milli, memory = gpu_taken.get((piece.node, piece.index), (0, 0))
-            need = _slice_memory(gpu, piece)
-            gpu_taken[(piece.node, piece.index)] = (milli + piece.milli, memory + need)
-            refused = gpu_room_refusal(
-                share,
-                need,
-                MILLI_PER_GPU - gpu.milli_used - milli,
-                gpu.memory_mib - gpu.memory_used - memory,
-                gpu.memory_mib,
-            )
-            if refused == HELD:
-                holder = f"job {gpu.job_id}" if gpu.job_id else "another of its replicas"
-                return f"replica {number}: {where} is held by {holder}"
-            if refused is not None:
-                return f"replica {number}: {where} {refused}"
-    ask = spec.topology
-    if ask is not None and ask.mode == "required":
-        used = {r.host for r in replicas} | {p.node for r in replicas for p in r.slices}
-        refused = topology_refusal(
-            ask.level, {name: state.nodes[name].spec.domain(ask.level) for name in used}
-        )
-        if refused is not None:
-            return f"topology required inside one {ask.level}: {refused}"
-    return None
-
-
 def _require_current_attempt(job: JobState, attempt: int, node: str, replica: int) -> None:
     if attempt != job.attempt:
         raise Invalid(f"attempt {attempt} is not job {job.job_id}'s current attempt {job.attempt}")
@@ -238,26 +117,16 @@ def _started(state: ClusterState, event: JobStarted, step: Step) -> None:
             Run(
                 attempt=event.attempt,
                 node=event.node,
-                gpus=job.spec.gpus * job.spec.replicas,
+                gpus=job.spec.gpus * len(job.held_replicas()),
                 started_at=step.envelope.at,
-                gpu_milli=sum(p.milli for r in job.replicas for p in r.slices),
-                milli_by_model=_milli_by_model(state, job),
+                gpu_milli=held_milli(job),
+                milli_by_model=milli_by_model(state, job),
             )
         )
         if job.started_at is None:
             job.started_at = step.envelope.at
         set_phase(state, job, "running")
     touch(state, job, step)
-
-
-def _milli_by_model(state: ClusterState, job: JobState) -> dict[str, int]:
-    by_model: dict[str, int] = {}
-    for replica in job.replicas:
-        for piece in replica.slices:
-            gpu = state.nodes[piece.node].gpus.get(piece.index)
-            model = gpu.model if gpu is not None else "unknown"
-            by_model[model] = by_model.get(model, 0) + piece.milli
-    return dict(sorted(by_model.items()))
 
 
 #: When replicas end differently, the job ends as the first of these any replica had.
@@ -278,13 +147,16 @@ def _finished(state: ClusterState, event: JobFinished, step: Step) -> None:
     _require_current_attempt(job, event.attempt, event.node, event.replica)
     if event.replica in job.finished_replicas:
         raise Invalid(f"replica {event.replica} of job {job.job_id} already finished")
-    if event.outcome == "preempted" and job.preempted_by is None and job.health_stop is None:
+    if event.replica in job.leaving:  # an elastic gang shrinks: the rest runs on
+        replica_left(state, job, event, step)
+    elif event.outcome == "preempted" and job.preempted_by is None and job.health_stop is None:
         raise Invalid(f"job {job.job_id} was not preempted, nor on a failed GPU")
     job.finished_replicas[event.replica] = (event.outcome, event.exit_code, event.reason)
     touch(state, job, step)
     if len(job.finished_replicas) < len(job.replicas):
         return
-    ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas)]
+    left = job.left
+    ends = [job.finished_replicas[r] for r in sorted(job.finished_replicas) if r not in left]
     outcome = min((end[0] for end in ends), key=_OUTCOME_ORDER.index)
     first_bad = next((end for end in ends if end[0] == outcome), ends[0])
     # A gang's run ends with its last replica, which need not be the last reported:
