@@ -12,7 +12,7 @@ from gpuloom.events import JobSpec, SliceRef
 from gpuloom.events.text import reserved_env_reason
 from gpuloom.events.units import MILLI_PER_GPU
 from services.agent.reconcile import Ensure
-from services.agent.rendezvous import Master, launcher_environment
+from services.agent.rendezvous import Master, elastic_environment, launcher_environment
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,11 @@ def job_environment(
         }
     )
     env.update(sharing_environment(node, slices))
-    if len(hosts) > 1:  # a gang: each replica learns its rank and where the others run
+    if spec.min_replicas is not None:  # an elastic gang: its rendezvous numbers them
+        env["GPULOOM_REPLICA"] = str(replica)
+        if master is not None:
+            env.update(elastic_environment(job_id, attempt, spec, master))
+    elif len(hosts) > 1:  # a gang: each replica learns its rank and where the others run
         env["GPULOOM_REPLICA"] = str(replica)
         env["GPULOOM_REPLICAS"] = str(len(hosts))
         env["GPULOOM_REPLICA_HOSTS"] = ",".join(hosts)

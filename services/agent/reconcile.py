@@ -16,8 +16,9 @@ current attempt:
   its run folder, or start it).
 * an orphan (a live shim found at start-up) -> `Ensure` (adopt it).
 * running locally with a cancel request, preempted or on a GPU that failed -> `Stop`
-  (outcome `cancelled` or `preempted`: the fold requeues a preempted run); placed -> report `JobStarted`
-  (again, until the log shows it).
+  (outcome `cancelled` or `preempted`: the fold requeues a preempted run); an elastic
+  gang's replica a shrink told to leave -> `Stop` it alone (`preempted`, the gang runs
+  on); placed -> report `JobStarted` (again, until the log shows it).
 * stopping, exited -> nothing: its watcher reports the end.
 
 And for each local process whose attempt is no longer placed or running on its
@@ -239,7 +240,7 @@ def gang_ended(job: JobState) -> str | None:
     if len(job.replicas) < 2:
         return None
     for replica, (outcome, exit_code, _) in job.finished_replicas.items():
-        if outcome in GANG_ENDING:
+        if outcome in GANG_ENDING and replica not in job.left:
             code = "" if exit_code is None else f" with exit code {exit_code}"
             return f"replica {replica} {outcome.replace('_', ' ')}{code}: the gang ends"
     return None
@@ -259,6 +260,9 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
         if not_started and job.preempted_by is not None:
             why = f"preempted by {job.preempted_by} before start"
             return [Report(finished(job, node, "preempted", None, why, replica))]
+        if not_started and replica in job.leaving:
+            why = f"left the elastic gang for {job.shrink_by} before start"
+            return [Report(finished(job, node, "preempted", None, why, replica))]
         if not_started and ended_by is not None:
             return [Report(finished(job, node, "failed", None, ended_by, replica))]
         if not_started and replica > 0 and len(job.replicas) > 1 and job.master is None:
@@ -274,6 +278,9 @@ def _for_replica(job: JobState, node: str, replica: int, local: Local | None) ->
             return [Stop(key, "preempted", job.health_stop, checkpoint=True)]
         if job.preempted_by is not None:
             why = f"preempted by {job.preempted_by}"
+            return [Stop((job.job_id, job.attempt, replica), "preempted", why, checkpoint=True)]
+        if replica in job.leaving:  # an elastic gang shrinks: this replica goes, the rest stays
+            why = f"left the elastic gang for {job.shrink_by}"
             return [Stop((job.job_id, job.attempt, replica), "preempted", why, checkpoint=True)]
         if ended_by is not None:
             return [Stop((job.job_id, job.attempt, replica), "failed", ended_by)]

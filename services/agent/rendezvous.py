@@ -38,6 +38,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuloom.events import REPLICA_NUMBERS_PER_REPLICA, JobSpec
+
 log = logging.getLogger(__name__)
 
 #: torchrun's default master port starts the range launchers expect.
@@ -119,6 +121,34 @@ def launcher_environment(replica: int, replicas: int, gpus: int, master: Master)
         "JAX_COORDINATOR_ADDRESS": f"{address}:{port}",
         "JAX_NUM_PROCESSES": size,
         "JAX_PROCESS_ID": rank,
+    }
+
+
+def elastic_environment(job_id: str, attempt: int, spec: JobSpec, master: Master) -> dict[str, str]:
+    """The variables of a replica of an elastic gang (`JobSpec.min_replicas`): torchrun's
+    elastic rendezvous (`--nnodes=MIN:MAX`, the c10d backend, whose store replica 0's
+    torchrun serves at the reserved port), and the endpoint for any other rendezvous.
+
+    No `WORLD_SIZE` or `RANK`: the gang's size changes while it runs, and each
+    rendezvous round gives every worker its own (torchrun sets them for its workers).
+    `PET_MAX_RESTARTS` allows a restart of the workers for every change the attempt
+    may see (each replica that leaves costs the others one; one that joins costs none).
+    """
+    address, port = master
+    endpoint = f"{address}:{port}"
+    assert spec.min_replicas is not None
+    return {
+        "MASTER_ADDR": address,
+        "MASTER_PORT": str(port),
+        "GPULOOM_RENDEZVOUS": endpoint,
+        "GPULOOM_MIN_REPLICAS": str(spec.min_replicas),
+        "GPULOOM_MAX_REPLICAS": str(spec.replicas),
+        "PET_NNODES": f"{spec.min_replicas}:{spec.replicas}",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": endpoint,
+        "PET_RDZV_ID": f"{job_id}-{attempt}",
+        "PET_NPROC_PER_NODE": str(max(1, spec.gpus)),
+        "PET_MAX_RESTARTS": str(REPLICA_NUMBERS_PER_REPLICA * spec.replicas),
     }
 
 

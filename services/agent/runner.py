@@ -200,7 +200,7 @@ class Runner:
         except UidError as exc:
             return NotStarted(Ended("failed", None, f"could not start: {exc}"))
         master = action.master
-        if len(action.hosts) > 1 and action.replica == 0:
+        if (len(action.hosts) > 1 or action.spec.elastic) and action.replica == 0:
             held = [p.master[1] for p in self._procs.values() if p.master is not None]
             master = self.rendezvous.reserve(action.job_id, held)  # OSError: next round
         env = ensure_environment(self.base_env, action, account.name, run.work, master)

@@ -65,8 +65,9 @@ class ReplicaPlacement(BaseModel):
     memory_mib: int = 0
     #: Its number in the gang (None in rows written before replicas were numbered).
     replica: int | None = None
-    #: `placed`, `running`, or how it ended (`succeeded`, `failed`, ...); None in rows
-    #: written before replicas had a state.
+    #: `placed`, `running`, or how it ended (`succeeded`, `failed`, ...); an elastic
+    #: gang's replica a shrink stops is `leaving`, then `left`; None in rows written
+    #: before replicas had a state.
     state: str | None = None
     exit_code: int | None = None
     reason: str | None = None

@@ -146,7 +146,13 @@ def submit(
     selector: Annotated[
         list[str] | None, typer.Option("--selector", help="LABEL=VALUE the host must have.")
     ] = None,
-    replicas: Annotated[int | None, typer.Option(min=1, help="Gang size.")] = None,
+    replicas: Annotated[
+        str | None,
+        typer.Option(
+            help="Gang size N, or MIN:MAX for an elastic gang (torchrun's --nnodes form):"
+            " it starts with MIN or more, grows toward MAX, shrinks back to MIN when preempted.",
+        ),
+    ] = None,
     image: Annotated[
         str | None,
         typer.Option(help="Run the command in this container image (podman on the node)."),
@@ -234,7 +240,7 @@ def submit(
                 "pool": pool,
                 "locality": locality,
                 "node_selector": parse_env(selector) if selector else None,
-                "replicas": replicas,
+                "replicas": parse_replicas(replicas) if replicas else None,
                 "image": image,
                 "preemptible": preemptible or None,
                 "array": array,
@@ -259,6 +265,15 @@ def submit(
 
 #: sbatch's default warning: 60 seconds before.
 SIGNAL_BEFORE_DEFAULT_S = 60
+
+
+def parse_replicas(text: str) -> int | dict[str, int]:
+    """`--replicas`: `N` (a gang of N), or `MIN:MAX` (an elastic gang, as torchrun's
+    `--nnodes=MIN:MAX`). The gateway checks the bounds and that MIN is at most MAX."""
+    least, colon, most = text.partition(":")
+    if not least.isdigit() or (colon and not most.isdigit()):
+        raise typer.BadParameter(f"{text!r}: a number of replicas, or MIN:MAX")
+    return {"min": int(least), "max": int(most)} if colon else int(least)
 
 
 def parse_signal(text: str) -> dict[str, object]:

@@ -102,7 +102,10 @@ def task_logs(
 def every_log(client: GpuloomClient, job_id: str, tail: int | None) -> list[JobLogs]:
     """The logs of every attempt of every replica the nodes still hold, in order."""
     job = client.get_job(job_id)
-    replicas = int((job.get("request") or {}).get("replicas") or 1)
+    # an elastic gang numbers the replicas that joined it after the others
+    replicas = max(
+        int((job.get("request") or {}).get("replicas") or 1), len(job.get("placement") or [])
+    )
     found: list[JobLogs] = []
     for attempt in range(1, int(job["attempt"]) + 1):
         for replica in range(replicas):

@@ -66,10 +66,20 @@ def dash(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+#: The states of a replica that holds its GPUs (`placement[].state`).
+LIVE_REPLICA = frozenset({"placed", "running"})
+
+
 def gpus_text(job: Job) -> str:
     """Requested count, plus the assigned indexes once placed: `2 [0,3]`; a gang's, per
     replica (its replicas' GPUs are in the replicas table, `gpuloom show`)."""
-    replicas = int((job.get("request") or {}).get("replicas") or 1)
+    request = job.get("request") or {}
+    replicas = int(request.get("replicas") or 1)
+    least = request.get("min_replicas")
+    if least is not None:  # an elastic gang: how many it has now, of its range
+        live = sum(1 for r in job.get("placement") or [] if r.get("state") in LIVE_REPLICA)
+        now = f"{live} of " if job.get("placement") else ""
+        return f"{job['gpus_requested']} x {now}{least}-{replicas} replicas"
     if replicas > 1:
         return f"{job['gpus_requested']} x {replicas} replicas"
     text = str(job["gpus_requested"])

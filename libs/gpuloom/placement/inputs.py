@@ -358,7 +358,7 @@ def growable_of(state: ClusterState) -> list[Growth]:
         ):
             continue
         numbered = REPLICA_NUMBERS_PER_REPLICA * spec.replicas - len(job.replicas)
-        missing = min(spec.replicas - len(job.live_replicas()), numbered)
+        missing = min(spec.replicas - len(job.held_replicas()), numbered)
         if missing <= 0:
             continue
         request = request_of(spec)

@@ -50,6 +50,7 @@ def job_row(job: JobState, state: ClusterState | None = None) -> dict[str, Any]:
             "locality": spec.locality,
             "node_selector": dict(sorted(spec.node_selector.items())),
             "replicas": spec.replicas,
+            "min_replicas": spec.min_replicas,
             "image": spec.image,
             "topology": spec.topology.model_dump() if spec.topology is not None else None,
             "reservation": spec.reservation,
@@ -65,7 +66,10 @@ def replica_view(job: JobState, number: int) -> dict[str, Any]:
     view["replica"] = number
     if number in job.finished_replicas:
         outcome, exit_code, reason = job.finished_replicas[number]
-        view.update(state=outcome, exit_code=exit_code, reason=reason)
+        left = number in job.left  # an elastic gang shrank: it left, the gang runs on
+        view.update(state="left" if left else outcome, exit_code=exit_code, reason=reason)
+    elif number in job.leaving:
+        view["state"] = "leaving"
     else:
         view["state"] = "running" if number in job.started_replicas else "placed"
     return view

@@ -12,15 +12,16 @@ the gateway (`DECIDED`: a client may leave them out, the gateway fills them in),
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from gpuloom.events.base import SUBJECT_TOKEN
 from gpuloom.events.jobs import (
     SIGNAL_BEFORE_MOST_S,
     SignalName,
     check_gpu_request,
+    check_replica_range,
     check_signal,
     checked_command,
 )
@@ -48,6 +49,9 @@ DECIDED = frozenset({"user", "priority", "priority_class"})
 #: Fields of `JobSpec` a request does not carry at all (none so far): add a new
 #: event field here, or to `JobRequest`, on purpose.
 LEFT_OUT: frozenset[str] = frozenset()
+#: Fields of `JobSpec` a request carries in another shape: an elastic gang's
+#: `min_replicas` is `replicas: {"min": m, "max": n}` (n is `JobSpec.replicas`).
+RESHAPED = frozenset({"min_replicas"})
 
 
 def _what_jobspec_checks(schema: dict[str, Any]) -> None:
@@ -96,6 +100,33 @@ class CheckpointSignal(Body):
     before_s: int = Field(ge=1, le=SIGNAL_BEFORE_MOST_S)
 
 
+class ReplicaRange(Body):
+    """An elastic gang (docs/distributed.md): it starts once `min` replicas fit (with
+    more when they fit), grows toward `max`, and shrinks back to `min` rather than
+    being stopped by a preemption."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min: int = Field(ge=1, le=1024)
+    max: int = Field(ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicaRange:
+        check_replica_range(self.min, self.max)
+        return self
+
+
+def _replicas_shape(value: Any) -> str:
+    return "range" if isinstance(value, dict | ReplicaRange) else "count"
+
+
+#: A gang's size: a number, or an elastic gang's range (an error names which it took).
+Replicas = Annotated[
+    Annotated[int, Field(ge=1, le=1024), Tag("count")] | Annotated[ReplicaRange, Tag("range")],
+    Discriminator(_replicas_shape),
+]
+
+
 class TopologyRequest(Body):
     """Keep the replicas inside one domain of `level` (`required`), or in as few domains
     as placement can, the tightest level first (`preferred`): docs/topology.md."""
@@ -127,7 +158,8 @@ class JobRequest(Body):
     pool: Literal["physical", "vgpu", "any"] = "any"
     locality: Literal["local-only", "local-first", "any"] = "local-only"
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
-    replicas: int = Field(default=1, ge=1, le=1024)
+    #: A gang of this many replicas, or an elastic one: `{"min": m, "max": n}`.
+    replicas: Replicas = 1
     depends_on: list[Dependency] = Field(default_factory=list, max_length=100)
     array: int | None = Field(default=None, ge=1, le=10_000)
     #: At most the class's priority (an operator may set any); absent: the class's.
@@ -151,6 +183,13 @@ class JobRequest(Body):
     @classmethod
     def _command_words_not_empty(cls, value: list[str]) -> list[str]:
         return checked_command(value)  # the event's rule: one implementation
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _replicas_a_number_or_a_range(cls, value: Any) -> Any:
+        if isinstance(value, bool | str):  # JSON's types: `true` is not 1 replica
+            raise ValueError('must be a number, or {"min": m, "max": n}')
+        return value
 
     @model_validator(mode="after")
     def _consistent_gpu_request(self) -> JobRequest:

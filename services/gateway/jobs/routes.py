@@ -15,7 +15,7 @@ from gpuloom.auth import Principal
 from gpuloom.auth.visibility import job_events_problem
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
-from gpuloom.events import JobPlaced, MalformedEvent, decode
+from gpuloom.events import JobGrown, JobPlaced, MalformedEvent, decode
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from services.gateway.auth import PrincipalDep, forbidden, job_refusal
@@ -210,22 +210,27 @@ async def job_logs(
 
 
 async def _host_of(bus: EventBus, job_id: str, attempt: int, replica: int) -> str:
-    """The node `replica` of `attempt` of the job ran on, from the attempt's JobPlaced."""
+    """The node `replica` of `attempt` of the job ran on, from the attempt's JobPlaced (and
+    the JobGrown of an elastic gang, whose replicas are numbered after)."""
     try:
         messages = await bus.read_subject(job_subjects(job_id))
     except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
+    hosts: list[str] | None = None
     for message in messages:
         try:
             event = decode(message.seq, message.body, subject=message.subject).event
         except MalformedEvent:
             continue
-        if isinstance(event, JobPlaced) and event.attempt == attempt:
-            replicas = event.assignments()
-            if replica >= len(replicas):
-                raise HTTPException(
-                    status_code=404,
-                    detail=f"replica {replica}: job {job_id} has {len(replicas)} replica(s)",
-                )
-            return replicas[replica].host
-    raise HTTPException(status_code=404, detail=f"job {job_id} has no attempt {attempt}")
+        if isinstance(event, JobPlaced) and event.attempt == attempt and hosts is None:
+            hosts = [r.host for r in event.assignments()]
+        elif isinstance(event, JobGrown) and event.attempt == attempt and hosts is not None:
+            grown = event.first == len(hosts)  # as the fold took it (a voided one is not)
+            hosts.extend(r.host for r in event.replicas if grown)
+    if hosts is None:
+        raise HTTPException(status_code=404, detail=f"job {job_id} has no attempt {attempt}")
+    if replica >= len(hosts):
+        raise HTTPException(
+            status_code=404, detail=f"replica {replica}: job {job_id} has {len(hosts)} replica(s)"
+        )
+    return hosts[replica]

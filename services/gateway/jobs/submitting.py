@@ -17,7 +17,7 @@ from gpuloom.events import Dependency, Event, JobArraySubmitted, JobSpec, JobSub
 from gpuloom.events.codec import new_event_id
 from gpuloom.events.jobs import CheckpointSignal, TopologyRequest
 from gpuloom.events.text import reserved_env_reason
-from services.gateway.jobs.requests import JobRequest
+from services.gateway.jobs.requests import JobRequest, ReplicaRange
 from services.gateway.jobs.submit_policy import over_submit_limits, submission_class
 from services.gateway.publish import Publisher
 from services.gateway.reads import Reads
@@ -77,7 +77,9 @@ def checked_spec(
 def job_spec(request: JobRequest, user: str, priority: int, priority_class: str) -> JobSpec:
     """The event payload of `request`, with its user, priority and class decided: the
     one place an HTTP body becomes a `JobSpec`, field by field, so that a field of
-    either reaches the other on purpose (`requests.DECIDED`, `requests.LEFT_OUT`)."""
+    either reaches the other on purpose (`requests.DECIDED`, `requests.LEFT_OUT`,
+    `requests.RESHAPED`)."""
+    replicas = request.replicas
     return JobSpec(
         name=request.name,
         user=user,
@@ -92,7 +94,8 @@ def job_spec(request: JobRequest, user: str, priority: int, priority_class: str)
         pool=request.pool,
         locality=request.locality,
         node_selector=dict(request.node_selector),
-        replicas=request.replicas,
+        replicas=replicas.max if isinstance(replicas, ReplicaRange) else replicas,
+        min_replicas=replicas.min if isinstance(replicas, ReplicaRange) else None,
         depends_on=[Dependency(job=d.job, when=d.when) for d in request.depends_on],
         array=request.array,
         priority=priority,

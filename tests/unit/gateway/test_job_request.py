@@ -14,7 +14,7 @@ from pydantic.fields import FieldInfo
 from gpuloom.events import Dependency, JobSpec
 from gpuloom.events.jobs import CheckpointSignal, TopologyRequest
 from services.gateway.jobs import requests
-from services.gateway.jobs.requests import DECIDED, LEFT_OUT, JobRequest
+from services.gateway.jobs.requests import DECIDED, LEFT_OUT, RESHAPED, JobRequest
 from services.gateway.jobs.submitting import job_spec
 
 #: A request that sets every field, none to its default.
@@ -75,7 +75,7 @@ def _same_fields(
 
 
 def test_every_event_field_is_carried_or_left_out_on_purpose() -> None:
-    _same_fields(JobRequest, JobSpec, LEFT_OUT)
+    _same_fields(JobRequest, JobSpec, LEFT_OUT | RESHAPED)
     _same_fields(requests.Dependency, Dependency, frozenset())
     _same_fields(requests.TopologyRequest, TopologyRequest, frozenset())
     _same_fields(requests.CheckpointSignal, CheckpointSignal, frozenset())
@@ -88,6 +88,9 @@ def test_a_carried_field_accepts_what_the_event_accepts() -> None:
         event = JobSpec.model_fields[name]
         if name in ("depends_on", "topology", "signal"):  # a model of its own on each side
             assert repr(field.metadata) == repr(event.metadata)
+        elif name == "replicas":  # a number as the event's, or an elastic gang's range
+            count = JobRequest.model_json_schema()["properties"]["replicas"]["oneOf"][0]
+            assert count == {k: v for k, v in _property(JobSpec, name).items()}
         elif name in DECIDED:  # optional here: the gateway fills it in
             assert field.default is None, name
             assert _or_none(_property(JobRequest, name)) == _or_none(_property(JobSpec, name))
@@ -161,3 +164,31 @@ def test_the_request_refuses_what_the_event_refuses_with_the_same_errors(
 
 def _errors(error: ValidationError) -> list[tuple[Any, ...]]:
     return [(e["type"], e["loc"], e["msg"]) for e in error.errors()]
+
+
+def test_an_elastic_gang_is_a_range_of_replicas() -> None:
+    request = JobRequest.model_validate({**EVERY_FIELD, "replicas": {"min": 2, "max": 4}})
+    spec = job_spec(request, "carol", 5, "normal")
+    assert (spec.replicas, spec.min_replicas, spec.elastic) == (4, 2, True)
+    plain = job_spec(JobRequest.model_validate(EVERY_FIELD), "carol", 5, "normal")
+    assert (plain.replicas, plain.min_replicas, plain.elastic) == (2, None, False)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "loc", "says"),
+    [
+        ({"min": 3, "max": 2}, ("replicas", "range"), "replicas.min (3) must be at most"),
+        ({"min": 1}, ("replicas", "range", "max"), "Field required"),
+        ({"min": 0, "max": 2}, ("replicas", "range", "min"), "greater than or equal to 1"),
+        (0, ("replicas", "count"), "greater than or equal to 1"),
+        (True, ("replicas",), "must be a number"),
+        ("2", ("replicas",), "must be a number"),
+    ],
+)
+def test_a_bad_replica_range_is_refused_naming_the_field(
+    replicas: object, loc: tuple[str, ...], says: str
+) -> None:
+    with pytest.raises(ValidationError) as error:
+        JobRequest.model_validate({**EVERY_FIELD, "replicas": replicas})
+    [problem] = error.value.errors()
+    assert problem["loc"] == loc and says in problem["msg"]

@@ -39,9 +39,10 @@ def _grown(state: ClusterState, event: JobGrown, step: Step) -> None:
         raise Invalid(f"job {job.job_id} is shrinking: it grows once its replicas left")
     if event.first != len(job.replicas):
         raise Invalid(f"replica {event.first} is not job {job.job_id}'s next ({len(job.replicas)})")
-    live = len(job.live_replicas()) + len(event.replicas)
-    if live > job.spec.replicas:
-        raise Invalid(f"{live} replicas, job {job.job_id} may have {job.spec.replicas}")
+    # a replica that ended holds its GPUs until the gang's run ends (as in a fixed gang)
+    held = len(job.held_replicas()) + len(event.replicas)
+    if held > job.spec.replicas:
+        raise Invalid(f"{held} replicas, job {job.job_id} may have {job.spec.replicas}")
     numbered = len(job.replicas) + len(event.replicas)
     if numbered > REPLICA_NUMBERS_PER_REPLICA * job.spec.replicas:
         raise Invalid(f"attempt {job.attempt} of job {job.job_id} numbered its replicas out")

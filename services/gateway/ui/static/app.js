@@ -19,9 +19,12 @@ const $ = (id) => document.getElementById(id);
 const QUEUE_TYPES = new Set([
   "JobSubmitted", "JobArraySubmitted", "JobAdmitted", "JobRejected", "JobQueued", "JobReserved",
   "JobPlaced", "JobPreempted", "JobCancelRequested", "JobCancelled", "JobFinished",
+  "JobGrown", "JobShrunk",
 ]);
 /** Job events that take or give back GPUs. */
-const NODE_TYPES = new Set(["JobPlaced", "JobPreempted", "JobCancelled", "JobFinished"]);
+const NODE_TYPES = new Set([
+  "JobPlaced", "JobPreempted", "JobCancelled", "JobFinished", "JobGrown", "JobShrunk",
+]);
 
 function emptyChanges() {
   return { jobs: new Set(), nodes: false, queue: false, usage: false, seq: 0 };

@@ -127,6 +127,8 @@ const SUMMARY = {
   JobPlaced: (d) => `on ${d.node} GPU ${d.gpu_indexes.join(", ")} (${d.policy?.name || "policy"}${d.backfilled ? ", backfilled" : ""})`,
   JobStarted: (d) => `running on ${d.node}, pid ${d.pid}`,
   JobPreempted: (d) => `preempted by ${d.by}: ${d.reason}`,
+  JobGrown: (d) => `grew: replica${d.replicas.length === 1 ? "" : "s"} ${d.replicas.map((r, i) => `${d.first + i} on ${r.host}`).join(", ")} joined`,
+  JobShrunk: (d) => `shrinking for ${d.by} (${d.reason}): replica${d.replicas.length === 1 ? "" : "s"} ${d.replicas.join(", ")} leave`,
   JobCancelRequested: (d) => `cancel asked by ${d.requested_by}`,
   JobCancelled: (d) => d.reason || "cancelled",
   JobFinished: (d) => `${d.outcome}, exit code ${d.exit_code ?? "—"}${d.reason ? `: ${d.reason}` : ""}`,
