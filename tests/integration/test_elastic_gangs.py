@@ -12,8 +12,7 @@ from __future__ import annotations
 import itertools
 import socket
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +27,7 @@ from gpuloom.events import (
     Recorded,
     UsageCharged,
 )
-from gpuloom.testing.cluster import Cluster, SimNode, simulated_cluster
+from gpuloom.testing.cluster import Cluster, SimNode, simulated_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -118,16 +117,6 @@ def elastic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         )
         assert answer.status_code in (200, 201), answer.text
         yield cluster
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 class Gang:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpuloom.client.cli import app
 from gpuloom.events import GpuHealthy, GpuUnhealthy, JobFinished, JobStarted
-from gpuloom.testing.cluster import Cluster, check_log
+from gpuloom.testing.cluster import Cluster, check_log, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +27,6 @@ def gpu_of(cluster: Cluster, node: str, index: int) -> dict[str, Any]:
     gpus = next(n["gpus"] for n in nodes if n["name"] == node)
     found: dict[str, Any] = next(g for g in gpus if g["index"] == index)
     return found
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 #: A job that checkpoints at USR1 and ends at TERM, saying when each came.
@@ -102,7 +92,9 @@ def test_a_failed_gpu_requeues_its_job_which_runs_again_elsewhere_once(cluster: 
     assert checked.overlaps == [], "no GPU ran two jobs at once"
     events = [r.event for r in records]
     fault = next(r for r in records if isinstance(r.event, GpuUnhealthy))
-    assert (fault.event.node, fault.event.index, fault.event.check) == (node, index, "xid")
+    failed_gpu = fault.event
+    assert isinstance(failed_gpu, GpuUnhealthy)
+    assert (failed_gpu.node, failed_gpu.index, failed_gpu.check) == (node, index, "xid")
     assert any(isinstance(e, GpuHealthy) and e.reason == "reseated" for e in events)
     ends = [e for e in events if isinstance(e, JobFinished) and e.job_id == job_id]
     assert ends[0].outcome == "preempted" and ends[0].attempt == 1

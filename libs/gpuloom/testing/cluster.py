@@ -9,11 +9,11 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
@@ -29,6 +29,8 @@ from gpuloom.events import (
     Recorded,
 )
 from gpuloom.state import FINAL_PHASES, ClusterState, apply
+
+T = TypeVar("T")
 
 FINAL_EVENTS = (JobFinished, JobRejected, JobCancelled)
 
@@ -252,6 +254,18 @@ class LogCheck:
     #: (node, gpu) pairs whose run intervals of two jobs overlapped in time.
     overlaps: list[str]
     max_allocated: dict[str, int]
+
+
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+    """What `predicate` returns once it is truthy (asked every 0.1 s); TimeoutError
+    saying `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(what)
 
 
 @contextlib.contextmanager

@@ -41,8 +41,8 @@ def replica(node: str, index: int) -> ReplicaAssignment:
     )
 
 
-def running_alone(log: MemoryLog) -> None:
-    """`el` placed with its minimum, one replica on node-a, started with its rendezvous."""
+def placed_alone(log: MemoryLog) -> None:
+    """`el` placed with its minimum: one replica, on node-a."""
     register(log, "node-a", gpus=2)
     register(log, "node-b", gpus=2)
     for event in (JobSubmitted(job_id="el", spec=SPEC), JobAdmitted(job_id="el")):
@@ -55,6 +55,11 @@ def running_alone(log: MemoryLog) -> None:
             policy=POLICY,
         )
     )  # fmt: skip
+
+
+def running_alone(log: MemoryLog) -> None:
+    """`el` placed alone and started, with its rendezvous."""
+    placed_alone(log)
     write(log,
         JobStarted(job_id="el", attempt=1, node="node-a", pid=40, master_addr="10.0.0.1",
                    master_port=29511)
@@ -62,17 +67,7 @@ def running_alone(log: MemoryLog) -> None:
 
 
 def test_replica_0_of_an_elastic_gang_reserves_a_rendezvous_even_alone(log: MemoryLog) -> None:
-    register(log, "node-a", gpus=2)
-    for event in (JobSubmitted(job_id="el", spec=SPEC), JobAdmitted(job_id="el")):
-        write(log, event)
-    write(log, JobQueued(job_id="el", priority=0))
-    write(log,
-        JobPlaced(
-            job_id="el", attempt=1, node="node-a", gpu_indexes=[0], gpu_uuids=["GPU-node-a-0"],
-            replicas=[replica("node-a", 0)], basis_seq=log.state.seq, cycle_position=0,
-            policy=POLICY,
-        )
-    )  # fmt: skip
+    placed_alone(log)
     [ensure] = reconcile(log.state, ["node-a"], {})
     assert isinstance(ensure, Ensure) and ensure.spec.elastic and ensure.hosts == ("node-a",)
     running = Local("node-a", 40, Status.RUNNING, master=("10.0.0.1", 29511))
