@@ -30,6 +30,7 @@ from gpuloom.placement.scheduling import SchedulingPass
 from gpuloom.queueing.order import queue_order, yields_to
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.dependencies import dependency_status
+from gpuloom.state.model import NodeState
 
 AHEAD_SHOWN = 20
 #: What a queued job the pass would place now waits for.
@@ -196,9 +197,19 @@ def _verdicts(state: ClusterState, job: JobState) -> dict[str, str]:
             idle[name],
             ready=state.nodes[name].phase == "ready",
             cordoned=state.nodes[name].cordon_reason if state.nodes[name].cordoned else None,
+            out_of_service=_out_of_service(state.nodes[name]),
         )
         for name in sorted(current)
     }
+
+
+def _out_of_service(node: NodeState) -> str | None:
+    """The node's failed GPUs as explain names them: `GPU 2 failed (xid: Xid 79 ...)`."""
+    if not node.unhealthy:
+        return None
+    return "; ".join(
+        f"GPU {index} failed ({fault.text})" for index, fault in sorted(node.unhealthy.items())
+    )
 
 
 def _yielding(state: ClusterState, job: JobState, found: Explanation) -> Explanation:

@@ -99,11 +99,14 @@ def verdict(
     *,
     ready: bool = True,
     cordoned: str | None = None,
+    out_of_service: str | None = None,
 ) -> str:
     """Why one replica of `request` cannot go on `node` now, or "fits".
 
     `idle`: the same node with nothing allocated; `cordoned`: the reason an admin
-    cordoned the node, if they did (placement leaves out lost and cordoned nodes).
+    cordoned the node, if they did (placement leaves out lost and cordoned nodes);
+    `out_of_service`: its GPUs that failed a health check (`GpuUnhealthy`), said with
+    "busy" (a failed GPU gives nothing until it is resumed).
     """
     if not ready:
         return "lost: the node does not heartbeat"
@@ -114,5 +117,7 @@ def verdict(
         return never
     for node_filter in FILTERS:
         if node_filter.busy is not None and node_filter.check(request, node) is not None:
+            if node_filter.name == "gpus" and out_of_service:
+                return f"{node_filter.busy} or out of service ({out_of_service})"
             return node_filter.busy
     return FITS

@@ -5,6 +5,7 @@ first among its priority (expedited requeue)."""
 from __future__ import annotations
 
 from gpuloom.audit import audit
+from gpuloom.decide.explain import explain
 from gpuloom.events import GpuHealthy, GpuUnhealthy, JobPlaced, NodeRegistered
 from gpuloom.placement.cycle import placement_cycle
 from gpuloom.placement.policies import BestFit
@@ -83,6 +84,11 @@ def test_placement_leaves_a_failed_gpu_until_an_operator_resumes_it() -> None:
     log.run_to_queue("a", gpus=2)
     log.run_to_queue("b", gpus=1)
     assert placed_by_one_cycle(log) == {"b": (1,)}, "a needs both: it waits"
+    found = explain(log.state(), "a")
+    assert found is not None and found.nodes["n1"] == (
+        "busy: its GPUs are in use or out of service"
+        " (GPU 0 failed (xid: Xid 79: GPU has fallen off the bus))"
+    ), "explain names the failed GPU"
     log.append(GpuHealthy(node="n1", index=0, reason="reseated"))
     assert log.state().nodes["n1"].unhealthy == {}
     log.finish("b", "n1", "succeeded")  # placed, never started: its GPU comes back
