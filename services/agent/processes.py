@@ -93,11 +93,19 @@ def job_pids(proc: Proc) -> list[int]:
     return pids
 
 
+#: The run folder's mark that the job had its checkpoint signal: an agent restarted
+#: after it adopts the job without sending it again.
+WARNED = "warned"
+
+
 def warn(proc: Proc, signal_job: Callable[[Proc, int], None]) -> None:
-    """Send the job its checkpoint signal, once (`signal_job` reaches a container)."""
+    """Send the job its checkpoint signal, once (`signal_job` reaches a container), and
+    mark the run folder so (`WARNED`), for an agent that adopts the job after a restart."""
     if proc.checkpoint is None or proc.warned:
         return
     proc.warned = True
+    with contextlib.suppress(OSError):  # the signal matters more than the mark
+        proc.run.file(WARNED).touch()
     number = proc.checkpoint[0]
     if proc.container is not None:
         signal_job(proc, number)

@@ -44,6 +44,7 @@ from services.agent.launching import never_started, spawn, start_problem
 from services.agent.outcomes import EnsureResult, Exited, NotStarted, Resumed, Started, read_end
 from services.agent.processes import (
     LIVENESS_EVERY_S,
+    WARNED,
     Proc,
     checkpoint_of,
     escalate_stop,
@@ -271,6 +272,7 @@ class Runner:
             self._procs[key].container = read_name(run)
             self._procs[key].cgroup = adopted_group(run, action.spec, self.cgroups)
             self._procs[key].checkpoint = checkpoint_of(action.spec)
+            self._procs[key].warned = run.file(WARNED).exists()  # signalled before a restart
             log.info("adopted job %s attempt %d replica %d (shim pid %d)", *key, pid)
             return Resumed(pid)
         name = read_name(run)

@@ -377,6 +377,26 @@ async def test_a_new_runner_adopts_a_still_running_shim(run_root: Path) -> None:
     assert second.output("long") == "done\n"
 
 
+async def test_an_agent_restarted_after_the_checkpoint_signal_does_not_send_it_again(
+    run_root: Path,
+) -> None:
+    usr1 = CheckpointSignal(name="USR1", before_s=2)
+    first = Harness(run_root)
+    first.start(ensure("trainer", ["sh", "-c", CHECKPOINTING], signal=usr1))
+    await seen(first, "trainer", "ready")
+    first.runner.stop(("trainer", 1, 0), "preempted", "preempted by urgent", checkpoint=True)
+    await seen(first, "trainer", "got USR1")
+    del first  # the agent is killed after the signal, before its SIGTERM
+
+    second = Harness(run_root)
+    second.runner.scan(["node-a"])
+    second.runner.ensure(ensure("trainer", ["x"], phase="running", signal=usr1))
+    second.runner.stop(("trainer", 1, 0), "preempted", "preempted by urgent", checkpoint=True)
+    exited = await second.ended("trainer")
+    assert exited.ended == Ended("preempted", 143, "preempted by urgent")
+    assert second.output("trainer").count("got USR1") == 1, "the signal came once"
+
+
 async def test_an_adopted_job_keeps_its_time_limit_from_its_start(run_root: Path) -> None:
     first = Harness(run_root)
     first.start(ensure("limited", ["sleep", "30"], time_limit_s=2))
