@@ -343,8 +343,9 @@ def candidates(
 
 def growable_of(state: ClusterState) -> list[Growth]:
     """The running elastic gangs that may take more replicas now, in submission order:
-    their rendezvous is known, nothing stops them or a part of them, and they have
-    fewer than their maximum (an advance reservation's gangs keep to what they have)."""
+    their rendezvous is known, nothing stops them or a part of them, none of their
+    replicas has ended (but those a shrink ended), and they have fewer than their
+    maximum (an advance reservation's gangs keep to what they have)."""
     grows = []
     for job in sorted((state.jobs[j] for j in state.elastic), key=lambda job: job.order):
         spec = job.spec
@@ -355,6 +356,7 @@ def growable_of(state: ClusterState) -> list[Growth]:
             or job.health_stop is not None
             or job.cancel_requested
             or spec.reservation is not None
+            or any(n not in job.left for n in job.finished_replicas)  # it is ending
         ):
             continue
         numbered = REPLICA_NUMBERS_PER_REPLICA * spec.replicas - len(job.replicas)

@@ -288,3 +288,19 @@ def voided(log: LogBuilder) -> str:
 def test_a_minimum_over_the_maximum_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError, match=r"replicas\.min \(3\) must be at most replicas\.max"):
         make_job_spec(replicas=2, min_replicas=3)
+
+
+def test_a_gang_one_of_whose_replicas_ended_does_not_grow() -> None:
+    played = elastic_on_two_nodes()
+    log = played.log
+    played.cycle()
+    played.start_all("el")
+    job = log.state().jobs["el"]
+    log.append(
+        JobFinished(
+            job_id="el", attempt=1, node=job.replicas[2].host, replica=2,
+            outcome="succeeded", exit_code=0,
+        )
+    )  # fmt: skip
+    log.finish("small", "n1", after=10)
+    assert played.cycle() == [], "its training is ending: it takes no more GPUs"
