@@ -248,9 +248,12 @@ def holding_of(state: ClusterState, job: JobState, began: datetime | None) -> Ho
 
 def shrinkable(job: JobState) -> int:
     """The replicas a running elastic gang keeps if a preemption shrinks it (its minimum);
-    0 when it cannot shrink now (not elastic, not running, stopping or shrinking)."""
+    0 when it cannot shrink now (not elastic, not running, stopping, shrinking, or
+    ending: a replica of it ended, and holds its GPUs until the others do)."""
     spec = job.spec
     if spec.min_replicas is None or job.phase != "running" or job.leaving:
+        return 0
+    if any(number not in job.left for number in job.finished_replicas):
         return 0
     if job.preempted_by is not None or job.health_stop is not None or job.cancel_requested:
         return 0
