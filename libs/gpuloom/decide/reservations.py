@@ -81,7 +81,7 @@ def choose_gpus(
             held = {
                 (p.node, p.index)
                 for job_id in busy
-                for r in state.jobs[job_id].replicas
+                for _, r in state.jobs[job_id].held_replicas()
                 for p in r.slices
             }
             free = [i for i in free if (name, i) not in held]

@@ -78,20 +78,21 @@ def more_replicas(
     policy: Policy,
     context: Context,
     fits_quota: FitsQuota,
-) -> list[ReplicaPlacement]:
+) -> tuple[list[ReplicaPlacement], bool]:
     """Up to `most` replicas of `request` (one replica's ask), placed one at a time on
-    `index` while they fit it and `fits_quota` (given all of them so far)."""
+    `index` while they fit it and `fits_quota` (given all of them so far); and whether
+    it stopped because no node had room for one more."""
     added: list[ReplicaPlacement] = []
     while len(added) < most:
         placement = place(request, index, policy, context)
         if placement is None:
-            break
+            return added, True
         replica = placement.replicas[0]
         if not fits_quota([*added, replica]):
             release(index, replica)
             break
         added.append(replica)
-    return added
+    return added, False
 
 
 def scaled(unit: Mapping[str, int], replicas: int) -> dict[str, int]:

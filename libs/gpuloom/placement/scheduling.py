@@ -27,22 +27,14 @@ epoch (exact both ways with the events' datetimes); nothing here reads a clock, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
 from gpuloom.placement.candidate import Candidate
-from gpuloom.placement.elastic import (
-    Grown,
-    Growth,
-    after_shrink,
-    gang_domain,
-    more_replicas,
-    one_more,
-    per_replica,
-    scaled,
-)
+from gpuloom.placement.elastic import Growth, after_shrink, per_replica, scaled
+from gpuloom.placement.elastic_steps import ElasticSteps
 from gpuloom.placement.engine import Context, NodeIndex, Policy, release
 from gpuloom.placement.fences import Fence, Fences
 from gpuloom.placement.holdings import HeldSum, Holding
@@ -64,7 +56,7 @@ from gpuloom.placement.reservation import (
     must_leave_slack,
     try_place,
 )
-from gpuloom.placement.resources import Placement, ReplicaPlacement, Request
+from gpuloom.placement.resources import Placement, Request
 from gpuloom.placement.topology import place, topology_shortfall
 from gpuloom.queueing.quota import QuotaBook
 
@@ -128,7 +120,7 @@ class PassInputs:
     growable: Callable[[], Sequence[Growth]] | None = None
 
 
-class SchedulingPass:
+class SchedulingPass(ElasticSteps):
     """One walk over the queue (see the module doc). Its fields are what the walk has
     learned so far; each step is a method named for what it decides. It mutates the
     index and the quota book with what it places.
@@ -199,6 +191,10 @@ class SchedulingPass:
         #: The advance reservations' GPUs, hidden but from the jobs that may use them.
         self.fences = Fences(inputs.fences, self.index) if inputs.fences else None
         self._growable = inputs.growable
+
+    @property
+    def _limit(self) -> int:
+        return self.rules.limit
 
     def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
         try:
@@ -346,67 +342,6 @@ class SchedulingPass:
             return Waiting(job_id, code, f"{detail} in reservation {name}")
         self._took(candidate, placement)
         return None
-
-    def _with_extra(
-        self, candidate: Candidate, placement: Placement | None, decision: Context
-    ) -> Placement | None:
-        """An elastic gang placed at its minimum, with the replicas it may take beyond
-        that fit now and within its quotas: none while a job ahead of it is blocked
-        (what it would take beyond is that job's to have first)."""
-        if placement is None or not candidate.extra or self.blocked:
-            return placement
-        request = candidate.request
-        unit = per_replica(candidate.demand, request.replicas)
-        base = placement.replicas
-
-        def fits_quota(extra: Sequence[ReplicaPlacement]) -> bool:
-            return self._quota_room(candidate.account, candidate.user, unit, [*base, *extra])
-
-        domain = gang_domain(request, self.index, base[0].host)
-        added = more_replicas(
-            one_more(request, domain), candidate.extra, self.index, self.policy, decision,
-            fits_quota,
-        )  # fmt: skip
-        return Placement((*base, *added)) if added else placement
-
-    def _quota_room(
-        self, account: str, user: str, unit: Mapping[str, int], replicas: list[ReplicaPlacement]
-    ) -> bool:
-        """Whether the quotas let `account` (and `user`) take `replicas` more, of which each
-        takes `unit` (a growth: a job's start is paced, not its replicas)."""
-        if self.quotas is None:
-            return True
-        demand = {
-            **scaled(unit, len(replicas)),
-            **where_demand(self.index, Placement(tuple(replicas))),
-        }
-        return self.quotas.why_not(account, demand, user or None, pacing=False) is None
-
-    def _grow(self) -> None:
-        """At the end of a pass that blocked no job: the running elastic gangs take more
-        replicas where they fit, in their order, each within its quotas (a `Grown`)."""
-        if self.blocked or self._growable is None or self._until is not None:
-            return
-        for growth in self._growable():
-            if self.placed >= self.rules.limit:
-                return
-
-            def fits_quota(extra: Sequence[ReplicaPlacement], growth: Growth = growth) -> bool:
-                return self._quota_room(growth.account, growth.user, growth.unit, list(extra))
-
-            decision = self._decision(self.position)
-            added = more_replicas(
-                growth.request, growth.missing, self.index, self.policy, decision, fits_quota
-            )
-            if not added:
-                continue
-            if self.quotas is not None:
-                taken = Placement(tuple(added))
-                demand = {**scaled(growth.unit, len(added)), **where_demand(self.index, taken)}
-                self.quotas.hold(growth.account, demand, growth.user or None)
-            self.outcomes.append(Grown(growth.job_id, tuple(added), growth.first, self.position))
-            self.position += 1
-            self.placed += 1
 
     def _took(self, candidate: Candidate, placement: Placement) -> None:
         """`candidate` is placed: charge its quotas, say so, and count what it holds."""

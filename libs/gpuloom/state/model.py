@@ -191,8 +191,10 @@ class Run:
 
     def rerate(self, at: datetime, milli: int, by_model: dict[str, int], gpus: int) -> None:
         """From `at` on, the run holds `milli` (`by_model`, `gpus` GPUs): bank what it
-        held until then (an elastic gang grew or a replica left)."""
-        at = max(at, self.rate_since or self.started_at)
+        held until then (an elastic gang grew or a replica left). Never before the
+        rate's start nor an interim charge already billed: charges are not taken back,
+        and a run's charges add up to what it accrued."""
+        at = max(at, self.rate_since or self.started_at, self.charged_until or self.started_at)
         for model, amount in self.accrued_by_model(at).items():
             self.banked_by_model[model] = amount
         self.banked_milli_seconds = self.accrued(at)

@@ -15,7 +15,7 @@ from gpuloom.auth import Principal
 from gpuloom.auth.visibility import job_events_problem
 from gpuloom.bus import EventBus
 from gpuloom.bus.errors import BusError
-from gpuloom.events import JobGrown, JobPlaced, MalformedEvent, decode
+from gpuloom.events import JobGrown, JobPlaced, JobStarted, MalformedEvent, decode
 from gpuloom.events.logs import DEFAULT_TAIL, MAX_TAIL, LogsRequest
 from gpuloom.events.subjects import agent_logs_subject, job_subjects
 from services.gateway.auth import PrincipalDep, forbidden, job_refusal
@@ -210,13 +210,15 @@ async def job_logs(
 
 
 async def _host_of(bus: EventBus, job_id: str, attempt: int, replica: int) -> str:
-    """The node `replica` of `attempt` of the job ran on, from the attempt's JobPlaced (and
-    the JobGrown of an elastic gang, whose replicas are numbered after)."""
+    """The node `replica` of `attempt` of the job ran on: where its JobStarted says it
+    started (its logs are there), else where the attempt's JobPlaced (or an elastic
+    gang's JobGrown, whose replicas are numbered after) put it."""
     try:
         messages = await bus.read_subject(job_subjects(job_id))
     except (BusError, TimeoutError) as exc:
         raise unavailable(f"could not read the log: {exc}") from exc
     hosts: list[str] | None = None
+    started_on: str | None = None
     for message in messages:
         try:
             event = decode(message.seq, message.body, subject=message.subject).event
@@ -225,8 +227,16 @@ async def _host_of(bus: EventBus, job_id: str, attempt: int, replica: int) -> st
         if isinstance(event, JobPlaced) and event.attempt == attempt and hosts is None:
             hosts = [r.host for r in event.assignments()]
         elif isinstance(event, JobGrown) and event.attempt == attempt and hosts is not None:
-            grown = event.first == len(hosts)  # as the fold took it (a voided one is not)
+            grown = event.first == len(hosts)  # a voided one may have taken these numbers
             hosts.extend(r.host for r in event.replicas if grown)
+        elif (
+            isinstance(event, JobStarted)
+            and (event.attempt, event.replica) == (attempt, replica)
+            and started_on is None
+        ):
+            started_on = event.node  # only the node's own agent may write it
+    if started_on is not None:
+        return started_on
     if hosts is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} has no attempt {attempt}")
     if replica >= len(hosts):

@@ -6,6 +6,7 @@ as the reference, and every decision audits."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +14,9 @@ from pydantic import ValidationError
 from gpuloom.audit import audit
 from gpuloom.decide.accounting import decide_charges
 from gpuloom.events import (
+    AccountCreated,
     Decision,
+    GpuUnhealthy,
     JobFinished,
     JobGrown,
     JobPlaced,
@@ -21,7 +24,10 @@ from gpuloom.events import (
     JobReserved,
     JobShrunk,
     JobStarted,
+    Outcome,
+    PolicyRef,
     PriorityClassSet,
+    QuotaSet,
     UsageCharged,
 )
 from gpuloom.placement.cycle import placement_cycle
@@ -304,3 +310,102 @@ def test_a_gang_one_of_whose_replicas_ended_does_not_grow() -> None:
     )  # fmt: skip
     log.finish("small", "n1", after=10)
     assert played.cycle() == [], "its training is ending: it takes no more GPUs"
+
+
+def four_running(played: Played) -> None:
+    """`el` (1 to 4 replicas of 1 GPU) runs 4 replicas on two nodes of 2 GPUs."""
+    log = played.log
+    log.register("n1", 2)
+    log.register("n2", 2)
+    log.run_to_queue("el", gpus=1, replicas=4, min_replicas=1, preemptible=True)
+    played.cycle()
+    played.start_all("el")
+    log.run_to_queue("x", gpus=1)
+
+
+def shrink(log: LogBuilder, replicas: list[int], after: float) -> None:
+    policy = PolicyRef(name="bestfit", version=2)
+    log.append(
+        JobShrunk(
+            job_id="el", attempt=1, replicas=replicas, by="x", reason="priority",
+            basis_seq=log.seq, cycle_position=0, policy=policy,
+        ),
+        after=after,
+    )  # fmt: skip
+
+
+def end(log: LogBuilder, number: int, **when: Any) -> None:
+    job = log.state().jobs["el"]
+    outcome: Outcome = "preempted" if number in job.leaving or job.health_stop else "succeeded"
+    log.append(
+        JobFinished(
+            job_id="el", attempt=1, node=job.replicas[number].host, replica=number,
+            outcome=outcome, exit_code=0,
+        ),
+        **when,
+    )  # fmt: skip
+
+
+def test_a_replica_leaving_after_a_gpu_failed_is_charged_to_the_fault_as_the_rest() -> None:
+    played = Played()
+    log = played.log
+    four_running(played)
+    started = log.state().jobs["el"].runs[-1].started_at
+    shrink(log, [3], after=10)
+    piece = log.state().jobs["el"].replicas[0].slices[0]
+    fault = GpuUnhealthy(node=piece.node, index=piece.index, uuid=piece.uuid, check="xid")
+    at_fault = log.append(fault, after=100).envelope.at
+    end(log, 3, after=1000)  # its report comes long after the fault
+    for number in (0, 1, 2):
+        end(log, number, after=1)
+    run = log.state().jobs["el"].runs[-1]
+    assert run.ended_at == at_fault
+    assert run.gpu_milli_seconds() == round(4000 * (at_fault - started).total_seconds())
+
+
+def test_charges_add_up_when_a_leaving_replicas_report_is_stamped_before_an_interim_charge() -> (
+    None
+):
+    played = Played()
+    log = played.log
+    four_running(played)
+    shrink(log, [1, 2, 3], after=1)
+    started = log.state().jobs["el"].runs[-1].started_at
+    interim = decide_charges(
+        log.state(), now=started + timedelta(seconds=1000), interval=timedelta(seconds=60)
+    )
+    log.record_decisions(interim)
+    for number in (1, 2, 3):  # stamped by a clock behind: before the interim charge's end
+        end(log, number, at=started + timedelta(seconds=500))
+    end(log, 0, at=started + timedelta(seconds=2000))
+    state = log.state()
+    run = state.jobs["el"].runs[-1]
+    final = [d.event for d in decide_charges(state) if isinstance(d.event, UsageCharged)]
+    charged = sum(e.gpu_milli_seconds for e in [*[d.event for d in interim], *final])  # type: ignore[attr-defined]
+    assert charged == run.gpu_milli_seconds() == 4000 * 1000 + 1000 * 1000, (
+        "charged 4 GPUs to the interim charge's end (never taken back), 1 after"
+    )
+
+
+def test_growth_keeps_to_the_models_its_quotas_admit() -> None:
+    """`team` may hold one H100 (`model:H100-80GB` quota, no cohort to borrow from): its
+    gang, running on that H100, grows on the A100s, which best-fit would try after it."""
+    played = Played()
+    log = played.log
+    log.register("a", 2, "A100-80GB")
+    log.register("h", 2, "H100-80GB")
+    log.append(AccountCreated(account="team"))
+    log.append(QuotaSet(account="team", resource="model:H100-80GB", nominal=1000))
+    log.run_to_queue("blocker", gpus=2, gpu_model=["A100-80GB"])
+    log.run_to_queue("el", gpus=1, replicas=3, min_replicas=1, account="team")
+    placed = {d.event.job_id: d.event for d in played.cycle()}
+    assert set(placed) == {"blocker", "el"}
+    el = placed["el"]
+    assert isinstance(el, JobPlaced) and [r.host for r in el.replicas] == ["h"], (
+        "the A100s are taken; one H100 is all its quota admits"
+    )
+    log.start("blocker", "a")
+    played.start_all("el")
+    log.finish("blocker", "a", after=10)
+    [grown] = [d.event for d in played.cycle() if isinstance(d.event, JobGrown)]
+    assert [r.host for r in grown.replicas] == ["a", "a"]

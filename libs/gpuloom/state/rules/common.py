@@ -133,6 +133,7 @@ def release(state: ClusterState, job: JobState, step: Step, ended: datetime | No
         end = at
         if ended is not None and ended.utcoffset() is not None:
             end = min(max(ended, run.charged_until or run.started_at), at)
+        end = max(end, run.rate_since or run.started_at)  # what was banked stays charged
         run.ended_at = end
         state.uncharged.add(job.job_id)
         add_fair_share_usage(state, job.spec.account, run.gpu_milli_seconds(), end)

@@ -128,11 +128,15 @@ def release_replica(state: ClusterState, job: JobState, number: int, step: Step)
 
 
 def _rerate(state: ClusterState, job: JobState, step: Step) -> None:
-    """The run holds what its replicas hold now, from this event on."""
+    """The run holds what its replicas hold now, from this event on (from the fault, once
+    a GPU of the job failed: its charge ends there, `_finished`)."""
     run = job.current_run()
     if run is not None:
+        at = step.envelope.at
+        if job.health_at is not None:
+            at = min(at, job.health_at)
         gpus = job.spec.gpus * len(job.held_replicas())
-        run.rerate(step.envelope.at, held_milli(job), milli_by_model(state, job), gpus)
+        run.rerate(at, held_milli(job), milli_by_model(state, job), gpus)
 
 
 RULES: tuple[Rule, ...] = (
