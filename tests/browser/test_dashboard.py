@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from dashboard_helpers import CuttableProxy, Dashboard
-from playwright.sync_api import Request, expect
+from playwright.sync_api import Request, Route, expect
 
 from gpuloom.auth import OPERATOR
 from gpuloom.testing.cluster import Cluster
@@ -304,4 +304,45 @@ def test_a_failed_gpu_shows_on_the_map_live_until_it_is_resumed(
     expect(tile.locator(".fault")).to_have_count(0)
     assert page.evaluate("window.sameDocument") is True
     assert page.evaluate("window.pwned") is None
+    assert ui.errors == []
+
+
+def test_a_page_refreshes_again_while_the_rows_lag_behind_the_stream(
+    ui: Dashboard, ui_cluster: Cluster
+) -> None:
+    """The stream may tell of an event before the rows the API reads hold it (a busy
+    projector: `/healthz`'s `projection_seq` behind). The page does not wait for the
+    next event to show it: it refreshes again until the rows caught up. Here the rows
+    are held back (the job's page answered as it stood while running) for 8 s: past the
+    3 s the page waits for them after the job's last events (its end, its charge)."""
+    cluster, page = ui_cluster, ui.page
+    alice = cluster.client_for("alice")
+    ui.login(cluster.token_for("alice"))
+    job_id = submit(alice, name="slow-rows", command=["sh", "-c", "sleep 1"])
+    cluster.wait_state([job_id], "running")
+    page.goto(f"{ui.base_url}/ui/#/jobs/{job_id}")
+    expect(page.locator("#job-state")).to_contain_text("running")
+    while_running = alice.get(f"/v1/jobs/{job_id}").json()
+    lagging = True
+
+    def healthz(route: Route) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        if lagging:
+            body["projection_seq"] = 0
+        route.fulfill(response=answer, json=body)
+
+    def the_job(route: Route) -> None:
+        if lagging:
+            route.fulfill(json=while_running)
+        else:
+            route.continue_()
+
+    page.route("**/healthz", healthz)
+    page.route(re.compile(rf".*/v1/jobs/{job_id}$"), the_job)
+    cluster.wait_final([job_id])
+    page.wait_for_timeout(8000)  # every refresh for the job's last events found them behind
+    expect(page.locator("#job-state")).to_contain_text("running")
+    lagging = False
+    expect(page.locator("#job-state")).to_contain_text("succeeded", timeout=10_000)
     assert ui.errors == []

@@ -57,6 +57,10 @@ const QUIET_MS = 250; // refresh once events pause this long...
 const AT_MOST_MS = 1500; // ...or at the latest this long after the first of a burst
 let changes = emptyChanges();
 let quietTimer = null;
+/** Refreshes in a row that found the rows behind the stream; past RETRIES_BEHIND (about
+ * 30 s: a projector that is down), the next event refreshes the page. */
+let behind = 0;
+const RETRIES_BEHIND = 10;
 let burstTimer = null;
 
 function eventArrived(cloud) {
@@ -72,9 +76,25 @@ async function flush() {
   quietTimer = burstTimer = null;
   const batch = changes;
   changes = emptyChanges();
-  await projected(batch.seq); // the rows the API reads hold these events
+  const caughtUp = await projected(batch.seq); // the rows the API reads hold these events
   const view = current;
   if (view?.module.touched) await guard(view.module.touched(batch, view.ctx));
+  behind = caughtUp ? 0 : behind + 1;
+  if (!caughtUp && behind <= RETRIES_BEHIND) {
+    // the rows lag behind the stream (a busy projector): refresh again for the same
+    // events, or the page would show them stale until the next event came
+    merge(changes, batch);
+    quietTimer ??= setTimeout(flush, QUIET_MS);
+  }
+}
+
+/** Add what `batch` touched to `into`. */
+function merge(into, batch) {
+  for (const id of batch.jobs) into.jobs.add(id);
+  into.nodes ||= batch.nodes;
+  into.queue ||= batch.queue;
+  into.usage ||= batch.usage;
+  into.seq = Math.max(into.seq, batch.seq);
 }
 
 // --- views --------------------------------------------------------------------------
