@@ -13,6 +13,7 @@ Nothing here is used in production: there nats-server runs from its own config
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -49,6 +50,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each bound until all are chosen (one `free_port` after
+    another may be given the same port twice, once the first socket closed)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def port_is_free(port: int) -> bool:

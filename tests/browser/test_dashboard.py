@@ -326,11 +326,11 @@ def test_a_page_refreshes_again_while_the_rows_lag_behind_the_stream(
     lagging = True
 
     def healthz(route: Route) -> None:
+        if not lagging:
+            route.continue_()
+            return
         answer = route.fetch()
-        body = answer.json()
-        if lagging:
-            body["projection_seq"] = 0
-        route.fulfill(response=answer, json=body)
+        route.fulfill(response=answer, json={**answer.json(), "projection_seq": 0})
 
     def the_job(route: Route) -> None:
         if lagging:
@@ -345,4 +345,5 @@ def test_a_page_refreshes_again_while_the_rows_lag_behind_the_stream(
     expect(page.locator("#job-state")).to_contain_text("running")
     lagging = False
     expect(page.locator("#job-state")).to_contain_text("succeeded", timeout=10_000)
+    page.unroute_all(behavior="wait")  # no handler left running as the page closes
     assert ui.errors == []

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuloom.devstack import SERVICES
-from gpuloom.natsserver import free_port
+from gpuloom.natsserver import free_ports
 from gpuloom.testing.cluster import DEFAULT_NODES, Cluster
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,8 @@ MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 
 @pytest.fixture
 def scraped_cluster(nats_url: str, tmp_path: Path) -> Iterator[tuple[Cluster, dict[str, int]]]:
-    ports = {name: free_port() for name in [*SERVICES, "agent-a", "agent-b"]}
+    names = [*SERVICES, "agent-a", "agent-b"]
+    ports = dict(zip(names, free_ports(len(names)), strict=True))  # distinct: one per process
 
     def metrics_at(name: str) -> dict[str, str]:
         return {"GPULOOM_METRICS_PORT": str(ports[name])}
