@@ -223,8 +223,9 @@ class NatsServer:
         stream: str = "GPULOOM",
     ):
         self.store_dir = store_dir
-        self.port = port or free_port()
-        self.monitor_port = free_port()
+        chosen = free_ports(2)  # distinct: two calls of free_port may give one port twice
+        self.port = port or chosen[0]
+        self.monitor_port = chosen[1] if chosen[1] != self.port else chosen[0]
         self.log_file = log_file
         self.sync = sync
         self.keyring = keyring
