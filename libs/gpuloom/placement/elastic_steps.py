@@ -38,12 +38,14 @@ class ElasticSteps:
     _until: set[str] | None
     _growable: Callable[[], Sequence[Growth]] | None
 
-    def _decision(self, position: int) -> Context:
-        raise NotImplementedError
+    context: Context
+    #: The most placements in one pass (`Rules.limit`).
+    _limit: int
 
-    @property
-    def _limit(self) -> int:
-        raise NotImplementedError
+    def _decision(self, position: int) -> Context:
+        """What a decision at `position` of this pass may depend on: made only for the
+        candidates that get that far (most of a long queue is skipped before)."""
+        return Context(self.context.seed, position, self.context.workload)
 
     def _with_extra(
         self, candidate: Candidate, placement: Placement | None, decision: Context

@@ -151,6 +151,7 @@ class SchedulingPass(ElasticSteps):
         self.policy = policy
         self.context = inputs.context
         self.rules = rules
+        self._limit = rules.limit
         self.quotas = inputs.quotas
         self.current = inputs.current
         #: The jobs still to decide before the pass may stop (None: it goes to the end).
@@ -191,10 +192,6 @@ class SchedulingPass(ElasticSteps):
         #: The advance reservations' GPUs, hidden but from the jobs that may use them.
         self.fences = Fences(inputs.fences, self.index) if inputs.fences else None
         self._growable = inputs.growable
-
-    @property
-    def _limit(self) -> int:
-        return self.rules.limit
 
     def run(self, candidates: Iterable[Candidate]) -> list[Outcome]:
         try:
@@ -286,11 +283,6 @@ class SchedulingPass(ElasticSteps):
         self.paced += code == "StartPacing"
         self.outcomes.append(Waiting(candidate.job_id, code, refusal))
         return None
-
-    def _decision(self, position: int) -> Context:
-        """What a decision at `position` of this pass may depend on: made only for the
-        candidates that get that far (most of a long queue is skipped before)."""
-        return Context(self.context.seed, position, self.context.workload)
 
     def _place(self, candidate: Candidate, turn: int) -> Waiting | None:
         """Place it now if it fits (within the reservation's slack if it may outlast
