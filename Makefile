@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test test-unit test-integration lint contract format bench migrate up clean
+.PHONY: help venv run test test-unit test-integration lint contract format bench migrate up clean kube
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) 
 
 up: ## run the stack in Docker (needs a Docker engine)
 	docker compose up --build
+
+kube: ## build a real Kubernetes control plane (v1.20.2, from Debian's source package) into ~/.cache/gpuloom
+	bash tools/kubernetes/build.sh
 
 clean: ## remove the local data (.gpuloom: log, database, job logs)
 	rm -rf .gpuloom

@@ -27,6 +27,30 @@ class Settings(BaseSettings):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
 
+    # --- Kubernetes (docs/kubernetes.md): the extender and the watcher ---------------------
+    #: A kubeconfig naming the cluster whose GPUs gpuloom schedules; None: no Kubernetes
+    #: (the two services then read the in-cluster service account, if any).
+    kubeconfig: Path | None = None
+    #: Where the scheduler extender listens: loopback, for a kube-scheduler on the same
+    #: host; in a cluster, its Pod's address behind mutual TLS (deploy/k8s/).
+    extender_host: str = "127.0.0.1"
+    extender_port: int = Field(default=8090, ge=0, le=65535)
+    #: Mutual TLS for the extender: its certificate and key, and the CA whose client
+    #: certificates (kube-scheduler's) it accepts; all three, or none (loopback only).
+    extender_tls_cert: Path | None = None
+    extender_tls_key: Path | None = None
+    extender_tls_client_ca: Path | None = None
+    #: The account of a pod that names none (`gpuloom.io/account`).
+    kube_default_account: str = Field(
+        default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$"
+    )
+    #: Pods the extender keeps in mind between filter and bind, at most (the oldest
+    #: forgotten first: a bind then reads the pod from the API again).
+    extender_pods_kept: int = Field(default=10_000, ge=100)
+    #: Submissions of new pods the extender writes per second at most, over all
+    #: namespaces (a burst of this many passes at once); more wait for a later filter.
+    extender_submits_per_s: float = Field(default=500.0, gt=0)
+
     # --- The gateway's connections (services/gateway/connections.py; docs/security.md) ---
     #: Open connections at most; more are refused (503), or the oldest idle one closed.
     #: Lowered at start to what the file-descriptor limit leaves after the reserve.

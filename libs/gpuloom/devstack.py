@@ -35,6 +35,7 @@ from gpuloom.bus.identities import SERVICES as BUS_SERVICES
 from gpuloom.bus.keyring import Keyring, write_private
 from gpuloom.bus.provision import provision_at, run_blocking
 from gpuloom.bus.streams import Expected
+from gpuloom.kube.scheduler_config import kube_banner
 from gpuloom.natsserver import (
     DEFAULT_NATS_SYNC,
     NATS_MAX_PAYLOAD,
@@ -78,7 +79,10 @@ SERVICES = (
     "gateway",
     "webhooks",
 )
-assert set(SERVICES) == set(BUS_SERVICES), "every service has its identity on the bus"
+#: The Kubernetes services: started beside the others when GPULOOM_KUBECONFIG names a
+#: cluster whose GPUs gpuloom schedules (docs/kubernetes.md).
+KUBE_SERVICES = ("extender", "kubewatch")
+assert set(SERVICES) | set(KUBE_SERVICES) == set(BUS_SERVICES), "every service has its identity"
 #: The operator token the banner prints lives this long (`gpuloom token issue` makes more).
 BANNER_TOKEN_TTL_S = 8 * 3600
 
@@ -279,7 +283,12 @@ def main() -> None:
     stack: Stack | None = None
     answering: tuple[str, str] | None = None  # the gateway and a token, once it answers
     try:
-        inventories = {f"agent-{Path(i).stem}": REPO_ROOT / i for i in DEV_INVENTORIES}
+        kubeconfig = kube_switch(os.environ)
+        inventories = (
+            {}  # Kubernetes supplies the nodes: no simulated ones beside them
+            if kubeconfig is not None
+            else {f"agent-{Path(i).stem}": REPO_ROOT / i for i in DEV_INVENTORIES}
+        )
         nats_url = os.environ.get("GPULOOM_NATS_URL")
         admin_url = nats_url
         if not nats_url:
@@ -310,6 +319,9 @@ def main() -> None:
         )
         for name in SERVICES:
             stack.start(name)
+        if kubeconfig is not None:
+            for name in KUBE_SERVICES:
+                stack.start(name, env={"GPULOOM_KUBECONFIG": str(kubeconfig)})
         for agent, inventory in inventories.items():
             nodes = inventory_nodes(inventory)
             stack.start(agent, "agent", ["--inventory", str(inventory)], nodes=nodes)
@@ -317,12 +329,28 @@ def main() -> None:
         sync = nats.sync if nats else "set by that server"
         token = operator_token(data_dir)
         say(BANNER.format(url=gateway_url, nats=nats_url, data=data_dir, sync=sync, token=token))
+        if kubeconfig is not None:
+            port = int(os.environ.get("GPULOOM_EXTENDER_PORT", "8090"))
+            say(kube_banner(str(kubeconfig), port))
         answering = (gateway_url, token)
         supervise(stack, nats)
     except KeyboardInterrupt:
         pass
     finally:
         shutdown(stack, nats, answering)
+
+
+def kube_switch(environ: Mapping[str, str]) -> Path | None:
+    """The kubeconfig of `GPULOOM_KUBECONFIG`, when gpuloom is to schedule a Kubernetes
+    cluster's GPUs (docs/kubernetes.md); None without it. A name that is no readable
+    file stops `make run` at once, with the reason."""
+    named = environ.get("GPULOOM_KUBECONFIG")
+    if not named:
+        return None
+    path = Path(named).expanduser().resolve()
+    if not path.is_file():
+        raise SystemExit(f"GPULOOM_KUBECONFIG={named}: no such file (a kubeconfig)")
+    return path
 
 
 def keep_private(data_dir: Path) -> None:

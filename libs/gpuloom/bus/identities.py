@@ -64,6 +64,9 @@ SERVICES = (
     "webhooks",
     "dispatch",
     "projector",
+    # Kubernetes (docs/kubernetes.md): run only where gpuloom schedules a cluster's pods
+    "extender",
+    "kubewatch",
 )
 ADMIN = "admin"
 READER = "reader"
@@ -130,6 +133,24 @@ WRITERS: dict[str, tuple[str, str]] = {
     "AuditCompleted": ("audit", ADMIN),
 }
 
+#: Events that one more writer may assert besides their owner in `WRITERS`: the
+#: Kubernetes services stand in for the gateway, the inventory and the agents where
+#: the Kubernetes API is the source of those facts (docs/kubernetes.md). The scheduler
+#: extender submits each pod kube-scheduler asks about; the watcher registers, loses and
+#: cordons Kubernetes nodes, and reports pods bound, ended or deleted. Neither may
+#: publish anything else: the bus refuses a JobPlaced from either, as from any service.
+ALSO_WRITTEN_BY: dict[str, tuple[str, ...]] = {
+    "JobSubmitted": ("extender",),
+    "JobCancelRequested": ("kubewatch",),
+    "NodeRegistered": ("kubewatch",),
+    "NodeLost": ("kubewatch",),
+    "NodeRecovered": ("kubewatch",),
+    "NodeCordoned": ("kubewatch",),
+    "NodeUncordoned": ("kubewatch",),
+    "JobStarted": ("kubewatch",),
+    "JobFinished": ("kubewatch",),
+}
+
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
 
 
@@ -163,8 +184,13 @@ def inbox_prefix(public_key: str) -> str:
 
 
 def events_of(writer: str) -> list[str]:
-    """The event types `writer` owns, in table order."""
-    return [event_type for event_type, (_, owner) in WRITERS.items() if owner == writer]
+    """The event types `writer` may publish (it owns them, or `ALSO_WRITTEN_BY` names
+    it), in table order."""
+    return [
+        event_type
+        for event_type, (_, owner) in WRITERS.items()
+        if owner == writer or writer in ALSO_WRITTEN_BY.get(event_type, ())
+    ]
 
 
 def event_permission(event_type: str, node: str | None = None) -> str:
@@ -186,7 +212,10 @@ def service_permissions(service: str, public_key: str, stream: str) -> Permissio
     if service not in SERVICES:
         raise ValueError(f"unknown service {service!r}: one of {', '.join(SERVICES)}")
     inbox = f"{inbox_prefix(public_key)}.>"
-    publish = [event_permission(t) for t in events_of(service)]
+    publish = [
+        event_permission(t, "*") if t in NODE_BOUND_TYPES else event_permission(t)
+        for t in events_of(service)
+    ]  # a node-bound event from a service: the Kubernetes watcher, for Kubernetes nodes
     publish += writer_api(stream, service) + read_api(stream)
     publish += snapshot_api(service) + base_snapshot_api()
     publish += own_durables(stream, service)

@@ -23,6 +23,8 @@ SERVICES: tuple[str, ...] = (
     "accounting",
     "webhooks",
     "agent",
+    "extender",
+    "kubewatch",
 )
 
 Entrypoint = Callable[[list[str]], None]

@@ -14,6 +14,7 @@ from gpuloom.queueing.classes import class_problem
 from gpuloom.queueing.limits import SubmitTally
 from gpuloom.state import ClusterState
 from gpuloom.state.dependencies import dependency_status
+from gpuloom.state.feasibility import KUBERNETES
 from gpuloom.state.tenancy import membership_problem
 
 
@@ -24,6 +25,10 @@ def rejection_reason(state: ClusterState, spec: JobSpec) -> str | None:
     membership = membership_problem(spec.user, spec.account, state.accounts)
     if membership is not None:
         return membership
+    if spec.kubernetes is not None:
+        # A pod waits, Pending, for a node that can run it (one may join: a cluster
+        # autoscaler's, a node made at the same time): Kubernetes' way, never a rejection.
+        return None
     if not state.nodes:
         return NO_NODE
     status, why = dependency_status(state, spec.depends_on)
@@ -50,6 +55,8 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
     nodes = [state.nodes[name] for name in sorted(state.nodes)]
     if not nodes:
         return None, NO_NODE
+    if spec.kubernetes is not None and not any(KUBERNETES in node.spec.runtimes for node in nodes):
+        return "kubernetes", "no Kubernetes node is registered"
     if spec.image is not None and not any(node.spec.runtimes for node in nodes):
         return "image", "no node has a container runtime (podman) to run an image"
     if spec.topology is not None:

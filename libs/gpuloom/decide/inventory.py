@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from gpuloom.events import Decision, NodeLost, NodeRecovered, NodeRegistered, NodeSpec, intents
 from gpuloom.state import ClusterState, registration_conflict
+from gpuloom.state.feasibility import KUBERNETES
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +148,14 @@ def _to_lose(
     watching_since: datetime,
     limit: LossLimit,
 ) -> list[tuple[str, float]]:
-    """The ready nodes to declare lost now, in node order, with their silence (seconds)."""
-    ready = [name for name in sorted(state.nodes) if state.nodes[name].phase == "ready"]
+    """The ready nodes to declare lost now, in node order, with their silence (seconds).
+    A Kubernetes node sends no heartbeat: the Kubernetes watcher loses it (its Ready
+    condition, its deletion), never the inventory."""
+    ready = [
+        name
+        for name in sorted(state.nodes)
+        if state.nodes[name].phase == "ready" and KUBERNETES not in state.nodes[name].spec.runtimes
+    ]
     silent: list[tuple[timedelta, str]] = []
     for name in ready:
         latest = heard.get(name)

@@ -91,6 +91,9 @@ def _changes(
         problems += _changes(
             old_props[prop], new_props[prop], old_defs, new_defs, _join(path, prop)
         )
+    if _widened(old, new):  # more values allowed: every event already logged still is
+        old = {k: v for k, v in old.items() if k not in ("const", "enum")}
+        new = {k: v for k, v in new.items() if k not in ("const", "enum")}
     for key in sorted((set(old) | set(new)) - ANNOTATIONS - {"properties", "required", "$defs"}):
         if key not in old or key not in new:
             problems.append(f"{where}: `{key}` {'added' if key in new else 'removed'}")
@@ -114,6 +117,16 @@ def _nested(
             for change in _changes(a, b, old_defs, new_defs, f"{path}[{index}]")
         ]
     return _changes(old, new, old_defs, new_defs, path)
+
+
+def _widened(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A `const` or `enum` whose values the new `enum` all keeps (a Literal that took one
+    more value): what the log holds is valid as before."""
+    before = [old["const"]] if "const" in old else old.get("enum")
+    after = new.get("enum")
+    if before is None or after is None or "const" in new:
+        return False
+    return all(value in after for value in before)
 
 
 def _walkable(old: Any, new: Any) -> bool:

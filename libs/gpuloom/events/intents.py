@@ -99,6 +99,16 @@ def node_recovered(node: str, seq: int) -> str:
     return f"{node}:recovered:{seq}"
 
 
+def kube_cordoned(node: str, seq: int) -> str:
+    """The Kubernetes watcher's cordon of a node Kubernetes marked unschedulable."""
+    return f"{node}:kube-cordon:{seq}"
+
+
+def kube_uncordoned(node: str, seq: int) -> str:
+    """The watcher lifting its own cordon once Kubernetes did."""
+    return f"{node}:kube-uncordon:{seq}"
+
+
 def node_lost(node: str, seq: int) -> str:
     return f"{node}:lost:{seq}"
 

@@ -80,8 +80,10 @@ class NodeSpec(BaseModel):
     #: `enforced`: the agent watches GPU memory (NVML) and stops a job over its slice;
     #: `advisory`: slices are set in the job's environment only.
     isolation: Literal["enforced", "advisory"] = "advisory"
-    #: Container runtimes the agent found (podman), which run jobs that name an image.
-    runtimes: list[Literal["podman"]] = Field(default_factory=list, max_length=8)
+    #: Container runtimes the agent found (podman), which run jobs that name an image;
+    #: `kubernetes`: a Kubernetes node (its kubelet runs pods, no gpuloom agent): it takes
+    #: only the jobs that stand for pods, and those go nowhere else (docs/kubernetes.md).
+    runtimes: list[Literal["podman", "kubernetes"]] = Field(default_factory=list, max_length=8)
     #: Its place in the cluster's topology, tightest level first (an NVLink domain,
     #: then a rack, then a block: the order the cluster's configuration gives); empty:
     #: the node names none (docs/topology.md).

@@ -97,6 +97,32 @@ def check_replica_range(least: int | None, most: int) -> None:
         raise ValueError(f"replicas.min ({least}) must be at most replicas.max ({most})")
 
 
+#: A Kubernetes object name (DNS-1123 subdomain) and a namespace (DNS-1123 label).
+KUBE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+KUBE_NAMESPACE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+KUBE_UID = r"^[0-9a-fA-F-]{1,64}$"
+
+
+class KubernetesPods(BaseModel):
+    """The Kubernetes pod, or gang of pods, a job stands for (docs/kubernetes.md): the
+    scheduler extender submitted it for kube-scheduler, and the job runs only on
+    Kubernetes nodes (`NodeSpec.runtimes`), where their kubelets start the pods.
+
+    One pod: its `name` and `uid`, the idempotency key of the job. A gang
+    (`gpuloom.io/gang`): the gang's `name`, no `uid`; its `replicas` pods are the job's
+    replicas, in the order of their names."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str = Field(pattern=KUBE_NAMESPACE, max_length=63)
+    name: str = Field(pattern=KUBE_NAME, max_length=253)
+    uid: str | None = Field(default=None, pattern=KUBE_UID)
+
+    @property
+    def gang(self) -> bool:
+        return self.uid is None
+
+
 class JobSpec(BaseModel):
     """What a user submitted. Validated at the gateway; carried verbatim in JobSubmitted."""
 
@@ -155,6 +181,8 @@ class JobSpec(BaseModel):
     #: A signal before the job is stopped (time limit, preemption, a failed GPU), to
     #: checkpoint; None: SIGTERM only, then SIGKILL after the grace.
     signal: CheckpointSignal | None = None
+    #: The Kubernetes pod(s) the job stands for; None: a job of gpuloom's own agents.
+    kubernetes: KubernetesPods | None = None
 
     @field_validator("command")
     @classmethod

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuloom.placement.resources import NodeView, Request, gpu_serves, host_fits
+from gpuloom.state.feasibility import runtime_refusal
 
 FITS = "fits"
 
@@ -34,7 +35,8 @@ def _labels(request: Request, node: NodeView) -> str | None:
 def _runtime(request: Request, node: NodeView) -> str | None:
     if request.container and not node.runtimes:
         return "runtime: the node has no container runtime to run the job's image"
-    return None
+    refused = runtime_refusal(request.kubernetes, node.runtimes)
+    return f"runtime: the node {refused}" if refused is not None else None
 
 
 def _model(request: Request, node: NodeView) -> str | None:

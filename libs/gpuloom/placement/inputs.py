@@ -106,6 +106,7 @@ def request_of(spec: JobSpec) -> Request:
         node_selector=tuple(sorted(spec.node_selector.items())),
         replicas=spec.least_replicas,
         container=spec.image is not None,
+        kubernetes=spec.kubernetes is not None,
         topology=(spec.topology.level, spec.topology.mode) if spec.topology else None,
     )
 

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuloom.events.units import MILLI_PER_GPU
-from gpuloom.state.feasibility import gpu_kind_refusal, gpu_room_refusal, host_refusal
+from gpuloom.state.feasibility import (
+    KUBERNETES,
+    gpu_kind_refusal,
+    gpu_room_refusal,
+    host_refusal,
+)
 
 Pool = Literal["physical", "vgpu"]
 PoolChoice = Literal["physical", "vgpu", "any"]
@@ -129,6 +134,9 @@ class Request:
     replicas: int = 1
     #: The job names an image: its host must have a container runtime.
     container: bool = False
+    #: The job stands for Kubernetes pods: only a Kubernetes node hosts it, and a
+    #: Kubernetes node hosts nothing else (`state.feasibility.runtime_refusal`).
+    kubernetes: bool = False
     #: (level, mode): all replicas inside one domain of `level` ("required"), or in as
     #: few as it can, the tightest level first ("preferred") (`placement.topology`).
     topology: tuple[str, Literal["required", "preferred"]] | None = None
@@ -166,6 +174,7 @@ class Request:
             self.locality,
             self.node_selector,
             self.container,
+            self.kubernetes,
             self.topology,
             self.within,
         )
@@ -255,6 +264,8 @@ def host_fits(request: Request, node: NodeView) -> bool:
         return False
     if request.container and not node.runtimes:
         return False
+    if request.kubernetes != (KUBERNETES in node.runtimes):
+        return False
     cpu, memory = node.cpu_free_milli, node.memory_free_mib
     if cpu is not None and cpu < request.cpu_milli:
         return False
@@ -278,6 +289,7 @@ def host_fits_by_rule(request: Request, node: NodeView) -> bool:
             node.labels,
             request.container,
             node.runtimes,
+            kubernetes=request.kubernetes,
         )
         is None
     )

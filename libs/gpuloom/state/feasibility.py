@@ -60,6 +60,22 @@ def gpu_room_refusal(
     return None
 
 
+#: The runtime a Kubernetes node names (`NodeSpec.runtimes`): its kubelet runs pods.
+KUBERNETES = "kubernetes"
+
+
+def runtime_refusal(kubernetes: bool, runtimes: Sequence[str]) -> str | None:
+    """A job that stands for Kubernetes pods runs only on a Kubernetes node (its kubelet
+    starts the pods), and a Kubernetes node runs nothing else (no gpuloom agent serves
+    it): why not, or None."""
+    on_kubernetes = KUBERNETES in runtimes
+    if kubernetes and not on_kubernetes:
+        return "is not a Kubernetes node, and the job is a Kubernetes pod"
+    if not kubernetes and on_kubernetes:
+        return "is a Kubernetes node: it runs only pods that kube-scheduler asks gpuloom to place"
+    return None
+
+
 def host_refusal(
     cpu_milli: int,
     memory_mib: int,
@@ -69,14 +85,20 @@ def host_refusal(
     labels: Mapping[str, str],
     wants_runtime: bool,
     runtimes: Sequence[str],
+    *,
+    kubernetes: bool = False,
 ) -> str | None:
     """What a replica's host must have, GPUs aside: the labels of the node selector, a
-    container runtime for an image, and the replica's CPU and memory free (a node that
-    declares none is not bounded by them: None)."""
+    container runtime for an image, Kubernetes for a pod and nothing else on a
+    Kubernetes node, and the replica's CPU and memory free (a node that declares none
+    is not bounded by them: None)."""
     if any(labels.get(key) != value for key, value in node_selector):
         return "does not match the node selector"
     if wants_runtime and not runtimes:
         return "has no container runtime for the image"
+    refused = runtime_refusal(kubernetes, runtimes)
+    if refused is not None:
+        return refused
     if cpu_free_milli is not None and cpu_free_milli < cpu_milli:
         return "has not enough free CPU"
     if memory_free_mib is not None and memory_free_mib < memory_mib:

@@ -67,3 +67,14 @@ SNAPSHOT_ENCODE_SECONDS = Histogram(
     "Time to serialize the state for a snapshot: the event loop's pause (compressing it and the upload run beside the loop)",
     ["service"],
 )
+EXTENDER_VERB_SECONDS = Histogram(
+    "gpuloom_extender_verb_seconds",
+    "Time the scheduler extender took to answer kube-scheduler, by verb",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+KUBE_ACTIONS = Counter(
+    "gpuloom_kube_actions_total",
+    "Calls the Kubernetes watcher made on pods (annotate, evict, delete), by outcome",
+    ["action", "outcome"],
+)

@@ -97,6 +97,9 @@ class Cluster:
     agent_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: Variables of one service's process only, by service name.
     service_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Services started beside the core ones (`devstack.KUBE_SERVICES`: the Kubernetes
+    #: extender and watcher, given GPULOOM_KUBECONFIG in `env`).
+    extra_services: Sequence[str] = ()
     stack: Stack | None = None
     gateway_url: str = ""
     client: httpx.Client | None = None
@@ -115,7 +118,7 @@ class Cluster:
             **self.env,
         }
         self.stack = Stack.for_urls(self.nats_url, self.database_url, self.data_dir, env)
-        for name in SERVICES:
+        for name in (*SERVICES, *self.extra_services):
             self.stack.start(name, env=self.service_env.get(name))
         for agent, nodes in self.agents.items():
             inventory = write_inventory(self.data_dir / f"{agent}.yaml", nodes)

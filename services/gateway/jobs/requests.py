@@ -46,9 +46,9 @@ from services.gateway.bodies import Body
 #: token's user; the default class, and the class's priority): optional here, and
 #: required (or defaulted) in the event.
 DECIDED = frozenset({"user", "priority", "priority_class"})
-#: Fields of `JobSpec` a request does not carry at all (none so far): add a new
-#: event field here, or to `JobRequest`, on purpose.
-LEFT_OUT: frozenset[str] = frozenset()
+#: Fields of `JobSpec` a request does not carry at all: add a new event field here, or
+#: to `JobRequest`, on purpose. `kubernetes`: only the scheduler extender submits pods.
+LEFT_OUT: frozenset[str] = frozenset({"kubernetes"})
 #: Fields of `JobSpec` a request carries in another shape: an elastic gang's
 #: `min_replicas` is `replicas: {"min": m, "max": n}` (n is `JobSpec.replicas`).
 RESHAPED = frozenset({"min_replicas"})

@@ -18,6 +18,7 @@ from events.test_codec import EXAMPLES
 from gpuloom.bus.identities import (
     ADMIN,
     AGENT,
+    ALSO_WRITTEN_BY,
     READER,
     SERVICES,
     WRITERS,
@@ -83,6 +84,8 @@ def test_only_the_writer_and_admin_may_publish_an_event(event_type: str) -> None
         i.name for i in table() if may_publish(i.permissions, subject_of(event_type, "node-a"))
     }
     expected = {ADMIN, "agent-a"} if writer == AGENT else {ADMIN, writer}
+    # the Kubernetes services, for the facts whose source the Kubernetes API is
+    expected |= set(ALSO_WRITTEN_BY.get(event_type, ()))
     assert allowed == expected
 
 

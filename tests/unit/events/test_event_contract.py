@@ -53,6 +53,22 @@ def test_an_optional_field_added_at_any_depth_is_additive(schemas: dict[str, Any
     assert breaking_changes(schemas, after) == []
 
 
+def test_a_literal_that_takes_more_values_is_additive_and_one_that_takes_fewer_breaks(
+    schemas: dict[str, Any],
+) -> None:
+    """`Literal["podman"]` becoming `Literal["podman", "kubernetes"]` (a node's runtimes):
+    every logged value is still valid. Taking a value away is not."""
+    before = copy.deepcopy(schemas)
+    spec_of(before)["properties"]["pool"] = {"const": "physical", "type": "string"}
+    after = copy.deepcopy(before)
+    spec_of(after)["properties"]["pool"] = {"enum": ["physical", "vgpu"], "type": "string"}
+    assert breaking_changes(before, after) == []
+    assert breaking_changes(after, before) != []
+    narrower = copy.deepcopy(after)
+    spec_of(narrower)["properties"]["pool"] = {"enum": ["vgpu"], "type": "string"}
+    assert breaking_changes(after, narrower) != []
+
+
 def test_a_removed_field_or_a_new_required_one_breaks(schemas: dict[str, Any]) -> None:
     after = copy.deepcopy(schemas)
     del spec_of(after)["properties"]["command"]

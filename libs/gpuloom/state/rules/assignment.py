@@ -68,6 +68,7 @@ def assignment_problem(
             host.spec.labels,
             spec.image is not None,
             host.spec.runtimes,
+            kubernetes=spec.kubernetes is not None,
         )
         if refused is not None:
             return f"replica {number}: host {host.name} {refused}"
