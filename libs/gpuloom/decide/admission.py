@@ -57,6 +57,11 @@ def resources_problem(state: ClusterState, spec: JobSpec) -> tuple[str | None, s
         return None, NO_NODE
     if spec.kubernetes is not None and not any(KUBERNETES in node.spec.runtimes for node in nodes):
         return "kubernetes", "no Kubernetes node is registered"
+    if spec.kubernetes is None and all(KUBERNETES in node.spec.runtimes for node in nodes):
+        return None, (
+            "every registered node is a Kubernetes node, which runs only pods: ask for "
+            "gpuloom.io/gpu in a pod's limits instead (docs/kubernetes.md)"
+        )
     if spec.image is not None and not any(node.spec.runtimes for node in nodes):
         return "image", "no node has a container runtime (podman) to run an image"
     if spec.topology is not None:

@@ -59,7 +59,8 @@ def kube_banner(kubeconfig: str, port: int) -> str:
 KUBE_BANNER = """
 Kubernetes: gpuloom schedules the GPUs of the cluster in {kubeconfig}
   extender  {url}/filter|prioritize|bind   (loopback only: run kube-scheduler on this host)
-  watcher   its Nodes with gpuloom.io/gpu capacity are gpuloom's nodes (no simulated nodes)
+  watcher   its Nodes with gpuloom.io/gpu capacity are gpuloom's nodes (no simulated nodes:
+            REST jobs need gpuloom's own agents; here, pods are the jobs)
 Add this to kube-scheduler's KubeSchedulerConfiguration (docs/kubernetes.md has the whole
 file, for v1beta1 and v1), then ask for `gpuloom.io/gpu: 1` in a pod's limits:
 {stanza}

@@ -8,6 +8,7 @@ import pytest
 from gpuloom.decide.admission import rejection_reason, resources_problem
 from gpuloom.decide.explain import reason_text
 from gpuloom.events import JobSpec, NodeRegistered
+from gpuloom.events.jobs import KubernetesPods
 from gpuloom.placement.filters import refusal
 from gpuloom.placement.inputs import node_views, request_of
 from gpuloom.placement.resources import host_fits
@@ -104,3 +105,45 @@ def test_placement_and_the_fold_keep_an_image_off_nodes_without_a_runtime() -> N
     assert log.state().jobs["j1"].phase == "queued"
     log.place("j1", "n3", [0])
     assert log.state().jobs["j1"].phase == "placed"
+
+
+def kubernetes_cluster() -> LogBuilder:
+    """k1: 2 x H100, a Kubernetes node (docs/kubernetes.md)."""
+    log = LogBuilder()
+    spec = make_node_spec("k1", 2, "H100").model_copy(update={"runtimes": ["kubernetes"]})
+    log.append(NodeRegistered(node="k1", spec=spec))
+    return log
+
+
+def pod_spec(gpus: int, **kw: object) -> JobSpec:
+    pods = KubernetesPods(namespace="team-a", name="train", uid="0f8b-11")
+    return make_job_spec(gpus, **kw).model_copy(update={"kubernetes": pods})
+
+
+def test_a_rest_job_on_a_cluster_of_kubernetes_nodes_is_told_to_submit_pods() -> None:
+    state = kubernetes_cluster().state()
+    found = resources_problem(state, make_job_spec(1))
+    assert found is not None and "Kubernetes node, which runs only pods" in found[1]
+    assert rejection_reason(state, make_job_spec(1)) == found[1]
+
+
+def test_a_pod_waits_for_a_node_rather_than_being_rejected() -> None:
+    """No node has a B200, none has 5 GPUs, no Kubernetes node at all: a pod still waits
+    (one may join), where a REST job would be refused."""
+    assert rejection_reason(kubernetes_cluster().state(), pod_spec(1, gpu_model=["B200"])) is None
+    assert rejection_reason(kubernetes_cluster().state(), pod_spec(5)) is None
+    assert rejection_reason(cluster().state(), pod_spec(1)) is None
+    found = resources_problem(cluster().state(), pod_spec(1))
+    assert found == ("kubernetes", "no Kubernetes node is registered")
+
+
+def test_a_pod_fits_only_a_kubernetes_node_and_a_rest_job_only_another() -> None:
+    log = cluster()
+    spec = make_node_spec("k1", 2, "A100-80GB").model_copy(update={"runtimes": ["kubernetes"]})
+    log.append(NodeRegistered(node="k1", spec=spec))
+    views = {v.name: v for v in node_views(log.state())}
+    pod, job = request_of(pod_spec(1)), request_of(make_job_spec(1))
+    assert [name for name, v in sorted(views.items()) if host_fits(pod, v)] == ["k1"]
+    assert [name for name, v in sorted(views.items()) if host_fits(job, v)] == ["n1", "n2"]
+    assert refusal(pod, views["n1"]) is not None and "Kubernetes" in str(refusal(pod, views["n1"]))
+    assert "runs only pods" in str(refusal(job, views["k1"]))
