@@ -18,6 +18,7 @@ import pytest
 from kube_fixtures import bound_node, eventually, kube_stack, messages, pod_events
 
 from gpuloom.events import (
+    JobCancelled,
     JobFinished,
     JobPreempted,
     JobStarted,
@@ -227,12 +228,32 @@ async def test_a_deleted_node_s_jobs_are_requeued(
 
     await eventually(probe, 20, "NodeLost for the deleted node")
 
-    # the pod bound there cannot move: the watcher deletes it, and its job ends
+    # the job was requeued with the node (the fold); the pod bound there cannot move: the
+    # watcher deletes it, and its job, pending again, is cancelled
     async def deleted() -> bool:
         items, _ = await kube.list(pod_path(NS))
         return all(i["metadata"]["name"] != "on-gone" for i in items)
 
     await eventually(deleted, 30, "the pod of the lost node deleted")
+    log = await log_of(cluster)
+    job = next(
+        r.event.job_id
+        for r in log
+        if isinstance(r.event, JobSubmitted) and r.event.spec.name == "on-gone"
+    )
+    state = ClusterState()
+    for record in log:
+        apply(state, record)
+        if isinstance(record.event, NodeLost) and record.event.node == "k-gone":
+            assert state.jobs[job].phase == "queued", "requeued when its node was lost"
+
+    async def cancelled() -> bool:
+        return any(
+            isinstance(r.event, JobCancelled) and r.event.job_id == job
+            for r in await log_of(cluster)
+        )
+
+    await eventually(cancelled, 20, "the requeued job of the deleted pod cancelled")
 
 
 def _read(cluster: Cluster) -> list[Recorded]:
@@ -347,3 +368,33 @@ async def test_the_extender_killed_mid_run_binds_nothing_twice(
     submitted = [r.event for r in await log_of(cluster) if isinstance(r.event, JobSubmitted)]
     keys = [e.idempotency_key for e in submitted]
     assert len(keys) == len(set(keys)), "one JobSubmitted per pod"
+
+
+async def test_a_pod_past_its_time_limit_is_evicted_and_its_job_timed_out(
+    stack: tuple[KubeControlPlane, Cluster], nodes: list[str], kube: KubeClient
+) -> None:
+    _, cluster = stack
+    await make_node(kube, "k-t", 1, {"gpuloom.io/model": "T4"})
+    await make_pod(
+        kube, NS, "t-short", 1, {"gpuloom.io/model": "T4", "gpuloom.io/time-limit": "2s"}
+    )
+    assert await eventually(lambda: bound_node(kube, NS, "t-short"), 30, "bound") == "k-t"
+
+    async def evicted() -> bool:
+        items, _ = await kube.list(pod_path(NS))
+        return all(i["metadata"]["name"] != "t-short" for i in items)
+
+    await eventually(evicted, 30, "the pod evicted at its time limit")
+
+    async def timed_out() -> JobFinished | None:
+        return next(
+            (
+                r.event
+                for r in await log_of(cluster)
+                if isinstance(r.event, JobFinished) and r.event.outcome == "timed_out"
+            ),
+            None,
+        )
+
+    ended = await eventually(timed_out, 20, "JobFinished timed_out")
+    assert ended.node == "k-t"

@@ -105,6 +105,8 @@ class KubeRound:
     #: Nodes not ready, or lost by this round: no replica is reported started there (the
     #: fold requeues their jobs; a start after the loss would be void).
     out: set[str] = field(default_factory=set)
+    #: The watcher's clock at this round (None: no clock read: time limits wait).
+    now: datetime | None = None
 
 
 def kube_round(
@@ -112,7 +114,7 @@ def kube_round(
 ) -> KubeRound:
     """The round's decisions and actions; `nodes` or `seen` None: not listed yet (the
     watcher decides nothing about what it has not read in full)."""
-    found = KubeRound()
+    found = KubeRound(now=seen.now if seen is not None else None)
     found.out = {name for name, node in state.nodes.items() if node.phase != "ready"}
     if nodes is not None:
         _nodes(state, nodes, found)
@@ -257,7 +259,7 @@ def _pod(job: JobState, pod: Pod | None, replica: int, gone: bool, found: KubeRo
         _finish(job, pod, replica, host, found)
         return
     assert pod is not None
-    stop = _stop_reason(job)
+    stop = _stop_reason(job, found.now)
     if started or pod.node_name == kube_name(host):
         if not started and host not in found.out:
             event = JobStarted(job_id=job.job_id, attempt=job.attempt, node=host, replica=replica)
@@ -275,7 +277,21 @@ def _pod(job: JobState, pod: Pod | None, replica: int, gone: bool, found: KubeRo
         found.actions.append(Annotate(pod.namespace, pod.name, notes))
 
 
-def _stop_reason(job: JobState) -> str | None:
+def _timed_out(job: JobState, now: datetime | None) -> bool:
+    """The job ran past its time limit (`gpuloom.io/time-limit`): its pod is evicted, as
+    an agent stops a process, and the job ends `timed_out`."""
+    limit, since = job.spec.time_limit_s, job.started_at
+    return (
+        limit is not None
+        and since is not None
+        and now is not None
+        and (now - since > timedelta(seconds=limit))
+    )
+
+
+def _stop_reason(job: JobState, now: datetime | None) -> str | None:
+    if _timed_out(job, now):
+        return f"its time limit of {job.spec.time_limit_s} s passed"
     if job.preempted_by is not None:
         return f"preempted by gpuloom job {job.preempted_by}"
     if job.health_stop is not None:
@@ -300,7 +316,7 @@ def _finish(
     replica whose pod was never bound (preempted, a GPU failed: it is requeued, and the
     pod, still pending, is placed again; cancelled: it ends)."""
     if unbound:
-        stop = _stop_reason(job)
+        stop = _stop_reason(job, found.now)
         outcome = "cancelled" if job.cancel_requested else "preempted"
         event = JobFinished(
             job_id=job.job_id,
@@ -317,8 +333,9 @@ def _finish(
         reason = None if outcome == "succeeded" else "the pod failed"
         code = pod.exit_code if pod.exit_code is not None else (0 if outcome == "succeeded" else 1)
     else:
-        stop = _stop_reason(job)
-        outcome, code = "cancelled", None
+        stop = _stop_reason(job, found.now)
+        outcome = "timed_out" if _timed_out(job, found.now) else "cancelled"
+        code = None
         reason = f"the pod was deleted ({stop})" if stop else "the pod was deleted"
         if pod is not None and pod.node_name and pod.node_name != kube_name(host):
             reason = f"the pod is bound to {pod.node_name}, not where gpuloom placed it"
