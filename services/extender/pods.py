@@ -43,6 +43,16 @@ class PodMemory:
         self.remember(found)
         return found
 
+    async def exists(self, pod: Pod) -> bool:
+        """Whether the API holds this very pod (its UID): the extender submits a job for
+        a pod only once it read it there, so a caller on the extender's port that is not
+        kube-scheduler cannot make jobs for pods that do not exist (in any namespace)."""
+        try:
+            found = await self.kube.get(pod_path(pod.namespace, pod.name))
+        except NotFound:
+            return False
+        return str((found.get("metadata") or {}).get("uid") or "") == pod.uid
+
     async def gang(self, pod: Pod) -> list[str] | None:
         """The names of the pods of `pod`'s gang that exist now (None: not a gang)."""
         if pod.gang is None:

@@ -126,6 +126,9 @@ class Extender:
         if not self.submits.take():
             why = "gpuloom is taking in many pods: this one is submitted at its next try"
             return FilterAnswer([], {n: why for n in answer.failed}, waiting=None)
+        if not await self.pods.exists(pod):  # a forged pod from a local caller
+            why = f"pod {pod.namespace}/{pod.name} ({pod.uid}) is not in the Kubernetes API"
+            return FilterAnswer([], {n: why for n in answer.failed}, waiting=None)
         decision = Decision(answer.submit, intents.submitted(pod.job_key))
         try:
             await self.reactor.publish([decision])

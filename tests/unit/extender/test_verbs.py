@@ -79,6 +79,9 @@ class _Pods:
     async def gang(self, pod: Any) -> None:
         return None
 
+    async def exists(self, pod: Any) -> bool:
+        return not pod.name.startswith("forged")
+
 
 def test_a_new_pod_is_submitted_once_and_fails_every_node_until_placed() -> None:
     web, folding = client()
@@ -91,6 +94,15 @@ def test_a_new_pod_is_submitted_once_and_fails_every_node_until_placed() -> None
     assert decision.event.spec.kubernetes is not None
     assert decision.event.spec.gpu_model == ["H100"] and decision.event.spec.user == "team-a"
     assert decision.msg_id == "submit:k8s:5d3c2b1a-0000-4000-8000-000000000001"
+
+
+def test_a_pod_that_is_not_in_the_api_is_not_submitted() -> None:
+    web, folding = client()
+    doc = pod()
+    doc["metadata"]["name"] = "forged"
+    answer = web.post("/scheduler/filter", json={"Pod": doc, "NodeNames": ["n1"]}).json()
+    assert "is not in the Kubernetes API" in answer["FailedNodes"]["n1"]
+    assert folding.published == []
 
 
 def test_a_bad_annotation_is_the_pod_s_reason_and_nothing_is_submitted() -> None:
