@@ -34,6 +34,8 @@ from gpuloom.kube.vocabulary import (
     PLACED_MEMORY,
     PLACED_NODE,
     PLACED_UUIDS,
+    REPLICA,
+    REPLICAS,
 )
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.lifecycle import ON_NODE
@@ -105,12 +107,17 @@ def placed_later(state: ClusterState, pod: Pod) -> bool:
     return queued.isdigit() and (job is None or job.phase in ("submitted", "admitted"))
 
 
-def replica_of(pod: Pod, gang: list[str] | None) -> int | None:
-    """The replica the pod is in its job: 0 for a lone pod; in a gang its place among
-    the gang's pods by name (None while not all of them exist)."""
+def replica_of(pod: Pod, gang: list[str] | None, replicas: int) -> int | None:
+    """The replica the pod is in its job of `replicas`: 0 for a lone pod; in a gang the
+    one gpuloom wrote on it when it was placed (`gpuloom.io/replica`: it stays when
+    other pods of the gang are gone), else its place among the gang's pods by name, once
+    all of them exist and no more (None until then)."""
     if pod.gang is None:
         return 0
-    if gang is None or pod.name not in gang:
+    written = pod.annotations.get(REPLICA, "")
+    if written.isdigit() and int(written) < replicas:
+        return int(written)
+    if gang is None or pod.name not in gang or len(gang) != replicas:
         return None
     return sorted(gang).index(pod.name)
 
@@ -138,6 +145,8 @@ def filter_pod(
         ended = state.tombstones.get(found_id)
         phase = ended.phase if ended is not None else "gone"
         why = f"gpuloom job {found_id} has ended ({phase}): delete the pod and create it again"
+        if ended is not None and ended.reason:
+            why = f"gpuloom job {found_id} was rejected: {ended.reason}"
         return FilterAnswer([], _all(nodes, why), waiting=why)
     if job.phase in ("rejected", "cancelled"):
         why = f"gpuloom job {found_id} was {job.phase}: {job.reason or 'no reason given'}"
@@ -145,9 +154,13 @@ def filter_pod(
     if job.phase not in ON_NODE:
         why = reasons.of(state, job)
         return FilterAnswer([], _all(nodes, why), waiting=why)
-    replica = replica_of(pod, gang)
-    if replica is None or replica >= len(job.replicas):
-        why = f"gpuloom job {found_id} is placed; waiting for all pods of gang {pod.gang}"
+    replica = replica_of(pod, gang, len(job.replicas))
+    if replica is None:
+        have = len(gang) if gang is not None else 0
+        why = (
+            f"gpuloom job {found_id} is placed; gang {pod.gang} has {have} pod(s) of the "
+            f"{len(job.replicas)} its {REPLICAS} names: waiting for exactly that many"
+        )
         return FilterAnswer([], _all(nodes, why), waiting=why)
     host = kube_name(job.replicas[replica].host)
     if host not in nodes:
@@ -182,8 +195,8 @@ def bind_pod(state: ClusterState, pod: Pod, node: str, gang: list[str] | None = 
     if job is None or job.phase not in ON_NODE:
         phase = job.phase if job is not None else "not known to gpuloom"
         return BindAnswer(f"gpuloom job {found_id or '?'} is {phase}, not placed: not bound")
-    replica = replica_of(pod, gang)
-    if replica is None or replica >= len(job.replicas):
+    replica = replica_of(pod, gang, len(job.replicas))
+    if replica is None:
         return BindAnswer(f"gpuloom job {job.job_id}: not every pod of gang {pod.gang} exists")
     host = job.replicas[replica].host
     if gpuloom_name(node) != host:
@@ -208,6 +221,8 @@ def placement_annotations(job: JobState, replica: int) -> dict[str, str]:
         JOB: job.job_id,
         ATTEMPT: str(job.attempt),
     }
+    if job.spec.kubernetes is not None and job.spec.kubernetes.gang:
+        notes[REPLICA] = str(replica)
     if any(s.milli < MILLI_PER_GPU for s in assignment.slices):
         notes[PLACED_MEMORY] = ",".join(str(s.memory_mib) for s in assignment.slices)
     return notes

@@ -83,14 +83,18 @@ def read_node(obj: dict[str, Any]) -> KubeNode | None:
     name = gpuloom_name(str(meta.get("name") or ""))
     if name is None:
         return None
-    labels = {**(meta.get("annotations") or {}), **(meta.get("labels") or {})}
+    annotations, own = meta.get("annotations") or {}, meta.get("labels") or {}
+    labels = {str(k): str(v) for k, v in {**annotations, **own}.items()}
+    # the node's labels as gpuloom keeps them: its own gpuloom.io/ labels (what a label may
+    # hold: 63 characters), never an annotation (the UUIDs of eight GPUs are longer)
+    kept = {str(k): str(v) for k, v in own.items() if str(k).startswith("gpuloom.io/")}
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
     unschedulable = bool(spec.get("unschedulable"))
     try:
-        node_spec = _node_spec(name, str(capacity[GPU_RESOURCE]), labels)
+        node_spec = _node_spec(name, str(capacity[GPU_RESOURCE]), labels, kept)
     except _Bad as bad:
         return KubeNode(name, None, ready, unschedulable, NodeProblem(name, bad.reason))
     except ValidationError as exc:
@@ -105,9 +109,9 @@ class _Bad(Exception):
         self.reason = reason
 
 
-def _node_spec(name: str, capacity: str, labels: dict[str, str]) -> NodeSpec:
+def _node_spec(name: str, capacity: str, labels: dict[str, str], kept: dict[str, str]) -> NodeSpec:
     split = _whole(labels.get(NODE_SPLIT, "1"), NODE_SPLIT, 1, SPLIT_MOST)
-    devices = _whole(capacity, f"capacity {GPU_RESOURCE}", 0, NODE_GPUS_MOST * SPLIT_MOST)
+    devices = _quantity(capacity, f"capacity {GPU_RESOURCE}", NODE_GPUS_MOST * SPLIT_MOST)
     count = devices // split
     if count > NODE_GPUS_MOST:
         raise _Bad(f"{count} GPUs: at most {NODE_GPUS_MOST}")
@@ -140,10 +144,26 @@ def _node_spec(name: str, capacity: str, labels: dict[str, str]) -> NodeSpec:
             )
             for index in range(count)
         ],
-        labels={k: v for k, v in sorted(labels.items()) if k.startswith("gpuloom.io/")},
+        labels=dict(sorted(kept.items())),
         runtimes=["kubernetes"],
         topology=topology,
     )
+
+
+#: The decimal and binary suffixes of a Kubernetes quantity a whole count may carry: the
+#: API writes 2000 as `2k`.
+_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _quantity(text: str, what: str, most: int) -> int:
+    """A whole count written as a Kubernetes quantity (`8`, `2k`), from 0 to `most`."""
+    found = re.fullmatch(r"([0-9]{1,9})(k|M|G|Ki|Mi|Gi)?", str(text).strip())
+    if found is None:
+        raise _Bad(f"{what} must be a whole number, not {str(text)[:40]!r}")
+    value = int(found[1]) * _SUFFIXES[found[2] or ""]
+    if value > most:
+        raise _Bad(f"{what} must be at most {most}, not {value}")
+    return value
 
 
 def _whole(text: str, what: str, least: int, most: int) -> int:

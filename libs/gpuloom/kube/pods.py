@@ -48,6 +48,10 @@ from gpuloom.kube.vocabulary import (
 ANNOTATION_MOST = 253
 #: The most pods one gang may have (a JobSpec's replicas).
 GANG_MOST = 1024
+#: The longest idempotency key a pod's job gets (a longer gang's key is hashed).
+KEY_MOST = 200
+#: The longest job name (a longer pod's name is cut for it: the pod keeps its own).
+NAME_MOST = 200
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
@@ -103,7 +107,11 @@ class Pod:
         time the controller is made again)."""
         if self.gang is None:
             return f"k8s:{self.uid}"
-        return f"k8s-gang:{self.namespace}/{self.gang}/{self.owner_uid or '-'}"[:200]
+        key = f"k8s-gang:{self.namespace}/{self.gang}/{self.owner_uid or '-'}"
+        if len(key) <= KEY_MOST:
+            return key
+        digest = hashlib.sha256(key.encode()).hexdigest()[:40]  # every part still counts
+        return f"k8s-gang:{self.namespace}/{digest}"
 
 
 def read_pod(obj: dict[str, Any]) -> Pod | None:
@@ -212,7 +220,10 @@ def job_spec(pod: Pod, defaults: PodDefaults) -> JobSpec | PodProblem:
     except ValidationError as exc:  # a value the event's own checks refuse
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"]) or "pod"
-        return PodProblem(_ANNOTATION_OF.get(where, where), str(error["msg"]))
+        field = str(error["loc"][0]) if error["loc"] else "pod"
+        return PodProblem(
+            _ANNOTATION_OF.get(where, _ANNOTATION_OF.get(field, where)), str(error["msg"])
+        )
 
 
 #: The JobSpec field each annotation fills, for an error the event model found.
@@ -226,6 +237,11 @@ _ANNOTATION_OF = {
     "priority_class": PRIORITY_CLASS,
     "time_limit_s": TIME_LIMIT,
     "topology.level": TOPOLOGY,
+    "topology": TOPOLOGY,
+    "level": TOPOLOGY,
+    "mode": TOPOLOGY,
+    "name": GANG,
+    "kubernetes": GANG,
     "replicas": REPLICAS,
     "gpus": GPU_RESOURCE,
 }
@@ -265,7 +281,7 @@ def _job_spec(pod: Pod, defaults: PodDefaults) -> JobSpec:
     if pod.gang is not None and replicas is None:
         raise _bad(REPLICAS, f"a gang ({GANG}) needs its number of pods")
     return JobSpec(
-        name=pod.gang or pod.name,
+        name=(pod.gang or pod.name)[:NAME_MOST],
         user=pod.namespace,
         account=notes.get(ACCOUNT) or defaults.account,
         command=["kubernetes-pod", f"{pod.namespace}/{pod.gang or pod.name}"],

@@ -41,12 +41,24 @@ PLACED_UUIDS = "gpuloom.io/gpu-uuids"
 PLACED_MEMORY = "gpuloom.io/gpu-memory-mib"
 JOB = "gpuloom.io/job"
 ATTEMPT = "gpuloom.io/attempt"
+#: A gang's pod: its replica in the job (its place by name among the gang's pods).
+REPLICA = "gpuloom.io/replica"
 #: Set by the device plugin once it gave the pod's container its GPUs.
 ALLOCATED = "gpuloom.io/allocated"
 #: Touched by the watcher on a pod gpuloom never heard of (the extender was away), so
 #: that kube-scheduler asks about it again at once.
 NUDGED = "gpuloom.io/nudged"
-WRITTEN = (PLACED_NODE, PLACED_GPUS, PLACED_UUIDS, PLACED_MEMORY, JOB, ATTEMPT, ALLOCATED, NUDGED)
+WRITTEN = (
+    PLACED_NODE,
+    PLACED_GPUS,
+    PLACED_UUIDS,
+    PLACED_MEMORY,
+    JOB,
+    ATTEMPT,
+    REPLICA,
+    ALLOCATED,
+    NUDGED,
+)
 
 # What a Node says of its GPUs, in its labels (or annotations).
 NODE_POOL = "gpuloom.io/pool"

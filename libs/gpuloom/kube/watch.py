@@ -116,29 +116,49 @@ def kube_round(
     watcher decides nothing about what it has not read in full)."""
     found = KubeRound(now=seen.now if seen is not None else None)
     found.out = {name for name, node in state.nodes.items() if node.phase != "ready"}
+    of_nodes = KubeRound()
     if nodes is not None:
-        _nodes(state, nodes, found)
-        found.out |= {d.event.node for d in found.decisions if isinstance(d.event, NodeLost)}
+        _nodes(state, nodes, of_nodes)
+        found.out |= {d.event.node for d in of_nodes.decisions if isinstance(d.event, NodeLost)}
     if seen is not None:
         _pods(state, seen, found)
+    # the pods' ends before the nodes' losses: a pod that ended as its node went NotReady
+    # keeps its outcome (after the loss its job is requeued, and its end would be void)
+    found.decisions += of_nodes.decisions
+    found.skipped += of_nodes.skipped
+    found.decisions = _once(found.decisions)
     return found
+
+
+def _once(decisions: list[Decision]) -> list[Decision]:
+    """Each decision once (two pods of a gang may ask for one cancel), in order."""
+    seen: set[str] = set()
+    kept = []
+    for decision in decisions:
+        if decision.msg_id not in seen:
+            seen.add(decision.msg_id)
+            kept.append(decision)
+    return kept
 
 
 def _nodes(state: ClusterState, nodes: dict[str, KubeNode], found: KubeRound) -> None:
     for name in sorted(nodes):
         node = nodes[name]
+        known = state.nodes.get(name)
         if node.spec is None:
             found.skipped.append((name, node.problem.reason if node.problem else "unusable"))
-            continue
-        known = state.nodes.get(name)
-        if known is None or known.spec.fingerprint != node.spec.fingerprint:
+        elif known is None or known.spec.fingerprint != node.spec.fingerprint:
             conflict = registration_conflict(name, known, node.spec)
             if conflict is not None:
                 found.skipped.append((name, conflict))
+            else:
+                event = NodeRegistered(node=name, spec=node.spec)
+                found.decisions.append(Decision(event, intents.node_registered(name, state.seq)))
                 continue
-            event = NodeRegistered(node=name, spec=node.spec)
-            found.decisions.append(Decision(event, intents.node_registered(name, state.seq)))
+        if known is None:
             continue
+        # a known node is followed even while its new spec cannot be taken: its readiness
+        # and its cordon still hold for the jobs on it
         if known.phase == "lost" and node.ready:
             event_r = NodeRecovered(node=name)
             found.decisions.append(Decision(event_r, intents.node_recovered(name, state.seq)))
@@ -211,24 +231,39 @@ def _nudge_unheard(
 def _gang(
     state: ClusterState, job: JobState, pods: list[Pod], seen: PodsSeen, found: KubeRound
 ) -> None:
-    """Each pod of a gang as its replica: by name, once all of them exist; a gang one of
-    whose pods was deleted loses the rest (all or none)."""
-    names = [p.name for p in pods]
+    """Each pod of a gang as its replica (`replica_of`); all or none: a pod of the gang
+    deleted while it waits cancels it, and once placed ends every replica (the other pods
+    are deleted)."""
     everyone_gone = (
         not pods and seen.listed_at is not None and (job.submitted_at < seen.listed_at - LIST_GRACE)
     )
-    # a pod of a gang that started is gone (each of its pods existed when it was bound)
-    some_deleted = any(p.deleting for p in pods) or (
-        bool(job.started_replicas) and len(pods) < len(job.replicas)
-    )
+    if job.phase in PENDING:
+        if everyone_gone or any(p.deleting or p.ended for p in pods):
+            _cancel(job, found)
+            return
+        for pod in pods:
+            _pod(job, pod, 0, False, found)
+        return
+    if job.phase not in ON_NODE:
+        return
+    names = [p.name for p in pods]
+    by_replica: dict[int, Pod] = {}
     for pod in sorted(pods, key=lambda p: p.name):
-        replica = replica_of(pod, names)
-        if replica is None:
+        replica = replica_of(pod, names, len(job.replicas))
+        if replica is not None and replica not in by_replica:
+            by_replica[replica] = pod
+    broken = any(p.deleting for p in pods)
+    for replica in range(len(job.replicas)):
+        member = by_replica.get(replica)
+        if member is None:
+            # a replica that started had its pod (the extender bound it, and wrote its
+            # replica on it): with none now, it was deleted
+            if replica in job.started_replicas or everyone_gone:
+                broken = True
+                _pod(job, None, replica, True, found)
             continue
-        _pod(job, pod, replica, pod.deleting, found)
-    if everyone_gone or (some_deleted and job.phase in PENDING):
-        _cancel(job, found)
-    elif some_deleted and job.phase in ON_NODE:
+        _pod(job, member, replica, member.deleting, found)
+    if broken:
         for pod in pods:
             if not pod.deleting:
                 found.actions.append(Delete(pod.namespace, pod.name, "a pod of its gang is gone"))
@@ -260,6 +295,12 @@ def _pod(job: JobState, pod: Pod | None, replica: int, gone: bool, found: KubeRo
         return
     assert pod is not None
     stop = _stop_reason(job, found.now)
+    bound_for = pod.annotations.get(ATTEMPT, str(job.attempt))
+    if not started and pod.node_name == kube_name(host) and bound_for != str(job.attempt):
+        # bound for an earlier placement of the job: it holds that one's GPUs
+        why = f"it is bound for placement {bound_for}, not {job.attempt}"
+        found.actions.append(Delete(pod.namespace, pod.name, why))
+        return
     if started or pod.node_name == kube_name(host):
         if not started and host not in found.out:
             event = JobStarted(job_id=job.job_id, attempt=job.attempt, node=host, replica=replica)

@@ -337,6 +337,9 @@ class Tombstone:
     #: When its last placement was made (None: never placed), for the gauge of recent
     #: placements: a short job is placed, ends and leaves within the same minute.
     placed_at: datetime | None = None
+    #: Why it was rejected (rejected jobs only): a pod's job is asked about again by
+    #: kube-scheduler long after it left, and the pod is told why (docs/kubernetes.md).
+    reason: str | None = None
 
 
 #: How many of the latest submissions' specs the state keeps: placement's typical

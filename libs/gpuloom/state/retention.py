@@ -60,6 +60,7 @@ def retire_if_done(state: ClusterState, job: JobState, step: Step) -> None:
         array_id=job.array_id,
         idempotency_key=job.idempotency_key,
         placed_at=job.placed_at,
+        reason=job.reason if job.phase == "rejected" else None,
     )
     since = at if state.clock is None else max(state.clock, at)
     state.retired.append((since, job_id))
