@@ -398,3 +398,80 @@ async def test_a_pod_past_its_time_limit_is_evicted_and_its_job_timed_out(
 
     ended = await eventually(timed_out, 20, "JobFinished timed_out")
     assert ended.node == "k-t"
+
+
+async def test_local_only_waits_where_local_first_takes_a_share_another_node_lends(
+    stack: tuple[KubeControlPlane, Cluster], nodes: list[str], kube: KubeClient
+) -> None:
+    """Two nodes with one L4 each in the vGPU pool, the second lending shares to pods on
+    other nodes (OrionX's remote vGPU): a pod asking two half L4s fits no node alone. Kept
+    local it waits; local-first, it runs on one node with the other's share."""
+    vgpu = {"gpuloom.io/model": "L4", "gpuloom.io/pool": "vgpu", "gpuloom.io/gpu-split": "10"}
+    await make_node(kube, "k-l1", 10, vgpu)
+    await make_node(kube, "k-l2", 10, {**vgpu, "gpuloom.io/lends-remote-vgpu": "true"})
+    ask = {"gpuloom.io/model": "L4", "gpuloom.io/gpu-milli": "500"}
+    await make_pod(kube, NS, "l-only", 2, {**ask, "gpuloom.io/locality": "local-only"})
+
+    async def waits() -> str | None:
+        text = messages(await pod_events(kube, NS, "l-only"))
+        return text if " waits: " in text else None
+
+    await eventually(waits, 30, "the local-only pod waiting with gpuloom's reason")
+    await make_pod(kube, NS, "l-first", 2, {**ask, "gpuloom.io/locality": "local-first"})
+    host = await eventually(lambda: bound_node(kube, NS, "l-first"), 30, "local-first bound")
+    pod = await kube.get(pod_path(NS, "l-first"))
+    gpus = pod["metadata"]["annotations"][PLACED_GPUS].split(",")
+    assert host == "k-l1" and gpus == ["0", "k-l2/0"], (host, gpus)
+    assert await bound_node(kube, NS, "l-only") == ""
+
+
+async def test_the_watcher_restarted_catches_up_with_what_happened_meanwhile(
+    stack: tuple[KubeControlPlane, Cluster], nodes: list[str], kube: KubeClient
+) -> None:
+    _, cluster = stack
+    assert cluster.stack is not None
+    await make_node(kube, "k-w", 1, {"gpuloom.io/model": "W100"})
+    await make_node(kube, "k-w2", 1, {"gpuloom.io/model": "X100"})
+    await make_pod(kube, NS, "w-run", 1, {"gpuloom.io/model": "W100"})
+    assert await eventually(lambda: bound_node(kube, NS, "w-run"), 30, "bound") == "k-w"
+
+    async def job_of_pod() -> str | None:
+        return next(
+            (
+                r.event.job_id
+                for r in await log_of(cluster)
+                if isinstance(r.event, JobStarted) and r.event.node == "k-w"
+            ),
+            None,
+        )
+
+    job = await eventually(job_of_pod, 20, "the pod's job started")
+    cluster.stack.kill("kubewatch")  # SIGKILL
+    await kube.patch_pod_status(
+        NS,
+        "w-run",
+        {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "none:0",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 3}},
+                }
+            ],
+        },
+    )
+    await kube.delete(node_path("k-w2"))
+    await asyncio.sleep(1)
+    cluster.stack.spawn("kubewatch")
+
+    async def caught_up() -> bool:
+        log = await log_of(cluster)
+        ended = [r.event for r in log if isinstance(r.event, JobFinished) and r.event.job_id == job]
+        lost = any(isinstance(r.event, NodeLost) and r.event.node == "k-w2" for r in log)
+        return bool(ended) and ended[0].outcome == "failed" and ended[0].exit_code == 3 and lost
+
+    await eventually(caught_up, 30, "the pod's failure (exit 3) and the node's loss in the log")
