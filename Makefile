@@ -64,8 +64,9 @@ migrate: $(STAMP) ## migrate GPULOOM_DATABASE_URL (default .gpuloom/gpuloom.db) 
 up: ## run the stack in Docker (needs a Docker engine)
 	docker compose up --build
 
-kube: ## build a real Kubernetes control plane (v1.20.2, from Debian's source package) into ~/.cache/gpuloom
+kube: ## build a real Kubernetes v1.20.2 (control plane and kubelet, from Debian's source package) into ~/.cache/gpuloom
 	bash tools/kubernetes/build.sh
+	bash tools/kubernetes/kubelet.sh
 
 clean: ## remove the local data (.gpuloom: log, database, job logs)
 	rm -rf .gpuloom
