@@ -14,13 +14,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import re
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from gpuloom.gpus import gpus_from_nvidia_smi, gpus_from_nvml, normalise_model
 from gpuloom.kube.vocabulary import NODE_GPU_MEMORY, NODE_MODEL, NODE_SPLIT, NODE_UUIDS
 
 log = logging.getLogger(__name__)
@@ -29,11 +26,6 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 #: The kubelet refuses a device ID longer than this.
 MAX_DEVICE_ID = 63
-
-NVIDIA_SMI_QUERY = [
-    "--query-gpu=index,uuid,name,memory.total",
-    "--format=csv,noheader,nounits",
-]
 
 
 @dataclass(frozen=True)
@@ -49,85 +41,6 @@ def simulated_gpus(node: str, count: int) -> list[Gpu]:
     return [Gpu(index=i, uuid=f"GPU-sim-{node}-{i}", model="simulated") for i in range(count)]
 
 
-def parse_nvidia_smi(output: str) -> list[Gpu]:
-    """Parse `nvidia-smi --query-gpu=index,uuid,name,memory.total` CSV (noheader, nounits)."""
-    gpus: list[Gpu] = []
-    for number, line in enumerate(output.splitlines(), start=1):
-        if not line.strip():
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4:
-            raise ValueError(f"nvidia-smi line {number}: expected 4 fields, got {line!r}")
-        try:
-            memory_mib = int(float(fields[-1]))
-        except ValueError:  # [N/A]
-            memory_mib = 0
-        gpus.append(
-            Gpu(
-                index=int(fields[0]),
-                uuid=fields[1],
-                model=",".join(fields[2:-1]),
-                memory_mib=memory_mib,
-            )
-        )
-    return sorted(gpus, key=lambda g: g.index)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def gpus_from_nvml() -> list[Gpu] | None:
-    """GPUs reported by NVML, or None when pynvml is missing or NVML fails."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # pynvml.NVMLError: no driver, no device
-        log.info("NVML unavailable: %s", exc)
-        return None
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    model=_text(pynvml.nvmlDeviceGetName(handle)),
-                    memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1 << 20),
-                )
-            )
-        return gpus
-    except Exception as exc:
-        log.warning("NVML query failed: %s", exc)
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
-def gpus_from_nvidia_smi(timeout_s: float = 30.0) -> list[Gpu] | None:
-    """GPUs reported by nvidia-smi, or None when it is missing or fails."""
-    program = shutil.which("nvidia-smi")
-    if program is None:
-        return None
-    try:
-        done = subprocess.run(
-            [program, *NVIDIA_SMI_QUERY],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=True,
-        )
-        return parse_nvidia_smi(done.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        log.warning("nvidia-smi failed: %s", exc)
-        return None
-
-
 def discover_gpus(node: str, declared: int | None) -> list[Gpu]:
     """The GPUs to advertise: `declared` simulated ones, else NVML's, else nvidia-smi's."""
     if declared is not None:
@@ -135,7 +48,7 @@ def discover_gpus(node: str, declared: int | None) -> list[Gpu]:
     for source in (gpus_from_nvml, gpus_from_nvidia_smi):
         found = source()
         if found is not None:
-            return found
+            return [Gpu(g.index, g.uuid, g.model, g.memory_mib) for g in found]
     log.warning("no GPU found: neither NVML nor nvidia-smi answered")
     return []
 
@@ -151,14 +64,6 @@ def device_id(uuid: str, k: int) -> str:
 def device_ids(gpus: Sequence[Gpu], split: int) -> list[tuple[str, str]]:
     """(device ID, GPU uuid) of every advertised device: `split` per GPU, in GPU order."""
     return [(device_id(gpu.uuid, k), gpu.uuid) for gpu in gpus for k in range(split)]
-
-
-def normalise_model(name: str) -> str:
-    """`NVIDIA A100-SXM4-80GB` -> `A100-SXM4-80GB`; blanks become `-` (as the agent does)."""
-    name = name.strip()
-    if name.upper().startswith("NVIDIA "):
-        name = name[len("NVIDIA ") :]
-    return re.sub(r"\s+", "-", name.strip())
 
 
 def node_annotations(gpus: Sequence[Gpu], split: int, simulated: bool) -> dict[str, str]:

@@ -11,7 +11,6 @@ from services.deviceplugin.devices import (
     device_id,
     device_ids,
     node_annotations,
-    parse_nvidia_smi,
     simulated_gpus,
 )
 from services.deviceplugin.settings import PluginSettings, SettingsError
@@ -37,19 +36,6 @@ def test_a_device_id_stays_within_the_kubelet_limit() -> None:
     long = device_id("GPU-sim-" + "n" * 80 + "-0", 12)
     assert len(long) <= 63 and long.endswith("::12")
     assert long == device_id("GPU-sim-" + "n" * 80 + "-0", 12)  # stable
-
-
-def test_nvidia_smi_output() -> None:
-    gpus = parse_nvidia_smi(
-        "1, GPU-b, NVIDIA H100 80GB HBM3, 81559\n\n0, GPU-a, NVIDIA H100 80GB HBM3, [N/A]\n"
-    )
-
-    assert gpus == [
-        Gpu(0, "GPU-a", "NVIDIA H100 80GB HBM3", 0),
-        Gpu(1, "GPU-b", "NVIDIA H100 80GB HBM3", 81559),
-    ]
-    with pytest.raises(ValueError, match="expected 4 fields"):
-        parse_nvidia_smi("0, GPU-a\n")
 
 
 def test_what_the_node_is_told() -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from gpuloom.decide.admission import decide_admission
 from gpuloom.decide.explain import explain, reason_text
 from gpuloom.events import (
