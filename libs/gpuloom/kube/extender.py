@@ -40,6 +40,9 @@ from gpuloom.kube.vocabulary import (
 from gpuloom.state import ClusterState, JobState
 from gpuloom.state.lifecycle import ON_NODE
 
+#: How the watcher marks a pod whose job was queued (`watch.queued_mark`); its other
+#: nudge (a pod gpuloom never heard of) is a bare number, which says nothing of the job.
+QUEUED_PREFIX = "queued-"
 #: The longest reason a node is given (kube-scheduler counts nodes per distinct reason).
 REASON_MOST = 300
 
@@ -103,8 +106,9 @@ def placed_later(state: ClusterState, pod: Pod) -> bool:
     attempt = pod.annotations.get(ATTEMPT, "")
     if attempt.isdigit() and int(attempt) > (job.attempt if job is not None else 0):
         return True
-    queued = pod.annotations.get(NUDGED, "").removeprefix("queued-")
-    return queued.isdigit() and (job is None or job.phase in ("submitted", "admitted"))
+    nudged = pod.annotations.get(NUDGED, "")
+    queued = nudged.startswith(QUEUED_PREFIX) and nudged[len(QUEUED_PREFIX) :].isdigit()
+    return queued and (job is None or job.phase in ("submitted", "admitted"))
 
 
 def replica_of(pod: Pod, gang: list[str] | None, replicas: int) -> int | None:

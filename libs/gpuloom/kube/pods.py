@@ -91,6 +91,8 @@ class Pod:
     owner_uid: str = ""
     #: A limit that is not a whole number of GPUs, said once.
     problem: PodProblem | None = None
+    #: kube-scheduler tried it and could not schedule it (`PodScheduled: False`).
+    unschedulable: bool = False
 
     @property
     def ended(self) -> bool:
@@ -144,6 +146,10 @@ def read_pod(obj: dict[str, Any]) -> Pod | None:
         priority_class_name=str(spec.get("priorityClassName") or ""),
         owner_uid=str(controller.get("uid") or ""),
         problem=problem,
+        unschedulable=any(
+            isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+            for c in status.get("conditions") or []
+        ),
     )
 
 

@@ -34,7 +34,7 @@ from gpuloom.events import (
     NodeUncordoned,
     intents,
 )
-from gpuloom.kube.extender import placement_annotations, replica_of
+from gpuloom.kube.extender import QUEUED_PREFIX, placement_annotations, replica_of
 from gpuloom.kube.nodes import KubeNode, kube_name
 from gpuloom.kube.pods import Pod, PodDefaults, PodProblem, job_spec
 from gpuloom.kube.vocabulary import ATTEMPT, KUBE_CORDON, NUDGED, PLACED_NODE
@@ -207,7 +207,7 @@ def queued_mark(attempt: int) -> str:
     """The `gpuloom.io/nudged` value the watcher writes once a pod's job is queued (after
     `attempt` placements): kube-scheduler asks again, and the pod's FailedScheduling
     event then says what the queue says, not that admission is pending."""
-    return f"queued-{attempt}"
+    return f"{QUEUED_PREFIX}{attempt}"
 
 
 def _nudge_unheard(
@@ -221,6 +221,8 @@ def _nudge_unheard(
         for pod in by_key[key]:
             if pod.node_name or pod.deleting or pod.ended or now - pod.created < NUDGE_EVERY:
                 continue
+            if not pod.unschedulable:
+                continue  # kube-scheduler has not tried it yet: it will, in its turn
             if pod.annotations.get(NUDGED) == str(period):
                 continue
             if isinstance(job_spec(pod, PodDefaults()), PodProblem):

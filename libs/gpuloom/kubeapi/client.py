@@ -8,6 +8,7 @@ and come as the API's JSON, in plain dicts. A refusal raises `ApiError` (`NotFou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
@@ -31,6 +32,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=10.0)
 DEFAULT_LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=8, keepalive_expiry=30)
 #: how long past its `timeoutSeconds` a watch may stay silent before it counts as dead.
 WATCH_READ_MARGIN_S = 15.0
+#: Connections of the pool kept for long watches (the others serve calls).
+WATCHES_KEPT = 4
 #: how often a `tokenFile` (a rotating service-account token) is read again.
 TOKEN_REFRESH_S = 60.0
 
@@ -95,6 +98,13 @@ class KubeClient:
     ) -> None:
         self.config = config
         self._timeout = timeout
+        # Calls wait here, never inside httpcore's pool: a wait for a pool slot that is
+        # cut short (a caller's timeout) while the pool is busy leaks the slot there
+        # (encode/httpcore#1093), and after enough of them every call fails with
+        # PoolTimeout although no connection is open. Room is kept for the watches,
+        # which hold a connection each for minutes.
+        most = limits.max_connections or DEFAULT_LIMITS.max_connections or 16
+        self._calls = asyncio.Semaphore(max(1, most - WATCHES_KEPT))
         verify: ssl.SSLContext | bool = (
             config.ssl_context() if config.server.startswith("https:") else True
         )
@@ -141,9 +151,10 @@ class KubeClient:
             content = json.dumps(body).encode()
             headers["Content-Type"] = content_type
         try:
-            response = await self._http.request(
-                method, path, params=params, content=content, headers=headers
-            )
+            async with self._calls:  # never more than the pool holds: see __init__
+                response = await self._http.request(
+                    method, path, params=params, content=content, headers=headers
+                )
         except httpx.TransportError as exc:
             raise _unreachable(method, path, exc) from exc
         if response.is_error:

@@ -22,6 +22,7 @@ from gpuloom.kube.extender import (
     Reasons,
     bind_pod,
     filter_pod,
+    placed_later,
     pod_job,
     prioritize_pod,
     replica_of,
@@ -35,6 +36,7 @@ from gpuloom.kube.vocabulary import (
     LOCALITY,
     NODE_LENDS,
     NODE_POOL,
+    NUDGED,
     PLACED_GPUS,
     PLACED_MEMORY,
     PLACED_NODE,
@@ -42,6 +44,7 @@ from gpuloom.kube.vocabulary import (
     REPLICAS,
     TIME_LIMIT,
 )
+from gpuloom.kube.watch import queued_mark
 from gpuloom.state import fold
 
 from .kubeworld import World, kube_pod, node_obj, uid_of
@@ -435,3 +438,14 @@ def test_a_share_lent_by_another_node_is_named_with_its_kubernetes_node() -> Non
     assert answer.annotations[PLACED_GPUS] == "0,lender.example/0"
     assert answer.annotations[PLACED_UUIDS] == "node-a_example-gpu0,lender_example-gpu0"
     assert answer.annotations[PLACED_MEMORY] == "8192,8192"
+
+
+def test_only_a_queued_mark_or_a_newer_attempt_makes_a_filter_wait_for_its_fold() -> None:
+    """The watcher's nudge of a pod gpuloom never heard of is a bare number: it says
+    nothing about the job, so the extender must not wait a second for it (it did, and
+    kube-scheduler, one pod at a time, spent its time in those waits)."""
+    w = world()
+    pod = kube_pod("p", uid_of(1), 1)
+    assert not placed_later(w.state, replace(pod, annotations={NUDGED: "179667000"}))
+    assert placed_later(w.state, replace(pod, annotations={NUDGED: queued_mark(0)}))
+    assert placed_later(w.state, replace(pod, annotations={ATTEMPT: "1"}))

@@ -5,6 +5,7 @@ proposes nothing more: the watcher is level triggered and idempotent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -708,7 +709,7 @@ def test_a_pod_not_bound_whose_job_is_queued_is_marked_once_per_attempt() -> Non
 def unheard(created_ago: float, **kw: Any) -> tuple[World, dict[str, KubeNode], Pod, datetime]:
     """A pod gpuloom never heard of (the extender was away), `created_ago` s before now."""
     w, nodes = two_nodes()
-    pod = kube_pod("p", uid_of(1), 1, **kw)
+    pod = replace(kube_pod("p", uid_of(1), 1, **kw), unschedulable=True)  # kube-scheduler tried it
     now = pod.created + timedelta(seconds=created_ago)
     return w, nodes, pod, now
 
@@ -719,7 +720,7 @@ def test_a_pod_gpuloom_never_heard_of_is_nudged_once_per_period() -> None:
     found = kube_round(w.state, nodes, PodsSeen({pod.uid: pod}, now=now))
     assert found.decisions == []
     assert found.actions == [Annotate(pod.namespace, pod.name, ((NUDGED, period),))]
-    nudged = kube_pod(pod.name, pod.uid, 1, annotations={NUDGED: period})
+    nudged = replace(pod, annotations={NUDGED: period})
     assert kube_round(w.state, nodes, PodsSeen({pod.uid: nudged}, now=now)).actions == []
     later = now + NUDGE_EVERY
     assert len(kube_round(w.state, nodes, PodsSeen({pod.uid: nudged}, now=later)).actions) == 1
@@ -740,6 +741,13 @@ def test_a_pod_that_is_new_bound_going_ended_or_refused_is_not_nudged(
 ) -> None:
     w, nodes, pod, now = unheard(ago, **kw)
     assert kube_round(w.state, nodes, PodsSeen({pod.uid: pod}, now=now)).actions == []
+
+
+def test_a_pod_kube_scheduler_has_not_tried_yet_is_not_nudged() -> None:
+    """It waits its turn in kube-scheduler's queue: touching it would only add work."""
+    w, nodes, pod, now = unheard(60)
+    untried = replace(pod, unschedulable=False)
+    assert kube_round(w.state, nodes, PodsSeen({pod.uid: untried}, now=now)).actions == []
 
 
 def test_a_pod_gpuloom_knows_is_not_nudged_as_unheard() -> None:
