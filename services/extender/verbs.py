@@ -181,7 +181,10 @@ class Extender:
         if answer.error is not None:
             return {"Error": answer.error}
         try:
-            await self.kube.annotate_pod(namespace, name, answer.annotations)
+            if any(pod.annotations.get(k) != v for k, v in answer.annotations.items()):
+                # the watcher wrote them once gpuloom placed it (that is what made
+                # kube-scheduler ask again): written again only when they differ
+                await self.kube.annotate_pod(namespace, name, answer.annotations)
             await self.kube.bind_pod(namespace, name, uid, node)
         except Conflict as exc:
             return {"Error": f"pod {namespace}/{name} could not be bound: {exc}"}
