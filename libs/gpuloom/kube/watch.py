@@ -318,6 +318,14 @@ def _pod(job: JobState, pod: Pod | None, replica: int, gone: bool, found: KubeRo
     ):
         notes = tuple(sorted(placement_annotations(job, replica).items()))
         found.actions.append(Annotate(pod.namespace, pod.name, notes))
+    elif pod.unschedulable and found.now is not None and job.placed_at is not None:
+        # annotated, yet kube-scheduler set it aside (a bind that timed out, an attempt
+        # that raced the annotation): touched once per NUDGE_EVERY, not left to its
+        # half-minute flush of unschedulable pods
+        period = int(found.now.timestamp() // NUDGE_EVERY.total_seconds())
+        waited = found.now - job.placed_at >= NUDGE_EVERY
+        if waited and pod.annotations.get(NUDGED) != str(period):
+            found.actions.append(Annotate(pod.namespace, pod.name, ((NUDGED, str(period)),)))
 
 
 def _timed_out(job: JobState, now: datetime | None) -> bool:

@@ -866,3 +866,22 @@ def test_a_pod_past_its_time_limit_is_evicted_and_its_job_times_out() -> None:
 def test_without_the_time_no_time_limit_is_enforced() -> None:
     w, nodes, pod, _ = timed("1s")
     assert kube_round(w.state, nodes, seen(pod)) == KubeRound()
+
+
+def test_a_placed_pod_kube_scheduler_set_aside_is_touched_once_per_period() -> None:
+    """Annotated, but its attempt failed (a bind past kube-scheduler's timeout): without
+    a touch it would wait for kube-scheduler's half-minute flush."""
+    w, nodes = two_nodes()
+    pod = kube_pod("p", uid_of(1), 1)
+    job = w.placed(pod, [A, B])
+    notes = placement_annotations(job, 0)
+    aside = replace(pod, annotations=notes, unschedulable=True)
+    assert job.placed_at is not None
+    soon, later = job.placed_at + timedelta(seconds=2), job.placed_at + NUDGE_EVERY * 2
+    assert kube_round(w.state, nodes, PodsSeen({pod.uid: aside}, now=soon)).actions == []
+    [touch] = kube_round(w.state, nodes, PodsSeen({pod.uid: aside}, now=later)).actions
+    assert isinstance(touch, Annotate) and dict(touch.annotations).keys() == {NUDGED}
+    touched = replace(aside, annotations={**notes, **dict(touch.annotations)})
+    assert kube_round(w.state, nodes, PodsSeen({pod.uid: touched}, now=later)).actions == []
+    waiting = replace(aside, unschedulable=False)  # in kube-scheduler's queue: left alone
+    assert kube_round(w.state, nodes, PodsSeen({pod.uid: waiting}, now=later)).actions == []
