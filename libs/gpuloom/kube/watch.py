@@ -52,6 +52,8 @@ LIST_GRACE = timedelta(seconds=5)
 #: touched once per this long, which makes kube-scheduler try it again now rather than
 #: after its minute-long wait for unschedulable pods.
 NUDGE_EVERY = timedelta(seconds=10)
+#: A placed pod still not bound this long after its placement is touched again.
+SET_ASIDE_AFTER = timedelta(seconds=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,11 +321,12 @@ def _pod(job: JobState, pod: Pod | None, replica: int, gone: bool, found: KubeRo
         notes = tuple(sorted(placement_annotations(job, replica).items()))
         found.actions.append(Annotate(pod.namespace, pod.name, notes))
     elif pod.unschedulable and found.now is not None and job.placed_at is not None:
-        # annotated, yet kube-scheduler set it aside (a bind that timed out, an attempt
-        # that raced the annotation): touched once per NUDGE_EVERY, not left to its
-        # half-minute flush of unschedulable pods
-        period = int(found.now.timestamp() // NUDGE_EVERY.total_seconds())
-        waited = found.now - job.placed_at >= NUDGE_EVERY
+        # annotated, yet still not bound well after (a bind that timed out, an attempt
+        # that raced the annotation): touched once per SET_ASIDE_AFTER, rather than left
+        # to kube-scheduler's flush of pods unschedulable for a minute. Not sooner: a pod
+        # merely waiting its turn in a long queue would only cost the API a write
+        period = int(found.now.timestamp() // SET_ASIDE_AFTER.total_seconds())
+        waited = found.now - job.placed_at >= SET_ASIDE_AFTER
         if waited and pod.annotations.get(NUDGED) != str(period):
             found.actions.append(Annotate(pod.namespace, pod.name, ((NUDGED, str(period)),)))
 

@@ -64,7 +64,7 @@ def client(caught_up: bool = True) -> tuple[TestClient, Folding]:
     if caught_up:
         folding.caught_up.set()
     extender = Extender(
-        folding, NoApi(), pods=_Pods(), account="default", submits=TokenBucket(5, 5)
+        folding, NoApi(), pods=_Pods(), account="default", submits=TokenBucket(0.01, 5)
     )  # type: ignore[arg-type]
     extender._tell = lambda pod, answer: None  # type: ignore[method-assign]
     return TestClient(app(extender)), folding
