@@ -23,10 +23,10 @@ from nats.js.errors import BadRequestError
 
 from gpuloom.bus import EventBus, Outgoing
 from gpuloom.bus.credentials import seed_options
-from gpuloom.bus.identities import SERVICES
 from gpuloom.bus.keyring import Keyring, new_seed, write_private
 from gpuloom.bus.reader import read_log
 from gpuloom.bus.streams import dead_letter_stream
+from gpuloom.devstack import SERVICES  # the processes a cluster runs (not the Kubernetes ones)
 from gpuloom.events import (
     JobPlaced,
     JobStarted,

@@ -450,7 +450,7 @@ def test_the_extender_stanza() -> None:
                 "prioritizeVerb": "prioritize",
                 "bindVerb": "bind",
                 "weight": 1,
-                "nodeCacheCapable": False,
+                "nodeCacheCapable": True,
                 "ignorable": False,
                 "httpTimeout": "3s",
                 "managedResources": [{"name": "gpuloom.io/gpu", "ignoredByScheduler": True}],
