@@ -86,14 +86,19 @@ class ChildProcess:
 
     def _terminate(self, grace_s: float) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, grace_s)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:
+    """SIGTERM `proc`, SIGKILL it after `grace_s`; nothing when it already ended."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def host_processes() -> Iterable[tuple[int, list[str]]]:

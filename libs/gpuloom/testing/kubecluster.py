@@ -36,6 +36,7 @@ from typing import Any
 from gpuloom.kube.scheduler_config import scheduler_config_stanza
 from gpuloom.kubeapi import Conflict, KubeClient, KubeConfig, Obj, node_path, pod_path
 from gpuloom.natsserver import die_with_parent, free_ports
+from gpuloom.testing.hostproc import terminate
 
 K8S_VERSION = "1.20.2"
 #: gpuloom's extended resource: what a pod asks for, and what the extender alone accounts.
@@ -395,15 +396,7 @@ class KubeControlPlane:
             time.sleep(0.2)
 
     def _terminate(self, name: str, grace_s: float = 5.0) -> None:
-        proc = self._procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(self._procs.pop(name, None), grace_s)
 
 
 def _deadline_in(seconds: float) -> float:
