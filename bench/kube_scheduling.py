@@ -66,13 +66,19 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuloom.devstack import KUBE_SERVICES
 from gpuloom.events import JobPlaced, JobStarted, JobSubmitted, Recorded
 from gpuloom.kube.vocabulary import NUDGED, PLACED_NODE
 from gpuloom.kubeapi import Gone, KubeClient, KubeConfig, Obj, pod_path
 from gpuloom.natsserver import free_ports
 from gpuloom.testing.cluster import Cluster
-from gpuloom.testing.kubecluster import SKIP_REASON, KubeControlPlane, binaries, make_node, make_pod
+from gpuloom.testing.kubecluster import (
+    SKIP_REASON,
+    KubeControlPlane,
+    binaries,
+    gpuloom_for,
+    make_node,
+    make_pod,
+)
 from gpuloom.testing.servers import nats_jetstream
 
 NS = "default"
@@ -494,16 +500,11 @@ def gpuloom_beside(base: Path) -> Iterator[tuple[KubeControlPlane, Cluster, int]
         base / "k8s", extender_url=f"http://127.0.0.1:{extender_port}/scheduler"
     )
     with plane, nats_jetstream(base / "nats") as nats_url:
-        cluster = Cluster(
+        cluster = gpuloom_for(
+            plane,
             nats_url,
-            f"sqlite+aiosqlite:///{base}/gpuloom.db",
-            base / "data",
-            agents={},
-            extra_services=KUBE_SERVICES,
-            env={
-                "GPULOOM_KUBECONFIG": str(plane.kubeconfig_path),
-                "GPULOOM_EXTENDER_PORT": str(extender_port),
-            },
+            base,
+            extender_port,
             service_env={"extender": {"GPULOOM_METRICS_PORT": str(metrics_port)}},
         )
         try:

@@ -13,11 +13,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuloom.devstack import KUBE_SERVICES
 from gpuloom.kubeapi import KubeClient, Obj, pod_path
 from gpuloom.natsserver import free_ports
 from gpuloom.testing.cluster import Cluster
-from gpuloom.testing.kubecluster import SKIP_REASON, KubeControlPlane, binaries
+from gpuloom.testing.kubecluster import SKIP_REASON, KubeControlPlane, binaries, gpuloom_for
 from gpuloom.testing.servers import nats_jetstream
 
 T = TypeVar("T")
@@ -37,18 +36,7 @@ def kube_stack(
     )
     with plane, nats_jetstream(base / "nats") as nats_url:
         plane.start()
-        cluster = Cluster(
-            nats_url,
-            f"sqlite+aiosqlite:///{base}/gpuloom.db",
-            base / "data",
-            agents={},
-            extra_services=KUBE_SERVICES,
-            env={
-                "GPULOOM_KUBECONFIG": str(plane.kubeconfig_path),
-                "GPULOOM_EXTENDER_PORT": str(extender_port),
-                **(env or {}),
-            },
-        )
+        cluster = gpuloom_for(plane, nats_url, base, extender_port, env)
         try:
             cluster.start()
             yield plane, cluster

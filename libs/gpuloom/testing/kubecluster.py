@@ -36,6 +36,7 @@ from typing import Any
 from gpuloom.kube.scheduler_config import scheduler_config_stanza
 from gpuloom.kubeapi import Conflict, KubeClient, KubeConfig, Obj, node_path, pod_path
 from gpuloom.natsserver import die_with_parent, free_ports
+from gpuloom.testing.cluster import Cluster
 from gpuloom.testing.hostproc import terminate
 
 K8S_VERSION = "1.20.2"
@@ -598,4 +599,32 @@ async def make_pod(
         metadata["labels"] = dict(labels)
     return await client.create(
         pod_path(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    )
+
+
+def gpuloom_for(
+    plane: KubeControlPlane,
+    nats_url: str,
+    base: Path,
+    extender_port: int,
+    env: Mapping[str, str] | None = None,
+    service_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Cluster:
+    """A gpuloom stack (not started yet) that schedules `plane`'s GPUs: no agents (the
+    cluster's Nodes are the nodes), the extender on `extender_port` (the one `plane`'s
+    kube-scheduler calls) and the watcher, both given `plane`'s kubeconfig."""
+    from gpuloom.devstack import KUBE_SERVICES
+
+    return Cluster(
+        nats_url,
+        f"sqlite+aiosqlite:///{base}/gpuloom.db",
+        base / "data",
+        agents={},
+        extra_services=KUBE_SERVICES,
+        env={
+            "GPULOOM_KUBECONFIG": str(plane.kubeconfig_path),
+            "GPULOOM_EXTENDER_PORT": str(extender_port),
+            **(env or {}),
+        },
+        service_env=dict(service_env or {}),
     )
